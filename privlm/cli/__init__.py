@@ -1,0 +1,56 @@
+"""The ``privlm`` command line.
+
+Each command lives in its own module in this package and exposes ``register(app)``; modules are
+discovered here so that adding a command never edits a shared list. Every command turns
+:class:`privlm.errors.UserError` into a one-line message on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from privlm.errors import UserError
+
+app = typer.Typer(
+    name="privlm",
+    help="Differentially private fine-tuning (DP-SGD-RC) and private synthetic text (GRADMM).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_commands() -> None:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        module.register(app)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``privlm`` script: bad input exits with code 2 and one line, no traceback."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except typer.Exit as err:
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as err:  # click usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        raise
