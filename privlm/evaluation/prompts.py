@@ -1,0 +1,79 @@
+"""Token layout of a label-word prompt, shared by scoring, fine-tuning and membership inference.
+
+A classification example is scored as the continuation ``<label word>`` of the context
+``<text><suffix>`` (e.g. ``"a fine film" + " It was " + "great"``). Trailing whitespace of the
+context is moved to the front of the label word (``"… It was"`` + ``" great"``), so that byte-level
+BPE tokenizers see the word with its leading space, as in running text. Context and continuation are
+tokenized separately and concatenated, so the label-word tokens are the same for every text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class EncodedOption:
+    """Token ids of ``context + continuation`` and how many trailing ids are the continuation."""
+
+    input_ids: list[int]
+    n_option_tokens: int
+
+
+def split_prompt(text: str, suffix: str, word: str) -> tuple[str, str]:
+    """``(context, continuation)`` with the context's trailing whitespace moved onto the word."""
+    prompt = text + suffix
+    context = prompt.rstrip()
+    return context, prompt[len(context) :] + word
+
+
+def encode_option(
+    tokenizer: PreTrainedTokenizerBase, text: str, suffix: str, word: str, max_length: int
+) -> EncodedOption:
+    """Encode one (text, label word) pair; the context is cut from the left to fit ``max_length``.
+
+    Left truncation keeps the suffix (``" It was"``) next to the label word.
+    """
+    context, continuation = split_prompt(text, suffix, word)
+    context_ids = tokenizer(context, add_special_tokens=True)["input_ids"]
+    option_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    if not option_ids:
+        raise UserError(f"label word {word!r} encodes to no tokens")
+    room = max_length - len(option_ids)
+    if room < 1:
+        raise UserError(f"max_length={max_length} leaves no room for a context before {word!r}")
+    return EncodedOption(context_ids[-room:] + option_ids, len(option_ids))
+
+
+def collate(options: Sequence[EncodedOption], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch: ``input_ids``, ``attention_mask`` and ``labels`` (shape ``(B, T)``).
+
+    ``labels`` holds the option tokens at their own positions and ``IGNORE_INDEX`` elsewhere
+    (context and padding), so a shifted cross-entropy over ``labels`` is the label-word loss.
+    """
+    width = max(len(o.input_ids) for o in options)
+    ids = torch.full((len(options), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(options), width), dtype=torch.long)
+    labels = torch.full((len(options), width), IGNORE_INDEX, dtype=torch.long)
+    for row, option in enumerate(options):
+        length = len(option.input_ids)
+        ids[row, :length] = torch.tensor(option.input_ids)
+        mask[row, :length] = 1
+        labels[row, length - option.n_option_tokens : length] = ids[row, length - option.n_option_tokens : length]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The tokenizer's pad id, else its eos id (padding is masked, so any id works)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise UserError("tokenizer has neither a pad nor an eos token")
+    return pad
