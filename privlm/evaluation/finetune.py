@@ -1,0 +1,163 @@
+"""Fine-tune a causal LM as a label-word classifier (full fine-tuning or LoRA through peft).
+
+The loss of an example (text, y) is the length-normalized cross-entropy of the label word w_y given
+``<text><suffix>`` — the negative of the score in :mod:`privlm.evaluation.scoring`, so training and
+scoring see the same tokens. Hyperparameters are fixed per preset, or chosen on a *validation* split
+(best epoch, and best configuration of a small grid); the test split is never looked at here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+from privlm.evaluation.prompts import collate, encode_option, pad_token_id
+from privlm.evaluation.scoring import Example, evaluate_accuracy, option_logprobs
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyperparameters of one fine-tuning run; ``lora_rank=0`` means full fine-tuning."""
+
+    epochs: int = 10
+    lr: float = 2e-5
+    batch_size: int = 8
+    weight_decay: float = 0.0
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    max_length: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise UserError(f"fine-tuning {name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.lora_rank < 0:
+            raise UserError(f"fine-tuning needs lr > 0 and lora_rank >= 0, got lr={self.lr}, lora_rank={self.lora_rank}")
+
+
+PRESETS: dict[str, FinetuneConfig] = {
+    # Tiny random models in tests and smoke runs: large steps, many epochs.
+    "tiny": FinetuneConfig(epochs=20, lr=3e-3, batch_size=8, max_length=96),
+    # SmolLM2-135M, full fine-tuning on a few dozen examples.
+    "smollm2": FinetuneConfig(epochs=8, lr=2e-5, batch_size=8, max_length=128),
+    # SmolLM2-135M with LoRA rank 8 on all linear layers.
+    "smollm2-lora": FinetuneConfig(epochs=8, lr=5e-4, batch_size=8, max_length=128, lora_rank=8),
+}
+
+
+def preset(name: str, **overrides: object) -> FinetuneConfig:
+    """A named preset, optionally with some fields replaced."""
+    if name not in PRESETS:
+        raise UserError(f"unknown fine-tuning preset {name!r}; known: {', '.join(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+@dataclass
+class FinetuneResult:
+    """The fine-tuned model (eval mode, LoRA merged), per-epoch history and the kept epoch."""
+
+    model: PreTrainedModel
+    config: FinetuneConfig
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+    validation_accuracy: float | None = None
+
+
+def finetune_classifier(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[Example],
+    suffix: str,
+    label_words: Sequence[str],
+    config: FinetuneConfig,
+    *,
+    validation: Sequence[Example] | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> FinetuneResult:
+    """Fine-tune a copy of ``model`` on ``train`` (the input model is not modified).
+
+    AdamW, constant learning rate, seeded shuffling. With ``validation``, accuracy is measured after
+    every epoch and the weights of the best epoch (earliest on ties) are kept; without it, the last.
+    ``on_step(step, loss)`` is called after every optimizer step (for progress bars).
+    """
+    if not train:
+        raise UserError("no training examples to fine-tune on")
+    for text, label in train:
+        if not 0 <= label < len(label_words):
+            raise UserError(f"label {label} of {text[:40]!r} is outside 0..{len(label_words) - 1}")
+    model = copy.deepcopy(model)
+    if config.lora_rank:
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
+        model = get_peft_model(model, lora)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    options = [encode_option(tokenizer, t, suffix, label_words[y], config.max_length) for t, y in train]
+    pad = pad_token_id(tokenizer)
+    generator = torch.Generator().manual_seed(config.seed)
+    result = FinetuneResult(model=model, config=config)
+    best_state: list[torch.Tensor] | None = None
+    step = 0
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        order = torch.randperm(len(options), generator=generator).tolist()
+        losses = []
+        for start in range(0, len(order), config.batch_size):
+            batch = collate([options[i] for i in order[start : start + config.batch_size]], pad)
+            loss = -option_logprobs(model, batch).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            losses.append(loss.item())
+            if on_step is not None:
+                on_step(step, losses[-1])
+        record = {"epoch": epoch, "train_loss": sum(losses) / len(losses)}
+        if validation:
+            accuracy = evaluate_accuracy(model, tokenizer, validation, suffix, label_words, max_length=config.max_length)
+            record["validation_accuracy"] = accuracy.value
+            if result.validation_accuracy is None or accuracy.value > result.validation_accuracy:
+                result.validation_accuracy, result.best_epoch = accuracy.value, epoch
+                best_state = [p.detach().clone() for p in params]
+        result.history.append(record)
+    if best_state is None:
+        result.best_epoch = config.epochs
+    else:
+        with torch.no_grad():
+            for p, saved in zip(params, best_state):
+                p.copy_(saved)
+    if config.lora_rank:
+        model = model.merge_and_unload()
+    result.model = model.eval()
+    return result
+
+
+def select_and_finetune(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[Example],
+    validation: Sequence[Example],
+    suffix: str,
+    label_words: Sequence[str],
+    grid: Sequence[FinetuneConfig],
+) -> tuple[FinetuneResult, list[dict[str, object]]]:
+    """Fine-tune with every configuration of ``grid``; keep the best on ``validation`` (first on ties).
+
+    Returns the kept result and one row per configuration (its fields and validation accuracy).
+    """
+    if not grid or not validation:
+        raise UserError("hyperparameter selection needs a non-empty grid and a validation split")
+    best: FinetuneResult | None = None
+    rows: list[dict[str, object]] = []
+    for config in grid:
+        result = finetune_classifier(model, tokenizer, train, suffix, label_words, config, validation=validation)
+        rows.append({**asdict(config), "validation_accuracy": result.validation_accuracy, "best_epoch": result.best_epoch})
+        if best is None or result.validation_accuracy > best.validation_accuracy:
+            best = result
+    return best, rows
