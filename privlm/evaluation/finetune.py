@@ -95,7 +95,9 @@ def finetune_classifier(
     model = copy.deepcopy(model)
     if config.lora_rank:
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
-        model = get_peft_model(model, lora)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # LoRA's A matrices are drawn from the global generator
+            model = get_peft_model(model, lora)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     options = [encode_option(tokenizer, t, suffix, label_words[y], config.max_length) for t, y in train]
