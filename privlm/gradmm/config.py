@@ -1,0 +1,69 @@
+"""GRADMM settings and the two presets (``demo``: minutes on 2 CPU cores; ``paper``: the paper's ADMM).
+
+Every field is a public parameter; none is derived from private data (the sequence ``length`` in
+particular is chosen by the user, not taken from the real texts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from privlm.errors import UserError
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """ADMM, projection, release and filtering settings."""
+
+    length: int = 24  # synthetic tokens per sequence (between the public prefix and the verbalizer)
+    batch: int = 10  # sequences optimized jointly (one class per batch)
+    outer_steps: int = 30
+    inner_steps: int = 50
+    rho: float = 0.7
+    lr: float = 0.008
+    top_k: int = 200
+    clip: float = 1.0  # per-sample L2 clipping norm C of the last-layer gradient
+    max_private_tokens: int = 64  # real texts are truncated to this many tokens before the verbalizer
+    private_per_class: int | None = None  # None: every private training example
+    oversample: float = 2.0  # candidates generated per kept example, before filtering
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+    def validated(self) -> SynthConfig:
+        """Self, or :class:`UserError` naming the first out-of-range value."""
+        positive_ints = ("length", "batch", "outer_steps", "inner_steps", "top_k", "max_private_tokens")
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        for name in ("rho", "lr", "clip"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"--{name.replace('_', '-')} must be > 0 (got {getattr(self, name)})")
+        if self.private_per_class is not None and self.private_per_class < 1:
+            raise UserError(f"--private-per-class must be >= 1 (got {self.private_per_class})")
+        if not self.oversample >= 1:
+            raise UserError(f"oversample must be >= 1 (got {self.oversample})")
+        return self
+
+
+PRESETS: dict[str, SynthConfig] = {
+    "paper": SynthConfig(),
+    "demo": SynthConfig(
+        length=8, batch=10, outer_steps=4, inner_steps=6, top_k=50, private_per_class=256,
+        max_private_tokens=48, oversample=2.0,
+    ),
+}
+
+
+def make_config(preset: str = "paper", **overrides: Any) -> SynthConfig:
+    """The preset with the non-``None`` overrides applied, validated."""
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    known = {f.name for f in fields(SynthConfig)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise UserError(f"unknown setting(s) {sorted(unknown)}")
+    return replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}).validated()

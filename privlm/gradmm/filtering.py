@@ -1,0 +1,96 @@
+"""Post-hoc filtering of synthetic candidates, from public inputs and the DP release only.
+
+1. Label agreement: the public model, prompted with fixed few-shot demonstrations that we wrote
+   (:data:`PUBLIC_FEW_SHOT`, never drawn from private data), predicts each candidate's label; candidates
+   whose prediction differs from their intended class are dropped.
+2. Ranking: the survivors of each class are ordered by their own matching loss against the DP release
+   (``1 − cos(S_c, g_j)``, computed earlier from the release only).
+3. Keep ``n`` per class and rebalance: every class keeps the same number, ``min(n, fewest survivors)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
+
+# Written for privlm (public): demonstrations per label word.
+PUBLIC_FEW_SHOT: dict[str, tuple[str, ...]] = {
+    "great": (
+        "a warm, funny and moving film with a wonderful cast",
+        "one of the smartest and most beautiful pictures of the year",
+    ),
+    "bad": (
+        "a dull, clumsy mess that goes on far too long",
+        "the plot makes no sense and the acting is wooden",
+    ),
+    "joy": ("what a happy day, i love everyone here",),
+    "sadness": ("i feel so alone and tired of everything",),
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One synthetic example: its tokens, text, intended class and matching loss vs the DP release."""
+
+    ids: tuple[int, ...]
+    text: str
+    label: int
+    match_loss: float
+
+
+def few_shot_context(prompt: Prompt) -> str:
+    """The demonstrations, interleaved by class; empty (zero-shot) unless every label word has some."""
+    shots = [PUBLIC_FEW_SHOT.get(word.strip().lower(), ()) for word in prompt.label_words]
+    if not all(shots):
+        return ""
+    lines = []
+    for round_ in range(max(len(s) for s in shots)):
+        for k, examples in enumerate(shots):
+            if round_ < len(examples):
+                lines.append(f"{examples[round_]}{prompt.suffix}{prompt.label_words[k]}\n")
+    return "".join(lines)
+
+
+@torch.no_grad()
+def few_shot_labels(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    texts: Sequence[str],
+    batch_size: int = 16,
+) -> list[int]:
+    """Predicted class per text: the label token with the highest logit after ``context + text + suffix``."""
+    context = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
+    label_tokens = torch.tensor(prompt.label_token_ids)
+    preds: list[int] = []
+    for start in range(0, len(texts), batch_size):
+        seqs = [
+            [*prompt.prefix_ids, *context, *tokenizer.encode(t, add_special_tokens=False), *prompt.suffix_ids]
+            for t in texts[start : start + batch_size]
+        ]
+        logits = head_logits(model, last_hidden_from_ids(model, seqs))
+        preds.extend(logits[:, label_tokens].argmax(dim=1).tolist())
+    return preds
+
+
+def select(
+    candidates: Sequence[Candidate], predicted: Sequence[int], per_class: int, n_classes: int
+) -> list[Candidate]:
+    """Drop label disagreements, keep the lowest-loss ``min(per_class, fewest survivors)`` per class.
+
+    Output order: class by class, lowest matching loss first (ties by text, so it is deterministic).
+    """
+    by_class: list[list[Candidate]] = [[] for _ in range(n_classes)]
+    for cand, pred in zip(candidates, predicted, strict=True):
+        if pred == cand.label:
+            by_class[cand.label].append(cand)
+    keep = min(per_class, min(len(c) for c in by_class))
+    out: list[Candidate] = []
+    for cands in by_class:
+        out.extend(sorted(cands, key=lambda c: (c.match_loss, c.text))[:keep])
+    return out

@@ -1,0 +1,139 @@
+"""Synthetic text from the DP release: ADMM batches per class, then filtering.
+
+The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
+(model, tokenizer, settings, seeds) only — there is no parameter through which private data could
+enter, so whatever they return is post-processing of the DP release. Each batch is seeded by
+``(seed, class, batch index)`` alone, so batches can be computed in any order, on any rank, or again
+after a crash, with identical results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+from privlm.gradmm.admm import run_admm
+from privlm.gradmm.config import SynthConfig
+from privlm.gradmm.filtering import Candidate, few_shot_labels, select
+from privlm.gradmm.matching import matching_loss, per_example_matching_loss
+from privlm.gradmm.projection import Projector
+from privlm.gradmm.prompt import head_logits, last_hidden_from_embeds
+from privlm.gradmm.release import Release, model_fingerprint
+
+StepCallback = Callable[[int, int, float], None]
+
+
+def batch_seed(seed: int, label: int, index: int) -> int:
+    """The seed of batch ``index`` of class ``label`` (public)."""
+    return (seed * 1_000_003 + label * 10_007 + index) % (2**63)
+
+
+def batches_per_class(per_class: int, config: SynthConfig) -> int:
+    """How many ADMM batches each class gets: enough for ``oversample × per_class`` candidates."""
+    return math.ceil(per_class * config.oversample / config.batch)
+
+
+def generate_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    release: Release,
+    projector: Projector,
+    label: int,
+    config: SynthConfig,
+    seed: int,
+    on_step: StepCallback | None = None,
+) -> list[Candidate]:
+    """One ADMM batch of ``config.batch`` sequences for class ``label``, matched to ``release.targets[label]``."""
+    prompt = release.prompt
+    embedding = model.get_input_embeddings().weight.detach()
+    dtype = embedding.dtype
+    target = release.targets[label].to(dtype)
+    label_token = prompt.label_token_ids[label]
+    prefix = embedding[list(prompt.prefix_ids)].expand(config.batch, -1, -1)
+    suffix = embedding[list(prompt.suffix_ids)].expand(config.batch, -1, -1)
+
+    def objective(x: torch.Tensor) -> torch.Tensor:
+        hidden = last_hidden_from_embeds(model, torch.cat([prefix, x, suffix], dim=1))
+        return matching_loss(hidden, head_logits(model, hidden), label_token, target)
+
+    gen = torch.Generator().manual_seed(seed)
+    start = projector.allowed[torch.randint(len(projector.allowed), (config.batch, config.length), generator=gen)]
+    result = run_admm(
+        objective, projector, projector.embed(start),
+        rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
+        on_step=on_step,
+    )
+    with torch.no_grad():
+        hidden = last_hidden_from_embeds(model, torch.cat([prefix, projector.embed(result.ids), suffix], dim=1))
+        losses = per_example_matching_loss(hidden, head_logits(model, hidden), label_token, target)
+    return [
+        Candidate(ids=tuple(ids), text=tokenizer.decode(ids).strip(), label=label, match_loss=float(loss))
+        for ids, loss in zip(result.ids.tolist(), losses.tolist(), strict=True)
+    ]
+
+
+def _write_json_atomic(path: Path, obj: object) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _load_batch(path: Path) -> list[Candidate]:
+    return [Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
+            for c in json.loads(path.read_text())]
+
+
+def synthesize(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    release: Release,
+    *,
+    per_class: int,
+    config: SynthConfig,
+    batch_dir: str | Path,
+    on_step: StepCallback | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> list[Candidate]:
+    """Generate, filter and return ``per_class`` examples per class (fewer if filtering runs short).
+
+    Finished batches are stored in ``batch_dir`` (one JSON file each, written atomically) and reused,
+    so an interrupted call continues where it stopped. Under ``torch.distributed`` the batches are
+    split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
+    ``on_batch(label, index)`` is called after each batch.
+    """
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    if release.model_fingerprint != model_fingerprint(model):
+        raise UserError("the DP release was drawn with a different model (LM-head weights differ)")
+    batch_dir = Path(batch_dir)
+    batch_dir.mkdir(parents=True, exist_ok=True)
+    n_classes = len(release.prompt.label_token_ids)
+    jobs = [(k, j) for j in range(batches_per_class(per_class, config)) for k in range(n_classes)]
+    distributed = dist.is_available() and dist.is_initialized()
+    mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
+    projector = Projector(model, tokenizer, release.prompt.prefix_ids, config.top_k)
+    for k, j in mine:
+        path = batch_dir / f"class{k}_batch{j}.json"
+        if not path.exists():
+            cands = generate_batch(
+                model, tokenizer, release, projector, k, config, batch_seed(config.seed, k, j), on_step
+            )
+            _write_json_atomic(path, [c.__dict__ | {"ids": list(c.ids)} for c in cands])
+        if on_batch is not None:
+            on_batch(k, j)
+    if distributed:
+        dist.barrier()
+    candidates = [c for k, j in jobs for c in _load_batch(batch_dir / f"class{k}_batch{j}.json")]
+    predicted = few_shot_labels(model, tokenizer, release.prompt, [c.text for c in candidates])
+    return select(candidates, predicted, per_class, n_classes)

@@ -1,0 +1,195 @@
+"""End-to-end GRADMM run with resume: draw (or reload) the DP release, generate, filter, write.
+
+On disk, next to the output ``FILE.jsonl``:
+
+- ``FILE.jsonl.gradmm/release.pt`` — the DP release, saved the moment it is drawn and reused by
+  ``resume=True`` (drawing it again would spend the privacy budget twice, so without ``resume`` an
+  existing release is an error, never silently replaced);
+- ``FILE.jsonl.gradmm/run.json`` — the public settings, which a resumed run must repeat exactly;
+- ``FILE.jsonl.gradmm/batches/`` — finished ADMM batches (atomic files);
+- ``FILE.jsonl`` and ``FILE.jsonl.privacy.json`` — written through temp files and ``os.replace`` only
+  at the end, so they are never half-written.
+
+Private data enters through the ``load_private`` callable alone, which is called only when a release
+has to be drawn; the generation and filtering that follow see the release only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+from privlm.gradmm.config import SynthConfig
+from privlm.gradmm.filtering import Candidate
+from privlm.gradmm.generate import StepCallback, synthesize
+from privlm.gradmm.prompt import Prompt
+from privlm.gradmm.release import Release, draw_release
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run keeps its files (see module docstring)."""
+
+    out: Path
+
+    @property
+    def workdir(self) -> Path:
+        return self.out.with_name(self.out.name + ".gradmm")
+
+    @property
+    def release(self) -> Path:
+        return self.workdir / "release.pt"
+
+    @property
+    def manifest(self) -> Path:
+        return self.workdir / "run.json"
+
+    @property
+    def batches(self) -> Path:
+        return self.workdir / "batches"
+
+    @property
+    def sidecar(self) -> Path:
+        return self.out.with_name(self.out.name + ".privacy.json")
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    """The selected examples, the release they came from, and the privacy statement written to disk."""
+
+    rows: list[dict]
+    release: Release
+    privacy: dict
+    reused_release: bool
+
+
+def privacy_statement(release: Release) -> dict:
+    """The sidecar's content: what the whole output costs in privacy, and how it was made."""
+    if not release.dp:
+        return {
+            "dp": False,
+            "epsilon": None,
+            "delta": None,
+            "warning": "NOT differentially private (--no-dp): no clipping, no noise; the output may reveal the private data",
+            "release_sha256": release.sha256(),
+        }
+    return {
+        "dp": True,
+        "epsilon": release.epsilon,
+        "delta": release.delta,
+        "noise_multiplier": release.noise_multiplier,
+        "noise_std": release.noise_multiplier * release.clip,
+        "clip": release.clip,
+        "clipping": "per-sample L2 clipping of the last-position LM-head gradient (closed form, rank one)",
+        "mechanism": "Gaussian, one release per class (disjoint classes, parallel composition), "
+        "add/remove-one adjacency, sensitivity C; generation and filtering are post-processing",
+        "release_sha256": release.sha256(),
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
+    names = release.prompt.label_names
+    return [
+        {"text": c.text, "label": c.label, "label_name": names[c.label], "match_loss": c.match_loss, "dp": release.dp}
+        for c in selected
+    ]
+
+
+def _check_manifest(path: Path, settings: dict) -> None:
+    saved = json.loads(path.read_text())
+    for key in sorted(set(saved) | set(settings)):
+        if saved.get(key) != settings.get(key):
+            raise UserError(
+                f"--resume: {key} was {saved.get(key)!r} in the interrupted run ({path}) but is now "
+                f"{settings.get(key)!r}; resume with the same settings"
+            )
+
+
+def obtain_release(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    *,
+    paths: RunPaths,
+    settings: dict,
+    config: SynthConfig,
+    dp: bool,
+    epsilon: float | None,
+    delta: float | None,
+    resume: bool,
+    on_private_batch: Callable[[int], None] | None = None,
+) -> tuple[Release, bool]:
+    """The run's release and whether it was reused: reloaded under ``resume``, else drawn and saved."""
+    if paths.release.exists():
+        if not resume:
+            raise UserError(
+                f"{paths.release} already holds a DP release for {paths.out}; pass --resume to reuse it "
+                f"(drawing again would spend the privacy budget twice) or remove {paths.workdir}"
+            )
+        _check_manifest(paths.manifest, settings)
+        return Release.load(paths.release), True
+    paths.workdir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
+    release = draw_release(
+        model, tokenizer, load_private(), prompt,
+        epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, max_tokens=config.max_private_tokens,
+        save_to=paths.release, meta={"settings": settings}, on_batch=on_private_batch,
+    )
+    return release, False
+
+
+def run_synthesis(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    *,
+    out: str | Path,
+    per_class: int,
+    config: SynthConfig,
+    dp: bool,
+    epsilon: float | None,
+    delta: float | None,
+    resume: bool = False,
+    settings: dict | None = None,
+    on_private_batch: Callable[[int], None] | None = None,
+    on_step: StepCallback | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> SynthResult:
+    """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar."""
+    paths = RunPaths(Path(out))
+    if paths.out.parent and not paths.out.parent.is_dir():
+        raise UserError(f"output folder {paths.out.parent} does not exist")
+    settings = {
+        **(settings or {}), "config": config.to_dict(), "per_class": per_class, "dp": dp,
+        "epsilon": epsilon, "delta": delta, "prompt": prompt.to_dict(),
+    }
+    release, reused = obtain_release(
+        model, tokenizer, prompt, load_private, paths=paths, settings=settings, config=config,
+        dp=dp, epsilon=epsilon, delta=delta, resume=resume, on_private_batch=on_private_batch,
+    )
+    selected = synthesize(
+        model, tokenizer, release, per_class=per_class, config=config, batch_dir=paths.batches,
+        on_step=on_step, on_batch=on_batch,
+    )
+    rows = _rows(selected, release)
+    privacy = privacy_statement(release)
+    _write_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
+    _write_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return SynthResult(rows=rows, release=release, privacy=privacy, reused_release=reused)
