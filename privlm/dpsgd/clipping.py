@@ -1,0 +1,122 @@
+"""Per-sample clipping: norms (any mode), clip factors, and the clipped sum.
+
+One call handles one physical micro-batch: forward with the layer hooks on, one backward that asks
+autograd only for the gradients of the hooked layers' outputs (no weight gradients are formed),
+per-sample squared norms n̂²_i summed over parameters, factors c_i = min(1, C / n̂_i), and the clipped
+sum Σ_i c_i g_i, either by book-keeping (Σ_i c_i L_iᵀR_i from the stored factors, no second backward)
+or by a second backward of Σ_i c_i ℓ_i. The clipped sum is accumulated in :attr:`summed_grads`
+(never in ``.grad``) until the optimizer adds the noise.
+
+Assumption behind the guarantee: the per-sample loss ℓ_i depends only on sample i (no batch
+statistics, e.g. BatchNorm; dimension 0 of every hooked layer indexes samples). Then g_i computed
+here is ∇ℓ_i and ‖c_i g_i‖ ≤ C whenever n̂_i is the exact norm; with a randomized mode ‖c_i g_i‖ ≤
+C·n_i/n̂_i, which the randomized-clipping accountant covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
+from privlm.dpsgd.norms import NORM_MODES, sq_norms, weighted_sum
+from privlm.errors import UserError
+
+LossFn = Callable[[nn.Module, Any], Tensor]
+
+
+def clip_factors(sq_norms: Tensor, max_grad_norm: float) -> Tensor:
+    """``c_i = min(1, C / n_i)`` from squared norms (B,); a zero norm gives 1."""
+    norms = sq_norms.clamp(min=0).sqrt()
+    return torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp(min=1e-300), torch.ones_like(norms))
+
+
+@dataclass
+class ClipStats:
+    """What one micro-batch produced: per-sample losses, squared norms (estimated in randomized modes)
+    and clip factors, all (B,) and detached."""
+
+    losses: Tensor
+    sq_norms: Tensor
+    factors: Tensor
+
+
+class PerSampleClipper:
+    """Clips per-sample gradients of ``model``'s trainable parameters and accumulates their sum.
+
+    ``loss_fn(model, batch)`` must return per-sample losses (B,). ``generator`` draws the probes of the
+    randomized modes (fresh every call, independent of the data)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        *,
+        max_grad_norm: float,
+        norm_mode: str = "mixed",
+        probes: int = 32,
+        bookkeeping: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if norm_mode not in NORM_MODES:
+            raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
+        if max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+        self.model = model
+        self.loss_fn = loss_fn
+        self.max_grad_norm = float(max_grad_norm)
+        self.norm_mode = norm_mode
+        self.probes = probes
+        self.bookkeeping = bookkeeping
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
+        self.capture = LayerCapture(model)
+        self.params = trainable_parameters(model)
+        self.summed_grads: dict[nn.Parameter, Tensor] = {}
+
+    def _forward_backward(self, batch: Any, keep_graph: bool) -> tuple[Tensor, dict, Tensor]:
+        with self.capture.recording() as calls:
+            losses = self.loss_fn(self.model, batch)
+            recorded = [c for c in calls if c.output.requires_grad]
+        batch_size = losses.shape[0]
+        for call in recorded:
+            if call.output.shape[0] != batch_size:
+                raise UserError(
+                    f"a {type(call.module).__name__} layer produced an output with batch dimension "
+                    f"{call.output.shape[0]} for a batch of {batch_size}: its per-sample gradients are not "
+                    "separable (e.g. position ids shared across the batch; pass them per sample)"
+                )
+        outputs = [c.output for c in recorded]
+        grads = torch.autograd.grad(losses.sum(), outputs, retain_graph=keep_graph, allow_unused=True)
+        factors = self.capture.factors(recorded, list(grads))
+        total = losses.new_zeros(losses.shape[0])
+        for param_factors in factors.values():
+            total = total + sq_norms(param_factors, self.norm_mode, self.probes, self.generator)
+        return losses, factors, total
+
+    def sq_norms(self, batch: Any) -> Tensor:
+        """Per-sample squared gradient norms (B,) in the clipper's mode (accumulates nothing)."""
+        return self._forward_backward(batch, keep_graph=False)[2].detach()
+
+    def clipped_backward(self, batch: Any) -> ClipStats:
+        """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads`."""
+        losses, factors, total = self._forward_backward(batch, keep_graph=not self.bookkeeping)
+        c = clip_factors(total.detach(), self.max_grad_norm)
+        if self.bookkeeping:
+            clipped = [weighted_sum(factors[p], c, p.shape) if p in factors else None for p in self.params]
+        else:
+            clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
+        for p, g in zip(self.params, clipped):
+            if g is not None:
+                g = g.detach()
+                self.summed_grads[p] = self.summed_grads[p] + g if p in self.summed_grads else g
+        return ClipStats(losses.detach(), total.detach(), c)
+
+    def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:
+        """The accumulated clipped sums (zeros for parameters no sample touched); resets the accumulator."""
+        out = {p: self.summed_grads.get(p, torch.zeros_like(p)) for p in self.params}
+        self.summed_grads = {}
+        return out

@@ -1,0 +1,63 @@
+"""Token-level per-sample losses for causal LMs.
+
+The per-sample loss is the sum (or the mean) of next-token cross-entropies over that sample's
+*unmasked* target tokens. Targets equal to ``ignore_index`` and positions whose target is padding
+(``attention_mask == 0``) contribute nothing; a sample with no target token has loss 0.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Reduction = Literal["sum", "mean"]
+IGNORE_INDEX = -100
+
+
+def token_losses(logits: Tensor, labels: Tensor, reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Per-sample losses (B,) from logits (B, T, V) and *already shifted* labels (B, T)."""
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    mask = labels != ignore_index
+    safe = torch.where(mask, labels, torch.zeros_like(labels))
+    nll = F.cross_entropy(logits.transpose(1, 2), safe, reduction="none") * mask.to(logits.dtype)
+    total = nll.sum(1)
+    if reduction == "mean":
+        total = total / mask.sum(1).clamp(min=1).to(total.dtype)
+    return total
+
+
+def causal_lm_labels(batch: Mapping[str, Tensor], ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Next-token targets (B, T−1): ``labels`` (default ``input_ids``) shifted left, with positions
+    masked by ``attention_mask`` set to ``ignore_index``."""
+    labels = batch.get("labels", batch["input_ids"]).clone()
+    mask = batch.get("attention_mask")
+    if mask is not None:
+        labels = labels.masked_fill(mask == 0, ignore_index)
+    return labels[:, 1:]
+
+
+def _accepts_position_ids(model: nn.Module) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "position_ids" in inspect.signature(base.forward).parameters
+
+
+def causal_lm_losses(
+    model: nn.Module, batch: Mapping[str, Tensor], reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX
+) -> Tensor:
+    """Per-sample losses (B,) of a Hugging Face causal LM on ``batch`` (input_ids, attention_mask, labels).
+
+    Position ids 0..T−1 are passed per sample (B, T) when the model accepts them (right padding), so that
+    position-embedding layers see a batch dimension and their per-sample gradients stay separable."""
+    inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
+    if "position_ids" not in inputs and _accepts_position_ids(model):
+        batch_size, seq_len = inputs["input_ids"].shape
+        positions = torch.arange(seq_len, device=inputs["input_ids"].device)
+        inputs["position_ids"] = positions.expand(batch_size, seq_len)
+    logits = model(**inputs).logits
+    return token_losses(logits[:, :-1], causal_lm_labels(batch, ignore_index), reduction, ignore_index)

@@ -1,0 +1,186 @@
+"""Per-sample gradients in factored form, and their squared norms and clipped sums.
+
+A hooked layer describes the per-sample gradient of each trainable parameter it uses as a factor:
+
+- :class:`OuterFactor`: ``g_i = L_iᵀ R_i`` (shape ``rows × cols``, the parameter's shape), with
+  ``L_i ∈ R^{T×rows}`` dense or one-hot token ids (embeddings) and ``R_i ∈ R^{T×cols}``;
+- :class:`DenseFactor`: ``g_i`` instantiated (biases, LayerNorm/RMSNorm weights: cheap).
+
+A parameter used by several layers (tied embedding = LM head) has one factor per use; its per-sample
+gradient is the *sum* of the uses, and every mode here computes the norm of that sum (randomized modes
+project all uses with the same probe matrix). Batch dimension 0 indexes samples throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+import torch
+from torch import Tensor
+
+from privlm.dpsgd import estimators
+
+NormMode = Literal["exact", "ghost", "mixed", "hutchinson", "hutchpp"]
+NORM_MODES: tuple[str, ...] = ("exact", "ghost", "mixed", "hutchinson", "hutchpp")
+RANDOMIZED_MODES: tuple[str, ...] = ("hutchinson", "hutchpp")
+
+
+@dataclass
+class OuterFactor:
+    """``g_i = L_iᵀ R_i``. ``left``: (B, T, rows) floats, or (B, T) token ids standing for one-hot rows;
+    ``right``: (B, T, cols); ``rows``: number of rows of the parameter."""
+
+    left: Tensor
+    right: Tensor
+    rows: int
+
+    @property
+    def onehot(self) -> bool:
+        return not self.left.is_floating_point()
+
+    @property
+    def cols(self) -> int:
+        return self.right.shape[-1]
+
+    def left_gram(self, other: OuterFactor) -> Tensor:
+        """``L_i L'_iᵀ`` per sample, shape (B, T, T')."""
+        if self.onehot and other.onehot:
+            return (self.left[:, :, None] == other.left[:, None, :]).to(self.right.dtype)
+        if self.onehot:
+            return other.left_gram(self).transpose(1, 2)
+        if other.onehot:
+            idx = other.left[:, None, :].expand(-1, self.left.shape[1], -1)
+            return torch.gather(self.left, 2, idx)
+        return self.left @ other.left.transpose(1, 2)
+
+    def left_times(self, x: Tensor) -> Tensor:
+        """``L_i X`` (B, T, k) for X shared (rows, k) or per sample (B, rows, k)."""
+        if not self.onehot:
+            return self.left @ x
+        if x.dim() == 2:
+            return x[self.left]
+        idx = self.left[:, :, None].expand(-1, -1, x.shape[-1])
+        return torch.gather(x, 1, idx)
+
+    def left_t_times(self, y: Tensor) -> Tensor:
+        """``L_iᵀ Y_i`` (B, rows, k) for Y (B, T, k)."""
+        if not self.onehot:
+            return self.left.transpose(1, 2) @ y
+        out = y.new_zeros(y.shape[0], self.rows, y.shape[-1])
+        return out.scatter_add_(1, self.left[:, :, None].expand(-1, -1, y.shape[-1]), y)
+
+    def right_op(self, x: Tensor) -> Tensor:
+        """``g_iᵀ X = R_iᵀ (L_i X)`` (B, cols, k)."""
+        return self.right.transpose(1, 2) @ self.left_times(x)
+
+    def left_op(self, y: Tensor) -> Tensor:
+        """``g_i Y_i = L_iᵀ (R_i Y_i)`` (B, rows, k) for Y (B, cols, k)."""
+        return self.left_t_times(self.right @ y)
+
+    def instantiate(self) -> Tensor:
+        """Per-sample gradients (B, rows, cols)."""
+        return self.left_t_times(self.right)
+
+    def weighted_sum(self, c: Tensor) -> Tensor:
+        """``Σ_i c_i L_iᵀ R_i`` (rows, cols) from the stored factors (book-keeping)."""
+        right = (self.right * c[:, None, None].to(self.right.dtype)).reshape(-1, self.cols)
+        if self.onehot:
+            out = right.new_zeros(self.rows, self.cols)
+            return out.index_add_(0, self.left.reshape(-1), right)
+        return self.left.reshape(-1, self.rows).transpose(0, 1) @ right
+
+
+@dataclass
+class DenseFactor:
+    """Instantiated per-sample gradients ``(B, *param.shape)``."""
+
+    per_sample: Tensor
+
+    def weighted_sum(self, c: Tensor) -> Tensor:
+        return torch.tensordot(c.to(self.per_sample.dtype), self.per_sample, dims=1)
+
+
+Factor = Union[OuterFactor, DenseFactor]
+
+
+class ParameterOperator:
+    """The per-sample gradient of one parameter, ``M_i = Σ_u g_{u,i}``, as a linear operator."""
+
+    def __init__(self, factors: list[OuterFactor]) -> None:
+        self.factors = factors
+        self.rows = factors[0].rows
+        self.dtype = factors[0].right.dtype
+        self.device = factors[0].right.device
+
+    def right(self, x: Tensor) -> Tensor:
+        return sum(f.right_op(x) for f in self.factors)
+
+    def left(self, y: Tensor) -> Tensor:
+        return sum(f.left_op(y) for f in self.factors)
+
+
+def _exact_sparse(factors: list[OuterFactor]) -> Tensor:
+    """Exact squared norms when every use is an embedding lookup: sum rows per (sample, token id)."""
+    first = factors[0]
+    batch = first.right.shape[0]
+    keys = torch.cat([f.left + first.rows * torch.arange(batch, device=f.left.device)[:, None] for f in factors], 1)
+    values = torch.cat([f.right for f in factors], 1).reshape(-1, first.cols)
+    unique, inverse = torch.unique(keys.reshape(-1), return_inverse=True)
+    summed = values.new_zeros(unique.numel(), first.cols).index_add_(0, inverse, values)
+    sq = summed.pow(2).sum(1)
+    return sq.new_zeros(batch).index_add_(0, torch.div(unique, first.rows, rounding_mode="floor"), sq)
+
+
+def _exact_dense(factors: list[OuterFactor]) -> Tensor:
+    total = sum(f.instantiate() for f in factors)
+    return total.pow(2).sum((1, 2))
+
+
+def _ghost(factors: list[OuterFactor]) -> Tensor:
+    """``Σ_{u,v} ⟨L_u L_vᵀ, R_u R_vᵀ⟩`` per sample: T×T Gram matrices, no instantiation."""
+    total = 0
+    for a, fa in enumerate(factors):
+        for b in range(a, len(factors)):
+            fb = factors[b]
+            term = (fa.left_gram(fb) * (fa.right @ fb.right.transpose(1, 2))).sum((1, 2))
+            total = total + (term if a == b else 2 * term)
+    return total
+
+
+def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, generator: torch.Generator) -> Tensor:
+    """Per-sample squared norm (B,) of the sum of the uses of one parameter, in ``mode``.
+
+    Untied embeddings are always exact (sparse rows, O(T·d)). ``mixed`` picks ghost when 2T² < rows·cols.
+    ``hutchinson``/``hutchpp`` are unbiased estimates with fresh probes from ``generator``."""
+    sparse = all(f.onehot for f in factors)
+    if sparse and mode != "ghost":
+        return _exact_sparse(factors)
+    if mode == "mixed":
+        tokens = max(f.right.shape[1] for f in factors)
+        mode = "ghost" if 2 * tokens * tokens < factors[0].rows * factors[0].cols else "exact"
+    if mode == "exact":
+        return _exact_dense(factors)
+    if mode == "ghost":
+        return _ghost(factors)
+    op = ParameterOperator(factors)
+    if mode == "hutchinson":
+        return estimators.hutchinson(op, probes, generator)
+    if mode == "hutchpp":
+        return estimators.hutchpp(op, probes, generator)
+    raise ValueError(f"unknown norm mode {mode!r}")
+
+
+def sq_norms(factors: list[Factor], mode: str, probes: int, generator: torch.Generator) -> Tensor:
+    """Per-sample squared gradient norm (B,) of one parameter from the factors of all its uses."""
+    if all(isinstance(f, DenseFactor) for f in factors):
+        total = sum(f.per_sample for f in factors)
+        return total.reshape(total.shape[0], -1).pow(2).sum(1)
+    if all(isinstance(f, OuterFactor) for f in factors):
+        return outer_sq_norms(factors, mode, probes, generator)
+    raise TypeError("a parameter mixes factor kinds; no layer handler produces this")
+
+
+def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size) -> Tensor:
+    """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping)."""
+    return sum(f.weighted_sum(c).reshape(shape) for f in factors)
