@@ -2,7 +2,9 @@
 
 1. Label agreement: the public model, prompted with fixed few-shot demonstrations that we wrote
    (:data:`PUBLIC_FEW_SHOT`, never drawn from private data), predicts each candidate's label; candidates
-   whose prediction differs from their intended class are dropped.
+   whose prediction differs from their intended class are dropped. Predictions are contextually
+   calibrated (Zhao et al., 2021): the label log-probabilities of the content-free input ``"N/A"`` are
+   subtracted, so a model biased towards one label word does not wipe out the other classes.
 2. Ranking: the survivors of each class are ordered by their own matching loss against the DP release
    (``1 − cos(S_c, g_j)``, computed earlier from the release only).
 3. Keep ``n`` per class and rebalance: every class keeps the same number, ``min(n, fewest survivors)``.
@@ -31,6 +33,9 @@ PUBLIC_FEW_SHOT: dict[str, tuple[str, ...]] = {
     "joy": ("what a happy day, i love everyone here",),
     "sadness": ("i feel so alone and tired of everything",),
 }
+
+
+CONTENT_FREE = "N/A"
 
 
 @dataclass(frozen=True)
@@ -64,17 +69,23 @@ def few_shot_labels(
     texts: Sequence[str],
     batch_size: int = 16,
 ) -> list[int]:
-    """Predicted class per text: the label token with the highest logit after ``context + text + suffix``."""
+    """Predicted class per text: argmax over classes of the calibrated label log-probability after
+    ``context + text + suffix`` (log-softmax over the label tokens minus that of ``"N/A"``)."""
     context = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
     label_tokens = torch.tensor(prompt.label_token_ids)
-    preds: list[int] = []
-    for start in range(0, len(texts), batch_size):
+
+    def label_logprobs(batch: Sequence[str]) -> torch.Tensor:
         seqs = [
             [*prompt.prefix_ids, *context, *tokenizer.encode(t, add_special_tokens=False), *prompt.suffix_ids]
-            for t in texts[start : start + batch_size]
+            for t in batch
         ]
         logits = head_logits(model, last_hidden_from_ids(model, seqs))
-        preds.extend(logits[:, label_tokens].argmax(dim=1).tolist())
+        return torch.log_softmax(logits[:, label_tokens].to(torch.float32), dim=1)
+
+    content_free = label_logprobs([CONTENT_FREE])[0]
+    preds: list[int] = []
+    for start in range(0, len(texts), batch_size):
+        preds.extend((label_logprobs(texts[start : start + batch_size]) - content_free).argmax(dim=1).tolist())
     return preds
 
 

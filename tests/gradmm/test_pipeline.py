@@ -1,0 +1,149 @@
+"""End-to-end GRADMM runs on a tiny model: the wall (poison test), resume after a crash, refusals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import privlm.gradmm.generate as generate
+import privlm.gradmm.release as release_module
+from privlm.errors import UserError
+from privlm.gradmm.config import make_config
+from privlm.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.gradmm.prompt import build_prompt
+from privlm.gradmm.release import clipped_class_sums
+from privlm.resources.tiny import build_tiny_model
+
+PRIVATE = [
+    ("the movie was a delight from start to finish", 1),
+    ("slow, dull and far too long", 0),
+    ("a warm, funny and moving story with a wonderful cast", 1),
+    ("the plot makes no sense and the acting is wooden", 0),
+    ("I loved every minute of it and would watch it again", 1),
+    ("this is one of the worst films of the year", 0),
+]
+CONFIG = make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=3, top_k=8, seed=1)
+PER_CLASS = 3  # 2 batches of 3 candidates per class
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)  # a seed whose few-shot labels are mixed
+    model.requires_grad_(False)
+    return model, tokenizer, build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+
+
+def _run(lm, out: Path, load_private, **kwargs):
+    model, tokenizer, prompt = lm
+    return run_synthesis(
+        model, tokenizer, prompt, load_private, out=out, per_class=PER_CLASS, config=CONFIG,
+        dp=True, epsilon=4.0, delta=1e-5, **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(lm, tmp_path_factory) -> tuple[Path, bytes]:
+    out = tmp_path_factory.mktemp("ref") / "synth.jsonl"
+    with pytest.MonkeyPatch.context() as mp:  # a fixed noise seed, so this test file is deterministic
+        mp.setattr(release_module.os, "urandom", lambda n: bytes(range(n)))
+        result = _run(lm, out, lambda: list(PRIVATE))
+    assert len(result.rows) > 0, "the reference run must produce examples for the comparisons to mean anything"
+    return out, out.read_bytes()
+
+
+def test_output_rows_and_sidecar(reference) -> None:
+    out, data = reference
+    import json
+
+    rows = [json.loads(line) for line in data.decode().splitlines()]
+    assert {r["label_name"] for r in rows} == {"negative", "positive"}
+    assert all(set(r) == {"text", "label", "label_name", "match_loss", "dp"} and r["dp"] for r in rows)
+    privacy = json.loads(RunPaths(out).sidecar.read_text())
+    assert privacy["epsilon"] == 4.0 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
+    assert len(privacy["release_sha256"]) == 64
+
+
+def test_poisoning_private_data_after_the_release_leaves_output_bit_identical(lm, reference, tmp_path) -> None:
+    ref_out, ref_bytes = reference
+    poisoned = [("POISON " * 5 + text[::-1], 1 - label) for text, label in PRIVATE]
+    model, tokenizer, prompt = lm
+    before = clipped_class_sums(model, tokenizer, PRIVATE, prompt, clip=None, max_tokens=64)
+    after = clipped_class_sums(model, tokenizer, poisoned, prompt, clip=None, max_tokens=64)
+    assert not torch.allclose(before, after)  # the poison would change a freshly drawn release
+    out = tmp_path / "synth.jsonl"
+    _reuse_release(ref_out, out)
+    calls = []
+    result = _run(lm, out, lambda: calls.append(1) or poisoned, resume=True)
+    assert result.reused_release and calls == []
+    assert out.read_bytes() == ref_bytes
+
+
+def _reuse_release(ref_out: Path, out: Path) -> None:
+    """Start ``out``'s run from the reference run's release only (no finished batches carried over)."""
+    RunPaths(out).workdir.mkdir()
+    for name in ("release.pt", "run.json"):
+        shutil.copy(RunPaths(ref_out).workdir / name, RunPaths(out).workdir / name)
+
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch) -> None:
+    real = generate.generate_batch
+    done = []
+
+    def crashing(*args, **kwargs):
+        if len(done) == 2:
+            raise Crash
+        done.append(1)
+        return real(*args, **kwargs)
+
+    out = tmp_path / "synth.jsonl"
+    _reuse_release(reference[0], out)  # same release as the uninterrupted run (noise is never reproducible)
+    monkeypatch.setattr(generate, "generate_batch", crashing)
+    with pytest.raises(Crash):
+        _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
+    assert not out.exists() and not RunPaths(out).sidecar.exists()
+    assert len(list(RunPaths(out).batches.glob("*.json"))) == 2
+    monkeypatch.setattr(generate, "generate_batch", real)
+    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
+    assert out.read_bytes() == reference[1]
+
+
+def test_resume_after_crash_mid_batch(lm, reference, tmp_path) -> None:
+    steps = []
+
+    def crash_on_step(outer: int, inner: int, loss: float) -> None:
+        steps.append(1)
+        if len(steps) == 10:  # inside the 2nd batch (6 ADMM steps per batch)
+            raise Crash
+
+    out = tmp_path / "synth.jsonl"
+    _reuse_release(reference[0], out)
+    with pytest.raises(Crash):
+        _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, on_step=crash_on_step)
+    assert not out.exists() and len(list(RunPaths(out).batches.glob("*.json"))) == 1
+    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
+    assert out.read_bytes() == reference[1]
+
+
+def test_existing_release_without_resume_is_refused(lm, reference, tmp_path) -> None:
+    out = tmp_path / "synth.jsonl"
+    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
+    with pytest.raises(UserError, match="--resume"):
+        _run(lm, out, lambda: list(PRIVATE))
+
+
+def test_resume_with_other_settings_is_refused(lm, reference, tmp_path) -> None:
+    out = tmp_path / "synth.jsonl"
+    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
+    model, tokenizer, prompt = lm
+    with pytest.raises(UserError, match="epsilon"):
+        run_synthesis(
+            model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=PER_CLASS, config=CONFIG,
+            dp=True, epsilon=8.0, delta=1e-5, resume=True,
+        )
