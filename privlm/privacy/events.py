@@ -1,0 +1,112 @@
+"""Immutable descriptions of what was released; the accountant decides what they cost.
+
+Two kinds of release happen in privlm:
+
+* :class:`PoissonGaussianStep` — one DP-SGD step: every example is included independently with
+  probability ``sample_rate`` (Poisson sampling), each included example's gradient is clipped to L2
+  norm C, and N(0, σ²C²) is added to the sum (σ = ``noise_multiplier``). ``clipping`` says how the
+  clip factor was computed: ``"exact"`` (true per-example norms), ``"hutchinson"`` (norms estimated
+  with ``probes`` = k Gaussian probes) or ``"hutchpp"`` (Hutch++ with ``probes`` = m matrix-vector
+  products, accounted conservatively as Hutchinson with k = ⌊m/3⌋ probes).
+* :class:`GaussianRelease` — one Gaussian mechanism without subsampling (GRADMM's per-class noisy
+  sum of clipped gradients: sensitivity C, noise N(0, σ²C²)).
+
+Adjacency is add/remove-one throughout. Events are frozen dataclasses (hashable, comparable) and
+round-trip through plain dicts (:meth:`to_dict`, :func:`event_from_dict`) for the JSON ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal, Union
+
+from privlm.errors import UserError
+from privlm.privacy.validation import check_count, check_noise_multiplier, check_sample_rate
+
+Clipping = Literal["exact", "hutchinson", "hutchpp"]
+CLIPPING_KINDS: tuple[str, ...] = ("exact", "hutchinson", "hutchpp")
+
+
+def hutchinson_probes(clipping: str, probes: int) -> int:
+    """Number k of i.i.d. Hutchinson probes whose envelope dominates the estimator.
+
+    Hutchinson with k probes is itself; Hutch++ with m probes is, conditionally on its sketch, an exact
+    trace of the head plus Hutchinson with ⌊m/3⌋ probes on the deflated tail, so k = ⌊m/3⌋ (conservative).
+    """
+    if clipping == "hutchinson":
+        return probes
+    if clipping == "hutchpp":
+        return probes // 3
+    raise UserError(f"clipping {clipping!r} has no probes; expected 'hutchinson' or 'hutchpp'")
+
+
+@dataclass(frozen=True)
+class PoissonGaussianStep:
+    """One Poisson-subsampled Gaussian step (DP-SGD): rate q, noise multiplier σ, clipping kind."""
+
+    sample_rate: float
+    noise_multiplier: float
+    clipping: Clipping = "exact"
+    probes: int | None = None
+
+    kind: ClassVar[str] = "poisson_gaussian_step"
+
+    def __post_init__(self) -> None:
+        check_sample_rate(self.sample_rate)
+        check_noise_multiplier(self.noise_multiplier)
+        if self.clipping not in CLIPPING_KINDS:
+            raise UserError(f"clipping must be one of {', '.join(CLIPPING_KINDS)}, got {self.clipping!r}")
+        if self.clipping == "exact":
+            if self.probes is not None:
+                raise UserError(f"probes only apply to hutchinson/hutchpp clipping, got probes={self.probes!r}")
+            return
+        if self.probes is None:
+            raise UserError(f"{self.clipping} clipping needs the number of probes")
+        check_count(self.probes, "probes")
+        if self.clipping == "hutchpp" and self.probes < 3:
+            raise UserError(f"hutchpp needs probes >= 3 (k = floor(m/3) >= 1), got probes={self.probes}")
+
+    @property
+    def randomized(self) -> bool:
+        """Whether the clipping scale is random (estimated norms)."""
+        return self.clipping != "exact"
+
+    @property
+    def envelope_probes(self) -> int | None:
+        """k of the χ²_k/k envelope used by the accountant (None for exact clipping)."""
+        return None if self.probes is None else hutchinson_probes(self.clipping, self.probes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form with a ``kind`` tag (for JSON)."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class GaussianRelease:
+    """One Gaussian mechanism (no subsampling) with noise multiplier σ = noise std / L2 sensitivity."""
+
+    noise_multiplier: float
+
+    kind: ClassVar[str] = "gaussian_release"
+
+    def __post_init__(self) -> None:
+        check_noise_multiplier(self.noise_multiplier)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form with a ``kind`` tag (for JSON)."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+Event = Union[PoissonGaussianStep, GaussianRelease]
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (PoissonGaussianStep, GaussianRelease)}
+
+
+def event_from_dict(data: Any) -> Event:
+    """Inverse of ``to_dict``; raises :class:`UserError` naming the bad value on malformed input."""
+    if not isinstance(data, dict) or data.get("kind") not in _KINDS:
+        raise UserError(f"not a privacy event (unknown or missing 'kind'): {data!r}")
+    fields = {key: value for key, value in data.items() if key != "kind"}
+    try:
+        return _KINDS[data["kind"]](**fields)
+    except TypeError as err:
+        raise UserError(f"malformed {data['kind']} event {data!r}: {err}") from err

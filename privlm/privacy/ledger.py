@@ -1,0 +1,152 @@
+"""Append-only JSON ledger of every privacy-relevant release, for reporting and resume.
+
+File format (UTF-8 JSON)::
+
+    {"format": "privlm-ledger", "version": 1,
+     "entries": [{"event": {"kind": "poisson_gaussian_step", ...}, "count": 100, "label": "epoch 1"}, ...]}
+
+Guarantees: :meth:`Ledger.save` writes a temporary file in the same folder and ``os.replace``-s it, so a
+crash never leaves a half-written ledger; it refuses to overwrite a ledger file whose entries are not a
+prefix of this ledger's entries (so a stale in-memory copy can never drop entries recorded by another
+run). Entries are never removed or edited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from privlm.errors import UserError
+from privlm.privacy.accountant import DEFAULT_DISCRETIZATION, Method, PrivacyAccountant
+from privlm.privacy.events import Event, GaussianRelease, PoissonGaussianStep, event_from_dict
+from privlm.privacy.validation import check_count
+
+FORMAT = "privlm-ledger"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """``count`` repetitions of ``event`` (an event object or its dict form), with a free-text label."""
+
+    event: Event
+    count: int = 1
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.event, dict):
+            object.__setattr__(self, "event", event_from_dict(self.event))
+        elif not isinstance(self.event, (PoissonGaussianStep, GaussianRelease)):
+            raise UserError(f"not a privacy event: {self.event!r}")
+        check_count(self.count, "count")
+        if not isinstance(self.label, str):
+            raise UserError(f"ledger label must be a string, got {self.label!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the event as a dict, the count and the label."""
+        return {"event": self.event.to_dict(), "count": self.count, "label": self.label}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "LedgerEntry":
+        """Inverse of :meth:`to_dict`; raises :class:`UserError` on malformed input."""
+        if not isinstance(data, dict) or "event" not in data or set(data) - {"event", "count", "label"}:
+            raise UserError(f"malformed ledger entry {data!r}")
+        return cls(data["event"], data.get("count", 1), data.get("label", ""))
+
+
+class Ledger:
+    """Ordered, append-only list of :class:`LedgerEntry`."""
+
+    def __init__(self, entries: tuple[LedgerEntry, ...] | list[LedgerEntry] = ()) -> None:
+        self._entries: list[LedgerEntry] = []
+        for entry in entries:
+            self.append(entry)
+
+    def append(self, entry: LedgerEntry) -> None:
+        """Add one entry at the end."""
+        if not isinstance(entry, LedgerEntry):
+            raise UserError(f"not a ledger entry: {entry!r}")
+        self._entries.append(entry)
+
+    def record(self, event: Event, count: int = 1, label: str = "") -> LedgerEntry:
+        """Shorthand for ``append(LedgerEntry(event, count, label))``; returns the entry."""
+        entry = LedgerEntry(event, count, label)
+        self.append(entry)
+        return entry
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        """All entries, oldest first."""
+        return tuple(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        return iter(tuple(self._entries))
+
+    def accountant(
+        self, method: Method = "pld", value_discretization: float = DEFAULT_DISCRETIZATION
+    ) -> PrivacyAccountant:
+        """A fresh accountant holding every entry of this ledger."""
+        accountant = PrivacyAccountant(method, value_discretization)
+        for entry in self._entries:
+            accountant.record(entry.event, entry.count)
+        return accountant
+
+    def epsilon(self, delta: float, method: Method = "pld") -> float:
+        """ε at δ of everything in the ledger."""
+        return self.accountant(method).epsilon(delta)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form of the whole ledger."""
+        return {"format": FORMAT, "version": VERSION, "entries": [entry.to_dict() for entry in self._entries]}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically; refuse if the file on disk holds entries this ledger does not start with."""
+        path = Path(path)
+        if path.exists():
+            on_disk = Ledger.load(path).entries
+            if self.entries[: len(on_disk)] != on_disk:
+                raise UserError(
+                    f"{path}: the ledger on disk has entries this one lacks ({len(on_disk)} on disk, "
+                    f"{len(self)} here); load it and append instead of overwriting"
+                )
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Ledger":
+        """Read a ledger written by :meth:`save`; :class:`UserError` names the file and the problem."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as err:
+            raise UserError(f"{path}: no such ledger file") from err
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UserError(f"{path}: not a readable JSON ledger ({err})") from err
+        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+            raise UserError(f"{path}: not a privlm ledger (expected format {FORMAT!r} with a list of entries)")
+        if data.get("version") != VERSION:
+            raise UserError(f"{path}: unsupported ledger version {data.get('version')!r}")
+        entries = []
+        for index, item in enumerate(data["entries"]):
+            try:
+                entries.append(LedgerEntry.from_dict(item))
+            except UserError as err:
+                raise UserError(f"{path}: entry {index}: {err}") from err
+        return cls(entries)

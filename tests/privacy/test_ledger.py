@@ -1,0 +1,93 @@
+"""The JSON ledger: round trip, atomic save, never loses an entry, bad files name themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privlm.errors import UserError
+from privlm.privacy.accountant import PrivacyAccountant
+from privlm.privacy.events import GaussianRelease, PoissonGaussianStep
+from privlm.privacy.ledger import Ledger, LedgerEntry
+
+
+def _ledger() -> Ledger:
+    ledger = Ledger()
+    ledger.append(LedgerEntry(PoissonGaussianStep(0.02, 1.2), 100, "epoch 1"))
+    ledger.record(PoissonGaussianStep(0.02, 1.2, "hutchpp", 96), 50, "epoch 2")
+    ledger.append(LedgerEntry({"kind": "gaussian_release", "noise_multiplier": 40.0}, 2))
+    return ledger
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    ledger = _ledger()
+    path = tmp_path / "run" / "ledger.json"
+    ledger.save(path)
+    loaded = Ledger.load(path)
+    assert loaded.entries == ledger.entries
+    assert json.loads(path.read_text())["entries"][1]["event"]["clipping"] == "hutchpp"
+    assert [p.name for p in path.parent.iterdir()] == ["ledger.json"]  # no temporary file left behind
+
+
+def test_ledger_epsilon_equals_accountant_of_its_entries(tmp_path: Path) -> None:
+    ledger = _ledger()
+    direct = PrivacyAccountant(value_discretization=1e-3)
+    direct.record(PoissonGaussianStep(0.02, 1.2), 100)
+    direct.record(PoissonGaussianStep(0.02, 1.2, "hutchpp", 96), 50)
+    direct.record(GaussianRelease(40.0), 2)
+    assert ledger.accountant(value_discretization=1e-3).epsilon(1e-5) == pytest.approx(direct.epsilon(1e-5), rel=1e-12)
+
+
+def test_resume_appends_and_refuses_to_drop_entries(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    first = _ledger()
+    first.save(path)
+    resumed = Ledger.load(path)
+    resumed.record(PoissonGaussianStep(0.02, 1.2), 10, "resumed")
+    resumed.save(path)
+    assert len(Ledger.load(path)) == 4
+    with pytest.raises(UserError, match="ledger.json"):
+        first.save(path)  # stale copy: would lose the resumed entry
+    assert len(Ledger.load(path)) == 4
+
+
+def test_failed_save_leaves_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = _ledger()
+    ledger.save(path)
+    before = path.read_text()
+    ledger.record(GaussianRelease(3.0))
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("privlm.privacy.ledger.os.replace", boom)
+    with pytest.raises(OSError):
+        ledger.save(path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ledger.json"]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not a readable JSON"),
+        ('{"format": "other", "entries": []}', "not a privlm ledger"),
+        ('{"format": "privlm-ledger", "version": 1, "entries": [{"event": {"kind": "x"}}]}', "entry 0"),
+        ('{"format": "privlm-ledger", "version": 1, "entries": [{"event": {"kind": "gaussian_release", '
+         '"noise_multiplier": 1.0}, "count": 0}]}', "entry 0"),
+    ],
+)
+def test_bad_file_raises_user_error_naming_it(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(UserError, match=message) as info:
+        Ledger.load(path)
+    assert "bad.json" in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such ledger"):
+        Ledger.load(tmp_path / "absent.json")
