@@ -1,0 +1,45 @@
+"""The cache root and the all-or-nothing folder writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from privlm.resources.cache import CACHE_ENV, atomic_directory, cache_root
+
+
+def test_cache_root_default_and_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "privlm"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert cache_root() == tmp_path / "elsewhere"
+
+
+def test_complete_block_publishes_the_folder(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "m"
+    with atomic_directory(target) as tmp:
+        (tmp / "weights.bin").write_bytes(b"123")
+        assert not target.exists()
+    assert (target / "weights.bin").read_bytes() == b"123"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["m"]
+
+
+def test_failed_block_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_directory(target) as tmp:
+            (tmp / "half.bin").write_bytes(b"1")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_complete_folder_wins_a_race(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    with atomic_directory(target) as tmp:
+        (tmp / "mine.bin").write_bytes(b"mine")
+        target.mkdir()
+        (target / "theirs.bin").write_bytes(b"theirs")
+    assert sorted(p.name for p in target.iterdir()) == ["theirs.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
