@@ -1,0 +1,92 @@
+"""Poisson sampling and physical micro-batches.
+
+Under Poisson sampling every example joins each logical batch independently with probability q, so
+batch sizes vary and may be zero; the privacy accounting of subsampled Gaussian steps assumes exactly
+this. A logical batch larger than memory is cut into physical micro-batches whose clipped sums are
+accumulated before the noise is added (once per logical step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.dataloader import default_collate
+
+
+class PoissonBatchSampler(Sampler[list[int]]):
+    """``steps`` batches of indices in ``range(num_samples)``, each index included with prob. ``sample_rate``."""
+
+    def __init__(self, num_samples: int, sample_rate: float, steps: int, generator: torch.Generator) -> None:
+        if not 0 < sample_rate <= 1:
+            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        self.num_samples = num_samples
+        self.sample_rate = sample_rate
+        self.steps = steps
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.steps):
+            keep = torch.rand(self.num_samples, generator=self.generator) < self.sample_rate
+            yield keep.nonzero().flatten().tolist()
+
+    def __len__(self) -> int:
+        return self.steps
+
+
+def take_rows(batch: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` (dim 0) of a batch: a tensor, or a dict / list / tuple of them."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop]
+    if isinstance(batch, dict):
+        return {k: take_rows(v, start, stop) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(take_rows(v, start, stop) for v in batch)
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__}")
+
+
+def batch_size(batch: Any) -> int:
+    """Number of rows (dim 0) of a batch (the first tensor found)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    values = batch.values() if isinstance(batch, dict) else batch
+    for value in values:
+        return batch_size(value)
+    raise TypeError("empty batch structure")
+
+
+def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:
+    """Split a logical batch into consecutive micro-batches of at most ``max_size`` rows (none if empty)."""
+    n = batch_size(batch)
+    step = n if max_size is None else max_size
+    for start in range(0, n, max(step, 1)):
+        yield take_rows(batch, start, min(start + step, n))
+
+
+class _EmptySafeCollate:
+    """Collate; an empty index list gives the first example's batch with 0 rows (same structure)."""
+
+    def __init__(self, collate: Callable[[list], Any], dataset: Dataset) -> None:
+        self.collate = collate
+        self.dataset = dataset
+
+    def __call__(self, examples: Sequence[Any]) -> Any:
+        if len(examples) == 0:
+            return take_rows(self.collate([self.dataset[0]]), 0, 0)
+        return self.collate(list(examples))
+
+
+def poisson_loader(
+    dataset: Dataset,
+    sample_rate: float,
+    steps: int,
+    generator: torch.Generator,
+    collate_fn: Callable[[list], Any] | None = None,
+    num_workers: int = 0,
+) -> DataLoader:
+    """A DataLoader yielding ``steps`` Poisson-sampled logical batches (possibly empty) of ``dataset``."""
+    sampler = PoissonBatchSampler(len(dataset), sample_rate, steps, generator)
+    collate = _EmptySafeCollate(collate_fn or default_collate, dataset)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

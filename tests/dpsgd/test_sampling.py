@@ -1,0 +1,43 @@
+"""Poisson sampling (sizes, empty batches) and physical micro-batches."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import TensorDataset
+
+from privlm.dpsgd.sampling import PoissonBatchSampler, batch_size, physical_batches, poisson_loader
+
+
+def test_poisson_batch_sizes_are_binomial():
+    n, q, steps = 200, 0.05, 2000
+    sizes = torch.tensor([len(b) for b in PoissonBatchSampler(n, q, steps, torch.Generator().manual_seed(0))], dtype=torch.float64)
+    mean, var = n * q, n * q * (1 - q)
+    assert abs(sizes.mean() - mean) <= 3 * (var / steps) ** 0.5
+    assert abs(sizes.var() - var) <= 0.15 * var
+
+
+def test_each_index_included_independently_at_rate_q():
+    n, q, steps = 10, 0.3, 3000
+    counts = torch.zeros(n)
+    for b in PoissonBatchSampler(n, q, steps, torch.Generator().manual_seed(1)):
+        assert len(set(b)) == len(b)
+        counts[b] += 1
+    se = (q * (1 - q) / steps) ** 0.5
+    assert ((counts / steps - q).abs() <= 4 * se).all()
+
+
+def test_empty_batches_keep_the_structure():
+    data = TensorDataset(torch.arange(12).reshape(6, 2), torch.ones(6))
+    loader = poisson_loader(data, 1e-6, 3, torch.Generator().manual_seed(0))
+    batches = list(loader)
+    assert len(batches) == 3
+    for x, y in batches:
+        assert x.shape == (0, 2) and y.shape == (0,)
+
+
+def test_physical_batches_cover_the_logical_batch_in_order():
+    batch = {"input_ids": torch.arange(14).reshape(7, 2), "attention_mask": torch.ones(7, 2)}
+    parts = list(physical_batches(batch, 3))
+    assert [batch_size(p) for p in parts] == [3, 3, 1]
+    assert torch.equal(torch.cat([p["input_ids"] for p in parts]), batch["input_ids"])
+    assert list(physical_batches({"input_ids": torch.zeros(0, 2)}, 3)) == []
