@@ -24,6 +24,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Differentially private fine-tuning (DP-SGD-RC) and private synthetic text (GRADMM)."""
+
+
 def _register_commands() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -49,8 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except Exception as err:  # click usage errors carry their own exit code (2)
         import click
+        from typer._click.exceptions import ClickException as TyperClickException
 
-        if isinstance(err, click.ClickException):
+        if isinstance(err, (click.ClickException, TyperClickException)):
             err.show()
             sys.exit(err.exit_code)
         raise

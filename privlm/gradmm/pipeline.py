@@ -30,6 +30,8 @@ from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
 from privlm.gradmm.release import Release, draw_release
+from privlm.privacy.accountant import PrivacyAccountant
+from privlm.privacy.events import GaussianRelease
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,12 @@ class SynthResult:
 
 
 def privacy_statement(release: Release) -> dict:
-    """The sidecar's content: what the whole output costs in privacy, and how it was made."""
+    """The sidecar's content: what the whole output costs in privacy, and how it was made.
+
+    The release is recorded as one Gaussian event in a :class:`PrivacyAccountant` (the ledger);
+    ``epsilon_accounted`` is its independent PLD answer at ``delta``; the reported ``epsilon`` is the
+    larger of that and the calibration target, so it is never under-reported.
+    """
     if not release.dp:
         return {
             "dp": False,
@@ -79,9 +86,16 @@ def privacy_statement(release: Release) -> dict:
             "warning": "NOT differentially private (--no-dp): no clipping, no noise; the output may reveal the private data",
             "release_sha256": release.sha256(),
         }
+    event = GaussianRelease(release.noise_multiplier)
+    ledger = PrivacyAccountant()
+    ledger.record(event)
+    accounted = ledger.epsilon(release.delta)
     return {
         "dp": True,
-        "epsilon": release.epsilon,
+        "epsilon": max(release.epsilon, accounted),
+        "epsilon_target": release.epsilon,
+        "epsilon_accounted": accounted,
+        "ledger": [event.to_dict()],
         "delta": release.delta,
         "noise_multiplier": release.noise_multiplier,
         "noise_std": release.noise_multiplier * release.clip,

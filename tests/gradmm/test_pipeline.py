@@ -62,7 +62,7 @@ def test_output_rows_and_sidecar(reference) -> None:
     assert {r["label_name"] for r in rows} == {"negative", "positive"}
     assert all(set(r) == {"text", "label", "label_name", "match_loss", "dp"} and r["dp"] for r in rows)
     privacy = json.loads(RunPaths(out).sidecar.read_text())
-    assert privacy["epsilon"] == 4.0 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
+    assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] < 4.01 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
     assert len(privacy["release_sha256"]) == 64
 
 

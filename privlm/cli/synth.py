@@ -1,0 +1,171 @@
+"""``privlm synth``: differentially private synthetic text with GRADMM."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from privlm.cli._common import console, err_console, print_json
+from privlm.errors import UserError
+from privlm.gradmm.config import PRESETS, SynthConfig, make_config
+from privlm.gradmm.generate import batches_per_class
+from privlm.gradmm.pipeline import SynthResult, run_synthesis
+from privlm.gradmm.prompt import build_prompt
+
+SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
+
+
+def private_examples(data: str, per_class: int | None) -> Callable[[], list[tuple[str, int]]]:
+    """A loader of the private examples: the train split, the first ``per_class`` of each class."""
+
+    def load() -> list[tuple[str, int]]:
+        from privlm.resources.datasets import load_dataset
+
+        taken: dict[int, int] = {}
+        chosen = []
+        for text, label in load_dataset(data, split="train", seed=SPLIT_SEED).examples:
+            if per_class is None or taken.get(label, 0) < per_class:
+                taken[label] = taken.get(label, 0) + 1
+                chosen.append((text, label))
+        return chosen
+
+    return load
+
+
+def synthesize_with_progress(
+    *,
+    model_name: str,
+    data: str,
+    per_class: int,
+    config: SynthConfig,
+    dp: bool,
+    epsilon: float | None,
+    delta: float | None,
+    out: Path,
+    resume: bool,
+) -> tuple[SynthResult, float]:
+    """Load the model and the dataset's public verbalizer, run the pipeline with rich progress bars.
+
+    Returns the result and the wall time in seconds.
+    """
+    from privlm.resources.datasets import load_dataset
+    from privlm.resources.models import load_model
+
+    start = time.perf_counter()
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    if not out.parent.is_dir():
+        raise UserError(f"output folder {out.parent} does not exist")
+    dataset = load_dataset(data, split=None, seed=SPLIT_SEED)  # only its public verbalizer is used here
+    model, tokenizer = load_model(model_name)
+    model.requires_grad_(False)
+    prompt = build_prompt(
+        tokenizer, dataset.verbalizer.suffix, dataset.verbalizer.label_words, dataset.label_names
+    )
+    n_batches = batches_per_class(per_class, config) * len(prompt.label_token_ids)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        private = progress.add_task("DP release (private examples)", total=None)
+        batches = progress.add_task("ADMM batches", total=n_batches)
+        steps = progress.add_task("ADMM steps", total=config.outer_steps * config.inner_steps)
+
+        def on_step(outer: int, inner: int, loss: float) -> None:
+            done = outer * config.inner_steps + inner + 1
+            progress.update(steps, completed=done, description=f"ADMM steps (match loss {loss:.4f})")
+
+        def on_batch(label: int, index: int) -> None:
+            progress.advance(batches)
+            progress.reset(steps, description="ADMM steps")
+
+        result = run_synthesis(
+            model, tokenizer, prompt, private_examples(data, config.private_per_class),
+            out=out, per_class=per_class, config=config, dp=dp, epsilon=epsilon, delta=delta, resume=resume,
+            settings={"model": model_name, "data": data},
+            on_private_batch=lambda n: progress.advance(private, n),
+            on_step=on_step, on_batch=on_batch,
+        )
+    return result, time.perf_counter() - start
+
+
+def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
+    """The examples beside the privacy they cost, as a rich table."""
+    table = Table(title=f"synthetic examples ({out})")
+    for col in ("label", "match loss", "text"):
+        table.add_column(col)
+    for row in result.rows:
+        table.add_row(row["label_name"], f"{row['match_loss']:.4f}", row["text"])
+    console.print(table)
+    privacy = result.privacy
+    if privacy["dp"]:
+        console.print(
+            f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output "
+            f"(σ = {privacy['noise_multiplier']:.4f}, C = {privacy['clip']:g}); release {privacy['release_sha256'][:16]}"
+            + (" (reused, no new privacy spent)" if result.reused_release else "")
+        )
+    else:
+        console.print(f"[bold red]{privacy['warning']}[/bold red]")
+    console.print(f"{len(result.rows)} examples in {out} (sidecar {out}.privacy.json), {wall_s:.0f} s")
+
+
+def summary(result: SynthResult, out: Path, wall_s: float) -> dict[str, Any]:
+    """The ``--json`` output."""
+    return {"out": str(out), "rows": result.rows, "privacy": result.privacy,
+            "reused_release": result.reused_release, "wall_s": wall_s}
+
+
+def check_privacy_args(epsilon: float | None, delta: float | None, no_dp: bool) -> None:
+    """Exactly one of ``--epsilon E --delta D`` and ``--no-dp``."""
+    if no_dp and (epsilon is not None or delta is not None):
+        raise UserError("--no-dp cannot be combined with --epsilon/--delta")
+    if not no_dp and (epsilon is None or delta is None):
+        raise UserError("give both --epsilon and --delta, or --no-dp")
+    if not no_dp and not (epsilon > 0 and 0 < delta < 1):
+        raise UserError(f"need --epsilon > 0 and 0 < --delta < 1 (got {epsilon}, {delta})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``privlm synth``."""
+
+    @app.command("synth")
+    def synth(
+        model: str = typer.Option("smollm2-135m", "--model", help="registered name, local folder or hub id"),
+        data: str = typer.Option(..., "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ..."),
+        per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
+        out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ FILE.jsonl.privacy.json)"),
+        epsilon: float | None = typer.Option(None, "--epsilon", help="privacy budget ε of the whole output"),
+        delta: float | None = typer.Option(None, "--delta", help="privacy parameter δ"),
+        no_dp: bool = typer.Option(False, "--no-dp", help="no clipping, no noise: NOT private"),
+        preset: str = typer.Option("paper", "--preset", help=f"one of {sorted(PRESETS)}"),
+        private_per_class: int | None = typer.Option(None, "--private-per-class", help="private examples per class"),
+        length: int | None = typer.Option(None, "--length", help="synthetic tokens per example (public)"),
+        batch: int | None = typer.Option(None, "--batch", help="sequences per ADMM batch"),
+        outer_steps: int | None = typer.Option(None, "--outer-steps"),
+        inner_steps: int | None = typer.Option(None, "--inner-steps"),
+        rho: float | None = typer.Option(None, "--rho"),
+        top_k: int | None = typer.Option(None, "--top-k"),
+        clip: float | None = typer.Option(None, "--clip", help="per-sample clipping norm C"),
+        seed: int | None = typer.Option(None, "--seed", help="seed of the synthetic batches (not of the noise)"),
+        resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished batches"),
+        json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
+    ) -> None:
+        """Generate DP synthetic examples by last-layer gradient matching (GRADMM)."""
+        check_privacy_args(epsilon, delta, no_dp)
+        config = make_config(
+            preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
+            inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed,
+        )
+        result, wall_s = synthesize_with_progress(
+            model_name=model, data=data, per_class=per_class, config=config, dp=not no_dp,
+            epsilon=epsilon, delta=delta, out=out, resume=resume,
+        )
+        if json_out:
+            print_json(summary(result, out, wall_s))
+        else:
+            show_result(result, out, wall_s)
+
