@@ -1,0 +1,77 @@
+"""``privlm eval``: fine-tune a model on a training JSONL file and report test accuracy."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from privlm.cli._common import console, err_console, print_json
+from privlm.evaluation.evaluate import fit_and_score
+from privlm.evaluation.finetune import PRESETS, preset
+from privlm.evaluation.records import read_training_set
+from privlm.evaluation.sampling import subsample
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import DEFAULT_MODEL, load_model
+
+
+def eval_command(
+    train: Path = typer.Option(..., "--train", help="Training set: JSONL rows with text, label (int), optional label_name."),
+    test: str = typer.Option(..., "--test", help="Dataset whose test split is scored (e.g. rotten-tomatoes, jsonl:PATH)."),
+    model_name: str = typer.Option(DEFAULT_MODEL, "--model", help="Model name or local folder."),
+    preset_name: str = typer.Option("smollm2", "--preset", help=f"Fine-tuning preset: {', '.join(PRESETS)}."),
+    epochs: int | None = typer.Option(None, min=1, help="Override the preset's epochs."),
+    lr: float | None = typer.Option(None, help="Override the preset's learning rate."),
+    lora_rank: int | None = typer.Option(None, min=0, help="Override the preset's LoRA rank (0: full fine-tuning)."),
+    select_epoch: bool = typer.Option(False, "--select-epoch", help="Keep the best epoch on the validation split."),
+    max_test: int | None = typer.Option(None, min=1, help="Score a seeded subset of this many test examples."),
+    max_validation: int = typer.Option(200, min=1, help="Validation examples used by --select-epoch."),
+    seed: int = typer.Option(0, help="Seed of the split, the subsets and fine-tuning."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Fine-tune MODEL on the training file (label-word loss) and score it on the test split of TEST."""
+    overrides = {k: v for k, v in {"epochs": epochs, "lr": lr, "lora_rank": lora_rank}.items() if v is not None}
+    config = preset(preset_name, seed=seed, **overrides)
+    test_set = load_dataset(test, split="test", seed=seed)
+    train_examples = read_training_set(train, test_set.label_names)
+    test_examples = subsample(test_set.examples, max_test, seed)
+    validation = None
+    if select_epoch:
+        validation = subsample(load_dataset(test, split="validation", seed=seed).examples, max_validation, seed)
+    start = time.perf_counter()
+    model, tokenizer = load_model(model_name, seed=seed)
+    steps = config.epochs * math.ceil(len(train_examples) / config.batch_size)
+    with Progress(
+        TextColumn("fine-tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(), console=err_console, transient=True, disable=as_json,
+    ) as progress:
+        task = progress.add_task("fine-tuning", total=steps, loss="-")
+        row = fit_and_score(
+            model, tokenizer, train_examples, test_examples, test_set.verbalizer.suffix,
+            test_set.verbalizer.label_words, config, validation=validation,
+            on_step=lambda step, loss: progress.update(task, completed=step, loss=f"{loss:.3f}"),
+        )
+    summary = {
+        **row,
+        "model": model_name,
+        "train_file": str(train),
+        "test": test,
+        "finetune": config.__dict__,
+        "wall_time_s": round(time.perf_counter() - start, 2),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"test accuracy {row['accuracy']:.1%} (95% CI {row['ci_low']:.1%}–{row['ci_high']:.1%}, "
+        f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples from {train} "
+        f"[{summary['wall_time_s']:.0f} s]"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``privlm eval``."""
+    app.command("eval")(eval_command)

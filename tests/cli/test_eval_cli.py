@@ -1,0 +1,61 @@
+"""``privlm eval`` end to end on a tiny model and local JSONL files; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from privlm.cli import main
+
+GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
+BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]
+
+
+def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:
+    rng = random.Random(seed)
+    with path.open("w") as handle:
+        for i in range(n):
+            label = i % 2
+            words = rng.sample(GOOD if label else BAD, 2)
+            row = {"text": f"the film is {words[0]} and {words[1]}", "label": ["bad", "great"][label] if names else label}
+            handle.write(json.dumps(row) + "\n")
+
+
+def run(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, train = tmp_path / "data.jsonl", tmp_path / "train.jsonl"
+    write_keyword_rows(data, 200, seed=1, names=True)  # classes sorted by name: bad=0, great=1
+    write_keyword_rows(train, 32, seed=2, names=False)
+    code = run(["eval", "--model", "tiny-llama", "--preset", "tiny", "--train", str(train),
+                "--test", f"jsonl:{data}", "--select-epoch", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["n_test"] == 20 and out["n_train"] == 32
+    assert out["accuracy"] >= 0.85 and out["ci_low"] <= out["accuracy"] <= out["ci_high"]
+    assert 1 <= out["best_epoch"] <= out["finetune"]["epochs"]
+
+
+def test_eval_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, train = tmp_path / "data.jsonl", tmp_path / "train.jsonl"
+    write_keyword_rows(data, 40, seed=1, names=True)
+    train.write_text('{"text": "fine", "label": 1}\n{"text": "odd", "label": 2}\n')
+    base = ["eval", "--model", "tiny-llama", "--preset", "tiny", "--test", f"jsonl:{data}"]
+    assert run([*base, "--train", str(train)]) == 2
+    assert f"{train}:2" in capsys.readouterr().err
+    train.write_text('{"text": "fine", "label": 1, "label_name": "bad"}\n')
+    assert run([*base, "--train", str(train)]) == 2
+    assert "does not match class 1 ('great')" in capsys.readouterr().err
+    assert run([*base, "--train", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl does not exist" in capsys.readouterr().err
+    assert run([*base, "--train", str(train), "--preset", "huge"]) == 2
+    assert "unknown fine-tuning preset 'huge'" in capsys.readouterr().err
