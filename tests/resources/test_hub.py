@@ -1,0 +1,67 @@
+"""Hub datasets: a clear error without ``datasets`` or offline; conversion checked with a stand-in module."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+
+import pytest
+
+from privlm.errors import UserError
+from privlm.resources.datasets import load_dataset
+
+
+class Table:
+    def __init__(self, columns: dict[str, list], features: dict[str, object]) -> None:
+        self.columns, self.features, self.column_names = columns, features, list(columns)
+
+    def __getitem__(self, column: str) -> list:
+        return self.columns[column]
+
+
+def install_fake_datasets(monkeypatch: pytest.MonkeyPatch, load) -> None:  # noqa: ANN001
+    module = types.ModuleType("datasets")
+    module.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
+    module.load_dataset = load
+    monkeypatch.setitem(sys.modules, "datasets", module)
+
+
+def test_without_the_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(UserError, match=r"cannot load Hugging Face dataset 'x/y': the `datasets` package is not"):
+        load_dataset("hf:x/y")
+
+
+def test_offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    def offline(name: str, split: str):  # noqa: ANN202
+        raise ConnectionError("Couldn't reach the Hugging Face Hub")
+
+    install_fake_datasets(monkeypatch, offline)
+    with pytest.raises(UserError, match=r"cannot load Hugging Face dataset 'x/y': Couldn't reach"):
+        load_dataset("hf:x/y")
+
+
+def test_class_label_names_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def load(name: str, split: str) -> Table:
+        calls.append((name, split))
+        label = types.SimpleNamespace(names=["neg", "pos", "mixed"])
+        return Table({"text": [f"t{i}" for i in range(30)], "label": [i % 3 for i in range(30)]}, {"label": label})
+
+    install_fake_datasets(monkeypatch, load)
+    data = load_dataset("hf:owner/sst", split="test")
+    assert calls == [("owner/sst", "train")]
+    assert data.label_names == ("neg", "pos", "mixed") and len(data) == 3
+    assert data.verbalizer.label_words == ("neg", "pos", "mixed")
+
+
+def test_plain_label_column_and_missing_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Table({"text": ["a", "b", "c"], "label": ["no", "yes", "no"]}, {"label": object()})
+    install_fake_datasets(monkeypatch, lambda name, split: table)
+    assert load_dataset("hf:o/d").label_names == ("no", "yes")
+    table = Table({"sentence": ["a"], "label": [0]}, {"label": object()})
+    install_fake_datasets(monkeypatch, lambda name, split: table)
+    with pytest.raises(UserError, match=r"'o/d' has no 'text' column \(columns: sentence, label\)"):
+        load_dataset("hf:o/d")
