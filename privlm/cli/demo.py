@@ -42,15 +42,14 @@ def demo(
     if as_json:
         print_json(facts)
         return
-    console.print(
-        Panel.fit(
-            f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters "
-            f"(loaded in {model_facts['load_seconds']} s)\n"
-            f"data [bold]{data}[/]: {len(dataset):,} examples, splits {dataset.split_sizes}\n"
-            f"verbalized example: {facts['data']['first_train_example']!r}",
-            title="privlm demo",
-        )
-    )
+    splits = ", ".join(f"{split}={size:,}" for split, size in dataset.split_sizes.items())
+    lines = [
+        f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters "
+        f"(loaded in {model_facts['load_seconds']} s)",
+        f"data [bold]{data}[/]: {len(dataset):,} examples; splits {splits}",
+        f"verbalized example: {facts['data']['first_train_example']!r}",
+    ]
+    console.print(Panel.fit("\n".join(lines), title="privlm demo"))
     console.print("Planned run (not implemented yet):")
     for step, line in enumerate(PLAN, start=1):
         console.print(f"  {step}. {line}")

@@ -7,6 +7,7 @@ import time
 
 import typer
 from rich.table import Table
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.cli._common import console, err_console, print_json
 from privlm.resources.models import MODEL_NAMES, cache_path, describe_model, is_cached, load_model
@@ -14,7 +15,7 @@ from privlm.resources.models import MODEL_NAMES, cache_path, describe_model, is_
 models_app = typer.Typer(help="Inspect models.", no_args_is_help=True)
 
 
-def load_with_status(name: str) -> tuple[object, object, dict[str, object]]:
+def load_with_status(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict[str, object]]:
     """Load ``name`` with a spinner on stderr when it needs conversion; returns model, tokenizer, facts."""
     cached = is_cached(name)
     waiting = (

@@ -39,10 +39,10 @@ def read_jsonl(path: str | Path) -> Corpus:
             if column not in record:
                 raise UserError(f"{path}:{number}: missing '{column}'")
         label = record[LABEL]
-        if isinstance(label, bool) or not isinstance(label, (int, str)):
+        if isinstance(label, bool) or not isinstance(label, (int, str)) or not str(label).strip():
             raise UserError(f"{path}:{number}: '{LABEL}' must be an integer or a name, got {label!r}")
         texts.append(_text(record[TEXT], f"{path}:{number}"))
-        labels.append(str(label))
+        labels.append(str(label).strip())
         lines.append(number)
     return encode_labels(texts, labels, str(path), lines)
 

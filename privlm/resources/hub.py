@@ -1,7 +1,7 @@
 """Hugging Face hub datasets (``hf:NAME``), for machines that are online and have ``datasets``.
 
-``datasets`` is not a privlm dependency: without it, or offline, loading fails with a
-:class:`UserError` that says why. The hub's ``train`` split is taken as the whole corpus (privlm makes
+``datasets`` is not a privlm dependency: without it, or offline, loading fails at once with a
+:class:`UserError` that says why (with ``HF_HUB_OFFLINE=1``, ``datasets`` may serve its own cache). The hub's ``train`` split is taken as the whole corpus (privlm makes
 its own splits); it needs ``text`` and ``label`` columns. A ``ClassLabel`` label column keeps its
 class names and order; any other label column is coded like a user file's
 (:func:`privlm.resources.files.encode_labels`).
@@ -12,9 +12,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from huggingface_hub import constants
+
 from privlm.errors import UserError
 from privlm.resources.corpus import Corpus, checked
 from privlm.resources.files import LABEL, TEXT, encode_labels
+from privlm.resources.online import hub_reachable
 
 
 def read_hub_dataset(name: str) -> Corpus:
@@ -24,6 +27,8 @@ def read_hub_dataset(name: str) -> Corpus:
             f"cannot load Hugging Face dataset {name!r}: the `datasets` package is not installed "
             "(pip install datasets; it also needs network access)"
         )
+    if not (constants.HF_HUB_OFFLINE or hub_reachable()):
+        raise UserError(f"cannot load Hugging Face dataset {name!r}: the hub is unreachable (offline)")
     datasets = importlib.import_module("datasets")
     try:
         table = datasets.load_dataset(name, split="train")

@@ -32,7 +32,9 @@ def test_tiny_model_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert facts["cache_path"] is None and facts["cached"] is True
 
 
-def test_smollm2_cache_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_smollm2_cache_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(smollm2, "dequantize_gguf", lambda: build_tiny_model("tiny-llama"))
     first = json.loads(run(["models", "show", "smollm2-135m", "--json"], capsys)[1])

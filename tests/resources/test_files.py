@@ -53,6 +53,7 @@ def test_user_file_through_the_registry(tmp_path: Path) -> None:
         ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "b"}\n', r"d\.jsonl:2: missing 'label'"),
         ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "", "label": 1}\n', r"d\.jsonl:2: 'text' must be a non-empty"),
         ("d.jsonl", '{"text": "a", "label": true}\n', r"d\.jsonl:1: 'label' must be an integer or a name"),
+        ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": " "}\n', r"d\.jsonl:2: 'label' must be an"),
         ("d.jsonl", '{"text": "a", "label": 0}\n{"text": "b", "label": 2}\n', r"d\.jsonl: class '1' has no examples"),
         ("d.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label": "x"}\n', r"needs at least 2 classes"),
         ("d.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label": 1}\n', r"d\.jsonl:2: label '1' is a number"),

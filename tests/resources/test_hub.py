@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.machinery
 import sys
 import types
+from collections.abc import Callable
 
 import pytest
+from huggingface_hub import constants
 
 from privlm.errors import UserError
 from privlm.resources.datasets import load_dataset
@@ -20,7 +22,7 @@ class Table:
         return self.columns[column]
 
 
-def install_fake_datasets(monkeypatch: pytest.MonkeyPatch, load) -> None:  # noqa: ANN001
+def install_fake_datasets(monkeypatch: pytest.MonkeyPatch, load: Callable[[str, str], Table]) -> None:
     module = types.ModuleType("datasets")
     module.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
     module.load_dataset = load
@@ -33,12 +35,24 @@ def test_without_the_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
         load_dataset("hf:x/y")
 
 
-def test_offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    def offline(name: str, split: str):  # noqa: ANN202
+def test_hub_error_becomes_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    def offline(name: str, split: str) -> Table:
         raise ConnectionError("Couldn't reach the Hugging Face Hub")
 
     install_fake_datasets(monkeypatch, offline)
     with pytest.raises(UserError, match=r"cannot load Hugging Face dataset 'x/y': Couldn't reach"):
+        load_dataset("hf:x/y")
+
+
+def test_unreachable_hub_fails_before_asking_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    def must_not_run(name: str, split: str) -> Table:
+        raise AssertionError("datasets.load_dataset must not be called offline")
+
+    install_fake_datasets(monkeypatch, must_not_run)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(UserError, match=r"'x/y': the hub is unreachable \(offline\)"):
         load_dataset("hf:x/y")
 
 

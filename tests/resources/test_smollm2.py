@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.resources import smollm2, verbalizers
@@ -21,7 +22,7 @@ class FakeGGUF:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self):  # noqa: ANN204 - mirrors dequantize_gguf
+    def __call__(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         self.calls += 1
         model, tokenizer = build_tiny_model("tiny-llama", seed=3)
         model.config.quantization_config = {"quant_method": "gguf", "gguf_file": "x.gguf"}
@@ -53,7 +54,7 @@ def test_first_load_builds_cache_and_second_reuses_it(fake: FakeGGUF, tmp_path: 
 
 
 def test_interrupted_first_load_leaves_no_cache(fake: FakeGGUF, monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def crash(self: object, *args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
@@ -88,7 +89,7 @@ def test_real_smollm2_predicts_paris_and_reloads_from_cache(monkeypatch: pytest.
         assert len(set(first)) == len(first), verbalizer
     assert smollm2.is_cached()
 
-    def no_dequantization():  # noqa: ANN202
+    def no_dequantization() -> None:
         raise AssertionError("the second load must come from the cache")
 
     monkeypatch.setattr(smollm2, "dequantize_gguf", no_dequantization)

@@ -8,6 +8,7 @@ import io
 import os
 import tarfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,9 @@ def balance(corpus: sources.Corpus) -> dict[str, int]:
         (sources.tweets, "tweets_GroundTruth.txt", 4_196, lambda text: html.unescape(text.strip())),
     ],
 )
-def test_vader_corpora(loader, member: str, expected: int, clean) -> None:  # noqa: ANN001
+def test_vader_corpora(
+    loader: Callable[[], sources.Corpus], member: str, expected: int, clean: Callable[[str], str]
+) -> None:
     corpus = loader()
     assert len(corpus.examples) == expected
     assert corpus.label_names == ("negative", "positive")
