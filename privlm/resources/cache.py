@@ -4,6 +4,8 @@ The cache root is ``$PRIVLM_CACHE`` if set, else ``~/.cache/privlm``. Folders ar
 :func:`atomic_directory`: everything goes into a fresh temporary folder next to the target, which is
 renamed onto the target only once it is complete. A reader therefore sees either no folder or a
 complete one, whatever happens to the writer (exception, Ctrl-C, power loss before the rename).
+Temporary folders left behind by a killed writer are deleted by the next write of the same target
+once they are older than ``STALE_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 CACHE_ENV = "PRIVLM_CACHE"
+STALE_AFTER_S = 6 * 3600
 
 
 def cache_root() -> Path:
@@ -33,6 +37,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
@@ -43,3 +48,12 @@ def atomic_directory(target: Path) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale(target: Path) -> None:
+    """Delete temporary folders of ``target`` older than ``STALE_AFTER_S`` (their writer died)."""
+    now = time.time()
+    for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - leftover.stat().st_mtime > STALE_AFTER_S:
+                shutil.rmtree(leftover)

@@ -67,6 +67,14 @@ def test_bad_inputs_exit_2_with_one_line(case: str, tmp_path: Path, capsys: pyte
     assert err.startswith(message) and err.count("\n") == 1
 
 
+def test_missing_data_archive(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PRIVLM_DATA_DIR", str(tmp_path))
+    code, _, err = run(["data", "show", "tweets"], capsys)
+    assert code == 2 and "vaderSentiment-3.3.2.tar.gz not found" in err and "make install" in err
+
+
 def test_bad_split_and_count(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["data", "show", "tweets", "--split", "dev"], capsys)
     assert code == 2 and "unknown split 'dev'" in err

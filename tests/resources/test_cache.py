@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from privlm.resources.cache import CACHE_ENV, atomic_directory, cache_root
+from privlm.resources.cache import CACHE_ENV, STALE_AFTER_S, atomic_directory, cache_root
 
 
 def test_cache_root_default_and_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -43,3 +45,16 @@ def test_existing_complete_folder_wins_a_race(tmp_path: Path) -> None:
         (target / "theirs.bin").write_bytes(b"theirs")
     assert sorted(p.name for p in target.iterdir()) == ["theirs.bin"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_stale_leftovers_of_a_killed_writer_are_removed(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    old, recent, other = tmp_path / ".m.old1.tmp", tmp_path / ".m.new1.tmp", tmp_path / ".other.old2.tmp"
+    for folder in (old, recent, other):
+        folder.mkdir()
+    long_ago = time.time() - STALE_AFTER_S - 60
+    os.utime(old, (long_ago, long_ago))
+    os.utime(other, (long_ago, long_ago))
+    with atomic_directory(target) as tmp:
+        (tmp / "w.bin").write_bytes(b"1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", recent.name, other.name])

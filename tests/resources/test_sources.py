@@ -21,8 +21,9 @@ from privlm.resources.locate import DATA_DIR_ENV, package_folder, vader_archive
 def raw_ground_truth(member: str) -> list[tuple[float, str]]:
     """(rating, text) rows of a VADER ground-truth file, read independently of the loader."""
     with tarfile.open(vader_archive()) as outer:
-        inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile(sources.VADER_INNER).read()))
-    text = inner.extractfile(f"hutto_ICWSM_2014/{member}").read().decode("utf-8")
+        inner_bytes = outer.extractfile(sources.VADER_INNER).read()
+    with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
+        text = inner.extractfile(f"hutto_ICWSM_2014/{member}").read().decode("utf-8")
     rows = csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     return [(float(row[1]), row[2]) for row in rows if row]
 
