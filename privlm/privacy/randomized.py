@@ -13,7 +13,7 @@ Assumptions, all stated here because the guarantee rests on them:
    in s (N(s, σ²) post-processes into N(s', σ²) for s' < s), so replacing S by S_env dominates.
 3. Fresh probes every step and Poisson sampling with rate q; add/remove-one adjacency, both directions.
 
-Pessimistic discretization, in three places:
+Pessimistic discretization (every step below can only increase δ(ε) for every ε):
 
 * Sensitivity. S_env is binned on a grid 1 = s_0 < s_1 < … < s_B (quantile bins of its law plus a
   geometric grid of ratio ``max_ratio``); every bin uses its largest sensitivity (smallest X). The mass
@@ -23,10 +23,15 @@ Pessimistic discretization, in three places:
   q·``tail_mass`` per step, 1e-13 over 10⁵ steps at the default, negligible against any δ ≥ 1e-10) and
   ``max_scaled_sensitivity``·σ (beyond 12σ a sampled example already has privacy loss ≳ 30, so calling
   it infinite changes nothing at any ε below ~25; past that the mass is the real cost of small k).
-* Tails. Each component's loss is kept on [ε_lo, ε_hi] covering all but 1e-16 of its mass and at most
-  ``loss_cap`` in absolute value; losses below are rounded up to ε_lo and above are moved to +∞.
-* Loss values. Connect-the-dots (Doroshenko et al. 2022, via dp-accounting) on the exact mixture curve
-  at the multiples of ``value_discretization``; the resulting PLD dominates the true one.
+* Tails. A component of probability p keeps all but ``COMPONENT_TAIL`` = 1e-18 of its mass (absolute, on
+  each side) on its loss range, at most ``loss_cap`` = 30 in absolute value; losses below are rounded up
+  to the range's lower end and losses above are moved to +∞. Components lighter than 2e-18 join the
+  infinite-sensitivity mass.
+* Curves. Each component's exact hockey-stick curve (closed form) is evaluated at every grid point near
+  ε = 0 and near its range ends and at every 16th point elsewhere, with chords in e^ε in between; δ(ε)
+  is convex in e^ε, so chords lie above it.
+* Loss values. Connect-the-dots (Doroshenko et al. 2022, via dp-accounting) on the mixture curve at the
+  multiples of ``value_discretization``; the resulting PLD dominates the true one.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ Adjacency = Literal["remove", "add"]
 TAIL_MASS = 1e-15
 MAX_SCALED_SENSITIVITY = 12.0
 LOSS_CAP = 30.0
-QUANTILE_BINS = 64
-MAX_RATIO = 1.05
-_COMPONENT_TAIL_Z = float(-ndtri(1e-16))
+QUANTILE_BINS = 128
+MAX_RATIO = 1.01
+COMPONENT_TAIL = 1e-18
+_NODE_STRIDE = 16
+_DENSE_WINDOW = 0.25
 
 
 @dataclass(frozen=True)
@@ -156,9 +163,8 @@ def _difference(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
     return np.where(log_b >= log_a, 0.0, out)
 
 
-def _loss_range(mu: float, q: float, adjacency: Adjacency, loss_cap: float) -> tuple[float, float]:
-    """Losses holding all but ~1e-16 of one component's mass, clipped to ±loss_cap."""
-    z = _COMPONENT_TAIL_Z
+def _loss_range(mu: float, q: float, z: float, adjacency: Adjacency, loss_cap: float) -> tuple[float, float]:
+    """Losses holding all but Φ(−z) of one component's mass on each side, clipped to ±loss_cap."""
     with np.errstate(divide="ignore"):
         log_keep = math.log1p(-q) if q < 1.0 else -math.inf
 
@@ -180,9 +186,15 @@ def _mixture_pmf(
     loss_cap: float,
     adjacency: Adjacency,
 ) -> pld_pmf.PLDPmf:
-    ranges = [_loss_range(s / sigma, q, adjacency, loss_cap) for s in grid.sensitivities]
+    # A component of probability p keeps all but COMPONENT_TAIL (absolute) of its mass in range; a
+    # component lighter than that joins the infinite-sensitivity tail (a pessimistic move).
+    keep = grid.probabilities > 2.0 * COMPONENT_TAIL
+    sensitivities, probabilities = grid.sensitivities[keep], grid.probabilities[keep]
+    tail_probability = grid.tail_probability + float(grid.probabilities[~keep].sum())
+    z = -ndtri(COMPONENT_TAIL / probabilities)
+    ranges = [_loss_range(s / sigma, q, z_b, adjacency, loss_cap) for s, z_b in zip(sensitivities, z)]
     lows, highs = [low for low, _ in ranges], [high for _, high in ranges]
-    if grid.tail_probability > 0.0 and q < 1.0:  # the finite loss of the infinite-sensitivity pair
+    if tail_probability > 0.0 and q < 1.0:  # the finite loss of the infinite-sensitivity pair
         atom = math.log1p(-q) if adjacency == "remove" else -math.log1p(-q)
         lows.append(min(max(atom, -loss_cap), loss_cap))
         highs.append(lows[-1])
@@ -190,22 +202,44 @@ def _mixture_pmf(
     i_hi = max(i_hi, i_lo + 1)
     eps = np.arange(i_lo, i_hi + 1) * step
     deltas = np.zeros_like(eps)
-    for s, p, (low, high) in zip(grid.sensitivities, grid.probabilities, ranges):
-        if p <= 0.0:
-            continue
+    # Outside its own loss range each component's curve is extended pessimistically: below eps[j_lo] as
+    # if its losses there were rounded up to eps[j_lo] (δ = 1 − e^{ε−ε_lo}(1 − δ_lo)), above eps[j_hi]
+    # as if its losses there were moved to +∞ (δ = δ_hi). Both are accumulated with sums of positive
+    # terms only (no cancellation): reverse cumulative sums below, forward cumulative sums above.
+    below_mass, below_scale, above = np.zeros_like(eps), np.zeros_like(eps), np.zeros_like(eps)
+    for s, p, (low, high) in zip(sensitivities, probabilities, ranges):
         j_lo = math.floor(low / step) - i_lo
         j_hi = max(math.ceil(high / step) - i_lo, j_lo)
-        exact = subsampled_gaussian_delta(eps[j_lo : j_hi + 1], s, sigma, q, adjacency)
-        component = np.empty_like(eps)
-        component[j_lo : j_hi + 1] = exact
-        # losses below eps[j_lo] rounded up to it; losses above eps[j_hi] moved to +infinity
-        component[:j_lo] = -np.expm1(eps[:j_lo] - eps[j_lo]) + np.exp(eps[:j_lo] - eps[j_lo]) * exact[0]
-        component[j_hi + 1 :] = exact[-1]
-        deltas += p * component
-    if grid.tail_probability > 0.0:
-        deltas += grid.tail_probability * _infinite_sensitivity_delta(eps, q, adjacency)
+        curve = _component_curve(eps[j_lo : j_hi + 1], s, sigma, q, adjacency)
+        deltas[j_lo : j_hi + 1] += p * curve
+        if j_lo > 0:
+            below_mass[j_lo - 1] += p
+            below_scale[j_lo - 1] += p * (1.0 - curve[0]) * math.exp(-eps[j_lo])
+        if j_hi + 1 < len(eps):
+            above[j_hi + 1] += p * curve[-1]
+    reverse_cumsum = lambda a: np.cumsum(a[::-1])[::-1]  # noqa: E731
+    deltas += reverse_cumsum(below_mass) - reverse_cumsum(below_scale) * np.exp(eps) + np.cumsum(above)
+    if tail_probability > 0.0:
+        deltas += tail_probability * _infinite_sensitivity_delta(eps, q, adjacency)
     deltas = np.clip(np.maximum.accumulate(deltas[::-1])[::-1], 0.0, 1.0)
     return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, i_lo, i_hi, deltas)
+
+
+def _component_curve(eps: np.ndarray, s: float, sigma: float, q: float, adjacency: Adjacency) -> np.ndarray:
+    """δ_s on ``eps``: exact where the curve bends fast, chords in e^ε elsewhere (an upper bound).
+
+    δ(ε) = E[(1 − e^ε e^{−L})_+] is convex in e^ε, so every chord lies above it. Nodes are every grid
+    point within ``_DENSE_WINDOW`` of ε = 0 (where subsampled losses concentrate, at scale ~q) and
+    near both ends of the range, and every ``_NODE_STRIDE``-th point elsewhere.
+    """
+    index = np.arange(len(eps))
+    dense = (np.abs(eps) <= _DENSE_WINDOW) | (index < _NODE_STRIDE * 4) | (index >= len(eps) - _NODE_STRIDE * 4)
+    nodes = index[dense | (index % _NODE_STRIDE == 0)]
+    exact = subsampled_gaussian_delta(eps[nodes], s, sigma, q, adjacency)
+    if len(nodes) == len(eps):
+        return exact
+    relative_t = np.exp(eps - eps[0])
+    return np.interp(relative_t, relative_t[nodes], exact)
 
 
 def _infinite_sensitivity_delta(eps: np.ndarray, q: float, adjacency: Adjacency) -> np.ndarray:
