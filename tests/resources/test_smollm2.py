@@ -85,8 +85,8 @@ def test_real_smollm2_predicts_paris_and_reloads_from_cache(monkeypatch: pytest.
         logits = model(**ids).logits[0, -1]
     assert tokenizer.decode(int(logits.argmax())) == " Paris"
     for verbalizer in (verbalizers.SENTIMENT, verbalizers.TWEETS, verbalizers.TWEETS_3CLASS, verbalizers.BBC_NEWS):
-        first = [tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in verbalizer.label_words]
-        assert len(set(first)) == len(first), verbalizer
+        ids = [tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in verbalizer.label_words]
+        assert all(len(one) == 1 for one in ids) and len({one[0] for one in ids}) == len(ids), verbalizer
     assert smollm2.is_cached()
 
     def no_dequantization() -> None:
