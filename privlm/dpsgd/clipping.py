@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
-from privlm.dpsgd.norms import NORM_MODES, sq_norms, weighted_sum
+from privlm.dpsgd.norms import NORM_MODES, Factor, sq_norms, weighted_sum
 from privlm.errors import UserError
 
 LossFn = Callable[[nn.Module, Any], Tensor]
@@ -78,24 +79,28 @@ class PerSampleClipper:
         self.summed_grads: dict[nn.Parameter, Tensor] = {}
 
     def _forward_backward(self, batch: Any, keep_graph: bool) -> tuple[Tensor, dict, Tensor]:
-        with self.capture.recording() as calls:
+        with self.capture.recording() as calls, record_function("privlm.forward"):
             losses = self.loss_fn(self.model, batch)
-            recorded = [c for c in calls if c.output.requires_grad]
+            recorded = list(calls)
         batch_size = losses.shape[0]
         for call in recorded:
-            if call.output.shape[0] != batch_size:
+            if call.output_batch != batch_size:
                 raise UserError(
                     f"a {type(call.module).__name__} layer produced an output with batch dimension "
-                    f"{call.output.shape[0]} for a batch of {batch_size}: its per-sample gradients are not "
+                    f"{call.output_batch} for a batch of {batch_size}: its per-sample gradients are not "
                     "separable (e.g. position ids shared across the batch; pass them per sample)"
                 )
-        outputs = [c.output for c in recorded]
-        grads = torch.autograd.grad(losses.sum(), outputs, retain_graph=keep_graph, allow_unused=True)
-        factors = self.capture.factors(recorded, list(grads))
-        total = losses.new_zeros(losses.shape[0])
-        for param_factors in factors.values():
-            total = total + sq_norms(param_factors, self.norm_mode, self.probes, self.generator)
-        return losses, factors, total
+        edges = [c.output_edge for c in recorded]
+        with record_function("privlm.backprops"):
+            grads = torch.autograd.grad(losses.sum(), edges, retain_graph=keep_graph, allow_unused=True)
+            factors = self.capture.factors(recorded, list(grads))
+        return losses, factors, self.total_sq_norms(factors, losses.shape[0])
+
+    def total_sq_norms(self, factors: dict[nn.Parameter, list[Factor]], batch_size: int) -> Tensor:
+        """n̂²_i = Σ over trainable parameters of their per-sample squared norms (B,), in the clipper's mode."""
+        with record_function("privlm.norms"):
+            parts = [sq_norms(f, self.norm_mode, self.probes, self.generator) for f in factors.values()]
+        return torch.stack(parts).sum(0) if parts else torch.zeros(batch_size)
 
     def sq_norms(self, batch: Any) -> Tensor:
         """Per-sample squared gradient norms (B,) in the clipper's mode (accumulates nothing)."""
@@ -105,14 +110,15 @@ class PerSampleClipper:
         """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads`."""
         losses, factors, total = self._forward_backward(batch, keep_graph=not self.bookkeeping)
         c = clip_factors(total.detach(), self.max_grad_norm)
-        if self.bookkeeping:
-            clipped = [weighted_sum(factors[p], c, p.shape) if p in factors else None for p in self.params]
-        else:
-            clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
-        for p, g in zip(self.params, clipped):
-            if g is not None:
-                g = g.detach()
-                self.summed_grads[p] = self.summed_grads[p] + g if p in self.summed_grads else g
+        with record_function("privlm.clipped_sum"):
+            if self.bookkeeping:
+                clipped = [weighted_sum(factors[p], c, p.shape) if p in factors else None for p in self.params]
+            else:
+                clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
+            for p, g in zip(self.params, clipped):
+                if g is not None:
+                    g = g.detach()
+                    self.summed_grads[p] = self.summed_grads[p] + g if p in self.summed_grads else g
         return ClipStats(losses.detach(), total.detach(), c)
 
     def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:

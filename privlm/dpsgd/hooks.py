@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 from privlm.dpsgd.norms import HANDLERS, Factor, LayerHandler, handler_for
 from privlm.errors import UserError
@@ -20,11 +21,13 @@ from privlm.errors import UserError
 
 @dataclass
 class LayerCall:
-    """One call of a hooked layer: its input (detached) and its output (in the autograd graph)."""
+    """One call of a hooked layer: its input (detached), the autograd edge of its output (what
+    ``torch.autograd.grad`` needs, without keeping the output tensor alive) and the output's batch size."""
 
     module: nn.Module
     inputs: Tensor
-    output: Tensor
+    output_edge: GradientEdge
+    output_batch: int
 
 
 def trainable_layers(model: nn.Module) -> dict[nn.Module, LayerHandler]:
@@ -61,7 +64,8 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 class LayerCapture:
-    """Forward hooks on ``model``'s trainable layers; inside :meth:`recording`, every call is kept."""
+    """Forward hooks on ``model``'s trainable layers; inside :meth:`recording`, every call whose output
+    requires a gradient is kept."""
 
     def __init__(self, model: nn.Module) -> None:
         self.layers = trainable_layers(model)
@@ -73,7 +77,8 @@ class LayerCapture:
         if self._recording and torch.is_grad_enabled():
             if not args or not isinstance(output, Tensor):
                 raise UserError(f"{type(module).__name__} was called without a positional input tensor; cannot clip")
-            self._calls.append(LayerCall(module, args[0].detach(), output))
+            if output.requires_grad:
+                self._calls.append(LayerCall(module, args[0].detach(), get_gradient_edge(output), output.shape[0]))
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[LayerCall]]:

@@ -20,26 +20,26 @@ IGNORE_INDEX = -100
 
 
 def token_losses(logits: Tensor, labels: Tensor, reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """Per-sample losses (B,) from logits (B, T, V) and *already shifted* labels (B, T)."""
+    """Per-sample losses (B,) from logits (B, T, V) and targets aligned with them (B, T)."""
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     mask = labels != ignore_index
-    safe = torch.where(mask, labels, torch.zeros_like(labels))
-    nll = F.cross_entropy(logits.transpose(1, 2), safe, reduction="none") * mask.to(logits.dtype)
-    total = nll.sum(1)
+    flat = logits.reshape(-1, logits.shape[-1])
+    nll = F.cross_entropy(flat, labels.reshape(-1), ignore_index=ignore_index, reduction="none")
+    total = nll.reshape(labels.shape).sum(1)
     if reduction == "mean":
         total = total / mask.sum(1).clamp(min=1).to(total.dtype)
     return total
 
 
 def causal_lm_labels(batch: Mapping[str, Tensor], ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """Next-token targets (B, T−1): ``labels`` (default ``input_ids``) shifted left, with positions
-    masked by ``attention_mask`` set to ``ignore_index``."""
-    labels = batch.get("labels", batch["input_ids"]).clone()
+    """Next-token targets (B, T) aligned with the logits: position t holds ``labels[t+1]`` (default
+    ``input_ids``), ``ignore_index`` where that token is masked by ``attention_mask`` and at the last position."""
+    labels = batch.get("labels", batch["input_ids"])
     mask = batch.get("attention_mask")
     if mask is not None:
         labels = labels.masked_fill(mask == 0, ignore_index)
-    return labels[:, 1:]
+    return torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], ignore_index)], 1)
 
 
 def _accepts_position_ids(model: nn.Module) -> bool:
@@ -60,4 +60,4 @@ def causal_lm_losses(
         positions = torch.arange(seq_len, device=inputs["input_ids"].device)
         inputs["position_ids"] = positions.expand(batch_size, seq_len)
     logits = model(**inputs).logits
-    return token_losses(logits[:, :-1], causal_lm_labels(batch, ignore_index), reduction, ignore_index)
+    return token_losses(logits, causal_lm_labels(batch, ignore_index), reduction, ignore_index)

@@ -62,9 +62,13 @@ class DPOptimizer:
     def privatize_grads(self) -> None:
         """Set every trainable parameter's ``.grad`` to (clipped sum + σC·N(0, I)) / expected batch size."""
         std = self.noise_multiplier * self.clipper.max_grad_norm
+        with torch.profiler.record_function("privlm.noise"):
+            self._add_noise(std)
+
+    def _add_noise(self, std: float) -> None:
         for p, summed in self.clipper.pop_summed_grads().items():
-            noise = torch.randn(p.shape, generator=self.generator, device=self.generator.device, dtype=torch.float64)
-            p.grad = (summed + std * noise.to(summed)) / self.expected_batch_size
+            noise = torch.randn(p.shape, generator=self.generator, device=self.generator.device, dtype=summed.dtype)
+            p.grad = (summed + std * noise.to(summed.device)) / self.expected_batch_size
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One private step: noise, update, then accounting (even for an empty logical batch)."""

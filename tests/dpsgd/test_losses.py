@@ -45,5 +45,5 @@ def test_causal_labels_shift_and_mask_padding():
         "input_ids": torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]]),
         "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]),
     }
-    expected = torch.tensor([[6, 7, IGNORE_INDEX], [9, IGNORE_INDEX, IGNORE_INDEX]])
+    expected = torch.tensor([[6, 7, IGNORE_INDEX, IGNORE_INDEX], [9, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]])
     assert torch.equal(causal_lm_labels(batch), expected)

@@ -1,0 +1,197 @@
+"""``PrivacyEngine``: DP-SGD (with randomized clipping) for Hugging Face causal LMs in a few lines.
+
+    engine = PrivacyEngine(norm_mode="hutchinson", probes=32)
+    model, optimizer, loader = engine.make_private(
+        model, optimizer, loader, noise_multiplier=1.0, max_grad_norm=1.0)
+    for batch in loader:                    # Poisson-sampled logical batches (may be empty)
+        optimizer.zero_grad()
+        model.clipped_backward(batch)       # physical micro-batches, clipped sums accumulated
+        optimizer.step()                    # noise once, / expected batch size, step is accounted
+    engine.epsilon(delta=1e-5)
+
+Each logical step is recorded in the accountant as a ``PoissonGaussianStep`` with the clipping kind of
+the norm mode (``hutchinson``/``hutchpp`` for the randomized modes: randomized-clipping accounting).
+Guarantee: (ε, δ)-DP under add/remove-one adjacency of *examples* (rows of the dataset), provided the
+per-sample loss of an example depends on that example only and the loader is the Poisson loader
+returned here (sampling rate q = loader batch size / dataset size).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
+from privlm.dpsgd.losses import causal_lm_losses
+from privlm.dpsgd.norms import NORM_MODES
+from privlm.dpsgd.optimizer import DPOptimizer
+from privlm.dpsgd.sampling import batch_size, physical_batches, poisson_loader
+from privlm.errors import UserError
+from privlm.privacy import PoissonGaussianStep, PrivacyAccountant, calibrate_noise_multiplier
+
+
+class PrivateModel(nn.Module):
+    """The user's model (``.module``; ``forward`` unchanged) plus :meth:`clipped_backward`."""
+
+    def __init__(self, module: nn.Module, clipper: PerSampleClipper, max_physical_batch_size: int | None) -> None:
+        super().__init__()
+        self.module = module
+        self.clipper = clipper
+        self.max_physical_batch_size = max_physical_batch_size
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def clipped_backward(self, batch: Any) -> ClipStats:
+        """Clip the per-sample gradients of a logical ``batch`` (split into physical micro-batches) and
+        accumulate their sum for the next ``optimizer.step()``. Returns the stats of all its samples."""
+        parts = [self.clipper.clipped_backward(b) for b in physical_batches(batch, self.max_physical_batch_size)]
+        if not parts:
+            empty = torch.zeros(0)
+            return ClipStats(empty, empty, empty)
+        return ClipStats(*(torch.cat([getattr(p, f) for p in parts]) for f in ("losses", "sq_norms", "factors")))
+
+
+def _generator(seed: int | None, stream: int) -> torch.Generator:
+    """Stream ``stream`` of ``seed`` (reproducible), or a generator seeded from the OS when ``seed`` is None."""
+    value = int.from_bytes(os.urandom(8), "little") if seed is None else seed * 1_000_003 + stream
+    return torch.Generator().manual_seed(value % 2**63)
+
+
+class PrivacyEngine:
+    """DP-SGD with per-sample norms in ``norm_mode`` (exact, ghost, mixed, hutchinson, hutchpp).
+
+    ``probes``: k for ``hutchinson`` (default 32), m for ``hutchpp``. ``bookkeeping``: clipped sum from
+    stored activations/backprops (no second backward). ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
+    reproducible sampling, probes and noise (independent streams); None draws them from the OS."""
+
+    def __init__(
+        self,
+        norm_mode: str = "mixed",
+        probes: int = 32,
+        bookkeeping: bool = True,
+        accountant: str = "pld",
+        seed: int | None = None,
+    ) -> None:
+        if norm_mode not in NORM_MODES:
+            raise UserError(f"norm_mode must be one of {', '.join(NORM_MODES)}, got {norm_mode!r}")
+        minimum = 3 if norm_mode == "hutchpp" else 1
+        if not isinstance(probes, int) or probes < minimum:
+            raise UserError(f"probes must be an integer >= {minimum} for norm_mode {norm_mode!r}, got {probes!r}")
+        self.norm_mode = norm_mode
+        self.probes = probes
+        self.bookkeeping = bookkeeping
+        self.accountant_method = accountant
+        self.accountant = PrivacyAccountant(method=accountant)
+        self.seed = seed
+        self.steps = 0
+        self._event: PoissonGaussianStep | None = None
+
+    @property
+    def clipping_kind(self) -> str:
+        """The accountant's clipping kind for this norm mode."""
+        return self.norm_mode if self.norm_mode in ("hutchinson", "hutchpp") else "exact"
+
+    @property
+    def _event_probes(self) -> int | None:
+        return self.probes if self.clipping_kind != "exact" else None
+
+    def make_private(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        data_loader: DataLoader,
+        *,
+        max_grad_norm: float,
+        noise_multiplier: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+        epochs: float | None = None,
+        max_physical_batch_size: int | None = None,
+        loss_fn: LossFn | None = None,
+        loss_reduction: str = "sum",
+    ) -> tuple[PrivateModel, DPOptimizer, DataLoader]:
+        """Wrap model, optimizer and loader for DP-SGD.
+
+        Sampling rate q = ``data_loader.batch_size / len(dataset)``; the returned loader yields ⌈1/q⌉
+        Poisson batches per pass (one epoch in expectation). Give ``noise_multiplier``, or
+        ``target_epsilon`` with ``delta`` and ``epochs`` to calibrate it. ``loss_fn(model, batch)`` returns
+        per-sample losses (default: token-level causal-LM loss with ``loss_reduction`` sum or mean)."""
+        if self._event is not None:
+            raise UserError("this PrivacyEngine already made a model private; use one engine per training run")
+        if (noise_multiplier is None) == (target_epsilon is None):
+            raise UserError("give exactly one of noise_multiplier and target_epsilon")
+        if not max_grad_norm > 0:
+            raise UserError(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
+        if loss_reduction not in ("sum", "mean"):
+            raise UserError(f"loss_reduction must be 'sum' or 'mean', got {loss_reduction!r}")
+        if max_physical_batch_size is not None and max_physical_batch_size < 1:
+            raise UserError(f"max_physical_batch_size must be >= 1, got {max_physical_batch_size!r}")
+        dataset = data_loader.dataset
+        if data_loader.batch_size is None or len(dataset) == 0:
+            raise UserError("the data loader needs a batch_size and a non-empty dataset (q = batch_size / len(dataset))")
+        sample_rate = min(1.0, data_loader.batch_size / len(dataset))
+        steps_per_epoch = math.ceil(1 / sample_rate)
+        if target_epsilon is not None:
+            noise_multiplier = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch)
+        self._event = PoissonGaussianStep(
+            sample_rate=sample_rate,
+            noise_multiplier=noise_multiplier,
+            clipping=self.clipping_kind,
+            probes=self._event_probes,
+        )
+        clipper = PerSampleClipper(
+            module,
+            loss_fn or functools.partial(causal_lm_losses, reduction=loss_reduction),
+            max_grad_norm=max_grad_norm,
+            norm_mode=self.norm_mode,
+            probes=self.probes,
+            bookkeeping=self.bookkeeping,
+            generator=_generator(self.seed, 1),
+        )
+        dp_optimizer = DPOptimizer(
+            optimizer,
+            clipper,
+            noise_multiplier=noise_multiplier,
+            expected_batch_size=sample_rate * len(dataset),
+            generator=_generator(self.seed, 2),
+            on_step=self._record_step,
+        )
+        loader = poisson_loader(
+            dataset,
+            sample_rate,
+            steps_per_epoch,
+            _generator(self.seed, 0),
+            collate_fn=data_loader.collate_fn,
+            num_workers=data_loader.num_workers,
+        )
+        return PrivateModel(module, clipper, max_physical_batch_size), dp_optimizer, loader
+
+    def _calibrate(
+        self, target_epsilon: float, delta: float | None, epochs: float | None, sample_rate: float, steps_per_epoch: int
+    ) -> float:
+        if delta is None or epochs is None:
+            raise UserError("target_epsilon needs delta and epochs")
+        return calibrate_noise_multiplier(
+            target_epsilon,
+            delta,
+            sample_rate=sample_rate,
+            steps=math.ceil(epochs * steps_per_epoch),
+            clipping=self.clipping_kind,
+            probes=self._event_probes,
+            method=self.accountant_method,
+        )
+
+    def _record_step(self) -> None:
+        self.accountant.record(self._event)
+        self.steps += 1
+
+    def epsilon(self, delta: float) -> float:
+        """ε of all steps taken so far at ``delta`` (0 before the first step)."""
+        return self.accountant.epsilon(delta)
