@@ -3,7 +3,8 @@
 Bisection on log σ. The invariant is ε(σ_hi) ≤ target < ε(σ_lo); the loop stops when
 σ_hi/σ_lo − 1 ≤ ``rtol`` and returns σ_hi, so the returned σ always meets the target (ε is evaluated by
 the same pessimistic accountant that will later report it) and is at most a factor (1 + rtol) above the
-smallest σ that does. Assumes ε is non-increasing in σ, which holds for every mechanism here.
+smallest σ that does. Assumes ε is non-increasing in σ, which holds for every mechanism here. With
+a fine PLD grid, σ is first located on a 1e-3 grid and then re-bracketed and settled on the fine one.
 """
 
 from __future__ import annotations
@@ -17,30 +18,52 @@ from privlm.privacy.events import Clipping, PoissonGaussianStep
 from privlm.privacy.validation import check_count, check_delta, check_epsilon
 
 SIGMA_RANGE = (1e-3, 1e4)
+COARSE_DISCRETIZATION = 1e-3
 
 
 def bisect_noise_multiplier(
-    epsilon_of_sigma: Callable[[float], float], target_epsilon: float, rtol: float = 1e-3
+    epsilon_of_sigma: Callable[[float], float],
+    target_epsilon: float,
+    rtol: float = 1e-3,
+    start: float = 1.0,
+    initial_factor: float = 2.0,
 ) -> float:
-    """Smallest σ (within a factor 1 + ``rtol``) with ``epsilon_of_sigma(σ) <= target_epsilon``."""
+    """Smallest σ (within a factor 1 + ``rtol``) with ``epsilon_of_sigma(σ) <= target_epsilon``.
+
+    Brackets from ``start`` by factors ``initial_factor``, ``initial_factor²``, … (exponential search),
+    then bisects in log σ. σ is searched in [1e-3, 1e4].
+    """
     check_epsilon(target_epsilon, "target epsilon")
     if not 0 < rtol < 1:
         raise UserError(f"rtol must be in (0, 1), got {rtol!r}")
-    if epsilon_of_sigma(1.0) <= target_epsilon:
-        lo, hi = 0.5, 1.0
-        while epsilon_of_sigma(lo) <= target_epsilon:
-            lo, hi = lo / 2.0, lo
+
+    def meets(sigma: float) -> bool:
+        return epsilon_of_sigma(sigma) <= target_epsilon
+
+    factor = initial_factor
+    if meets(start):
+        lo, hi = start / factor, start
+        while meets(lo):
+            factor *= factor
+            lo, hi = lo / factor, lo
             if lo < SIGMA_RANGE[0]:
-                return hi
+                lo = SIGMA_RANGE[0]
+                if meets(lo):
+                    return lo
+                break
     else:
-        lo, hi = 1.0, 2.0
-        while epsilon_of_sigma(hi) > target_epsilon:
-            lo, hi = hi, hi * 2.0
+        lo, hi = start, start * factor
+        while not meets(hi):
+            factor *= factor
+            lo, hi = hi, hi * factor
             if hi > SIGMA_RANGE[1]:
-                raise UserError(f"no noise multiplier up to {SIGMA_RANGE[1]:g} reaches epsilon {target_epsilon}")
+                hi = SIGMA_RANGE[1]
+                if not meets(hi):
+                    raise UserError(f"no noise multiplier up to {hi:g} reaches epsilon {target_epsilon}")
+                break
     while hi / lo - 1.0 > rtol:
         mid = math.sqrt(lo * hi)
-        if epsilon_of_sigma(mid) <= target_epsilon:
+        if meets(mid):
             hi = mid
         else:
             lo = mid
@@ -81,7 +104,12 @@ def calibrate_noise_multiplier(
     check_count(steps, "steps")
     PoissonGaussianStep(sample_rate, 1.0, clipping, probes)  # validates the arguments before the search
 
-    def epsilon_of_sigma(sigma: float) -> float:
-        return dpsgd_epsilon(sigma, sample_rate, steps, delta, clipping, probes, method, value_discretization)
+    def epsilon_at(discretization: float) -> Callable[[float], float]:
+        return lambda sigma: dpsgd_epsilon(sigma, sample_rate, steps, delta, clipping, probes, method, discretization)
 
-    return bisect_noise_multiplier(epsilon_of_sigma, target_epsilon, rtol)
+    start = 1.0
+    if method == "pld" and value_discretization < COARSE_DISCRETIZATION:
+        # locate σ cheaply on a coarser (still pessimistic) grid, then settle it on the requested one
+        start = bisect_noise_multiplier(epsilon_at(COARSE_DISCRETIZATION), target_epsilon, rtol)
+        return bisect_noise_multiplier(epsilon_at(value_discretization), target_epsilon, rtol, start, 1 + 4 * rtol)
+    return bisect_noise_multiplier(epsilon_at(value_discretization), target_epsilon, rtol, start)

@@ -55,9 +55,14 @@ MAX_SCALED_SENSITIVITY = 12.0
 LOSS_CAP = 30.0
 QUANTILE_BINS = 128
 MAX_RATIO = 1.01
+FINE_MASS = 1e-10
+COARSE_RATIO = 1.05
+TOP_MASS = 1e-16
 COMPONENT_TAIL = 1e-18
 _NODE_STRIDE = 16
+_FAR_NODE_STRIDE = 128
 _DENSE_WINDOW = 0.25
+_NEAR_WINDOW = 2.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,10 @@ def sensitivity_grid(
     )
     edges = [1.0]
     if s_max > 1.0:
-        geometric = np.exp(np.arange(1, math.ceil(math.log(s_max) / math.log(max_ratio)) + 1) * math.log(max_ratio))
+        s_fine = float(min(s_max, sensitivity_quantile_above(FINE_MASS, probes)))
+        fine = np.exp(np.arange(1, math.ceil(math.log(s_fine) / math.log(max_ratio)) + 1) * math.log(max_ratio))
+        coarse = s_fine * np.exp(np.arange(1, math.ceil(math.log(s_max / s_fine) / math.log(COARSE_RATIO)) + 1) * math.log(COARSE_RATIO))
+        geometric = np.concatenate([fine, coarse])
         above_1, above_max = sensitivity_survival([1.0, s_max], probes)
         levels = above_max + (above_1 - above_max) * np.arange(quantile_bins - 1, 0, -1) / quantile_bins
         quantiles = sensitivity_quantile_above(levels, probes)
@@ -201,45 +209,64 @@ def _mixture_pmf(
     i_lo, i_hi = math.floor(min(lows) / step), math.ceil(max(highs) / step)
     i_hi = max(i_hi, i_lo + 1)
     eps = np.arange(i_lo, i_hi + 1) * step
-    deltas = np.zeros_like(eps)
-    # Outside its own loss range each component's curve is extended pessimistically: below eps[j_lo] as
-    # if its losses there were rounded up to eps[j_lo] (δ = 1 − e^{ε−ε_lo}(1 − δ_lo)), above eps[j_hi]
-    # as if its losses there were moved to +∞ (δ = δ_hi). Both are accumulated with sums of positive
-    # terms only (no cancellation): reverse cumulative sums below, forward cumulative sums above.
-    below_mass, below_scale, above = np.zeros_like(eps), np.zeros_like(eps), np.zeros_like(eps)
+    t = np.exp(eps - eps[0])  # ∝ e^ε; at most e^{2·loss_cap}, no overflow
+    nodes = _nodes(eps, q)
+    node_eps = eps[nodes]
+    mixture = np.zeros(len(nodes))
+    # Each component is its exact curve at the nodes of its loss range (snapped outwards to nodes),
+    # chords in e^ε between nodes (δ is convex in e^ε, so chords lie above it), and outside its range a
+    # pessimistic extension: below as if its losses there were rounded up to the range start
+    # (δ = 1 − e^{ε−ε_lo}(1 − δ_lo), linear in e^ε), above as if they were moved to +∞ (δ = δ_hi).
+    # Every component is thus piecewise linear in e^ε with breakpoints at the shared nodes, so the
+    # mixture is computed at the nodes and interpolated once. The extensions are accumulated with sums
+    # of non-negative terms only (no cancellation).
+    below_mass, below_scale, above = np.zeros_like(mixture), np.zeros_like(mixture), np.zeros_like(mixture)
     for s, p, (low, high) in zip(sensitivities, probabilities, ranges):
-        j_lo = math.floor(low / step) - i_lo
-        j_hi = max(math.ceil(high / step) - i_lo, j_lo)
-        curve = _component_curve(eps[j_lo : j_hi + 1], s, sigma, q, adjacency)
-        deltas[j_lo : j_hi + 1] += p * curve
-        if j_lo > 0:
-            below_mass[j_lo - 1] += p
-            below_scale[j_lo - 1] += p * (1.0 - curve[0]) * math.exp(-eps[j_lo])
-        if j_hi + 1 < len(eps):
-            above[j_hi + 1] += p * curve[-1]
-    reverse_cumsum = lambda a: np.cumsum(a[::-1])[::-1]  # noqa: E731
-    deltas += reverse_cumsum(below_mass) - reverse_cumsum(below_scale) * np.exp(eps) + np.cumsum(above)
+        a = int(np.searchsorted(nodes, math.floor(low / step) - i_lo, side="right")) - 1
+        b = max(int(np.searchsorted(nodes, math.ceil(high / step) - i_lo, side="left")), a)
+        exact = subsampled_gaussian_delta(node_eps[a : b + 1], s, sigma, q, adjacency)
+        mixture[a : b + 1] += p * exact
+        if a > 0:
+            below_mass[a - 1] += p
+            below_scale[a - 1] += p * (1.0 - exact[0]) * math.exp(-node_eps[a])
+        if b + 1 < len(nodes):
+            above[b + 1] += p * exact[-1]
+    reverse_cumsum = lambda x: np.cumsum(x[::-1])[::-1]  # noqa: E731
+    mixture += reverse_cumsum(below_mass) - reverse_cumsum(below_scale) * np.exp(node_eps) + np.cumsum(above)
     if tail_probability > 0.0:
-        deltas += tail_probability * _infinite_sensitivity_delta(eps, q, adjacency)
+        mixture += tail_probability * _infinite_sensitivity_delta(node_eps, q, adjacency)
+    deltas = np.interp(t, t[nodes], mixture)
     deltas = np.clip(np.maximum.accumulate(deltas[::-1])[::-1], 0.0, 1.0)
-    return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, i_lo, i_hi, deltas)
+    # end the grid where δ ≤ TOP_MASS: connect-the-dots puts δ(ε_top) at +∞ (pessimistic, shorter PMF)
+    top = max(int(np.argmax(deltas <= TOP_MASS)) if deltas[-1] <= TOP_MASS else len(deltas) - 1, 1)
+    return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(step, i_lo, i_lo + top, deltas[: top + 1])
 
 
-def _component_curve(eps: np.ndarray, s: float, sigma: float, q: float, adjacency: Adjacency) -> np.ndarray:
-    """δ_s on ``eps``: exact where the curve bends fast, chords in e^ε elsewhere (an upper bound).
+def _nodes(eps: np.ndarray, q: float) -> np.ndarray:
+    """Grid indices where curves are evaluated exactly (sorted, including both ends).
 
-    δ(ε) = E[(1 − e^ε e^{−L})_+] is convex in e^ε, so every chord lies above it. Nodes are every grid
-    point within ``_DENSE_WINDOW`` of ε = 0 (where subsampled losses concentrate, at scale ~q) and
-    near both ends of the range, and every ``_NODE_STRIDE``-th point elsewhere.
+    Every point within ``_DENSE_WINDOW`` of ε = 0 (subsampled losses concentrate there, at scale ~q) and
+    of the kinks at ±ln(1 − q), and within 64 points of both ends; every 16th point for |ε| ≤ 2 and
+    every 128th beyond (there the curves vary on the scale of the noise, ≥ 0.1).
     """
-    index = np.arange(len(eps))
-    dense = (np.abs(eps) <= _DENSE_WINDOW) | (index < _NODE_STRIDE * 4) | (index >= len(eps) - _NODE_STRIDE * 4)
-    nodes = index[dense | (index % _NODE_STRIDE == 0)]
-    exact = subsampled_gaussian_delta(eps[nodes], s, sigma, q, adjacency)
-    if len(nodes) == len(eps):
-        return exact
-    relative_t = np.exp(eps - eps[0])
-    return np.interp(relative_t, relative_t[nodes], exact)
+    n = len(eps)
+    step = eps[1] - eps[0]
+
+    def index_of(value: float) -> int:
+        return min(max(int(round((value - eps[0]) / step)), 0), n)
+
+    is_node = np.zeros(n, dtype=bool)
+    is_node[: 4 * _NODE_STRIDE] = True
+    is_node[n - 4 * _NODE_STRIDE :] = True
+    is_node[index_of(-_DENSE_WINDOW) : index_of(_DENSE_WINDOW)] = True
+    if q < 1.0:
+        for kink in (math.log1p(-q), -math.log1p(-q)):
+            centre = index_of(kink)
+            is_node[max(centre - 4 * _NODE_STRIDE, 0) : centre + 4 * _NODE_STRIDE] = True
+    is_node[index_of(-_NEAR_WINDOW) : index_of(_NEAR_WINDOW) : _NODE_STRIDE] = True
+    is_node[::_FAR_NODE_STRIDE] = True
+    is_node[-1] = True
+    return np.flatnonzero(is_node)
 
 
 def _infinite_sensitivity_delta(eps: np.ndarray, q: float, adjacency: Adjacency) -> np.ndarray:
