@@ -7,11 +7,22 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from privlm.cli import main
+from privlm.resources.datasets import load_dataset
 
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
 BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models run much faster on one intra-op thread when the 2 cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:
@@ -40,7 +51,7 @@ def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.
                 "--test", f"jsonl:{data}", "--select-epoch", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert out["n_test"] == 20 and out["n_train"] == 32
+    assert out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test")) and out["n_train"] == 32
     assert out["accuracy"] >= 0.85 and out["ci_low"] <= out["accuracy"] <= out["ci_high"]
     assert 1 <= out["best_epoch"] <= out["finetune"]["epochs"]
 

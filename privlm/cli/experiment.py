@@ -1,0 +1,45 @@
+"""``privlm experiment CONFIG --out DIR [--resume]``: run an evaluation grid and write its report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from privlm.cli._common import console, err_console, print_json
+from privlm.evaluation.config import load_config
+from privlm.evaluation.experiment import Hooks, run_experiment
+
+
+def experiment_command(
+    config_path: Path = typer.Argument(..., metavar="CONFIG", help="TOML experiment file (see experiments/)."),
+    out: Path = typer.Option(..., "--out", help="Output folder: results.jsonl, sets/, report.md, report.html."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run; finished cells are kept."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
+) -> None:
+    """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
+    config = load_config(config_path)
+    start = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, disable=as_json) as progress:
+        cells = progress.add_task("cells", total=len(config.cells()))
+        steps = progress.add_task("steps", total=None)
+        hooks = Hooks(
+            cell=lambda done, total, key: progress.update(cells, completed=done, description=f"cells ({key})"),
+            phase=lambda text: progress.update(steps, description=text, completed=0),
+            steps=lambda total: progress.update(steps, total=total, completed=0),
+            step=lambda step, loss: progress.update(steps, completed=step),
+        )
+        rows = run_experiment(config, out, resume=resume, hooks=hooks)
+    elapsed = time.perf_counter() - start
+    if as_json:
+        print_json({"config_hash": config.hash, "out": str(out), "wall_time_s": round(elapsed, 2), "rows": rows})
+        return
+    console.print(f"{len(rows)} cells in {out}/results.jsonl; report: {out}/report.md, {out}/report.html [{elapsed:.0f} s]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``privlm experiment``."""
+    app.command("experiment")(experiment_command)

@@ -1,0 +1,180 @@
+"""Experiment configuration (TOML) and its grid of cells: methods × ε × n per class × seeds.
+
+Example (``experiments/rotten_tomatoes.toml``)::
+
+    model = "smollm2-135m"
+    dataset = "rotten-tomatoes"
+    pool_per_class = 50          # the private pool, drawn once from the train split
+    n_per_class = [5, 10, 20]
+    seeds = [0, 1, 2]
+    test_size = 500              # seeded subset of the test split (omit: all of it)
+    validation_size = 100        # best epoch chosen on this validation subset (omit: last epoch)
+    delta = 1e-5
+
+    [finetune]                   # a preset of privlm.evaluation.finetune, plus overrides
+    preset = "smollm2"
+
+    [methods.gradmm]
+    epsilons = ["none", 1.0, 0.05]   # "none": no DP
+    preset = "demo"
+    [methods.random]
+    [methods.full-pool]              # ignores n_per_class: trains on the whole pool
+
+The configuration hash (SHA-256 of its canonical JSON) tags every results row, so a resume never
+mixes rows of two different configurations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from privlm.errors import UserError
+from privlm.evaluation.finetune import FinetuneConfig, preset
+
+NO_DP = "none"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of the grid: its name, ε values (``None``: no DP / not applicable) and parameters."""
+
+    name: str
+    epsilons: tuple[float | None, ...] = (None,)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fine-tune-and-score run of the grid."""
+
+    method: str
+    n_per_class: int
+    seed: int
+    epsilon: float | None
+
+    @property
+    def key(self) -> str:
+        """Stable identifier, also the file name of the cell's cached training set."""
+        eps = NO_DP if self.epsilon is None else f"{self.epsilon:g}"
+        return f"{self.method}_n{self.n_per_class}_seed{self.seed}_eps{eps}"
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything that determines the results (see module docstring for the TOML form)."""
+
+    model: str
+    dataset: str
+    pool_per_class: int
+    n_per_class: tuple[int, ...]
+    seeds: tuple[int, ...]
+    methods: tuple[MethodSpec, ...]
+    finetune: dict[str, Any] = field(default_factory=lambda: {"preset": "smollm2"})
+    delta: float = 1e-5
+    test_size: int | None = None
+    validation_size: int | None = None
+    data_seed: int = 0
+    mia: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def hash(self) -> str:
+        """SHA-256 (first 16 hex digits) of the canonical JSON form."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def finetune_config(self, seed: int) -> FinetuneConfig:
+        """The fine-tuning preset with this config's overrides and the cell's seed."""
+        overrides = {k: v for k, v in self.finetune.items() if k != "preset"}
+        return preset(self.finetune.get("preset", "smollm2"), **overrides, seed=seed)
+
+    def cells(self) -> list[Cell]:
+        """The grid in run order: method, ε, n, seed (``full-pool`` uses ``n = pool_per_class`` once)."""
+        grid = []
+        for method in self.methods:
+            sizes = (self.pool_per_class,) if method.name == "full-pool" else self.n_per_class
+            for eps in method.epsilons:
+                for n in sizes:
+                    grid.extend(Cell(method.name, n, seed, eps) for seed in self.seeds)
+        return grid
+
+
+def _epsilon(value: Any, where: str) -> float | None:
+    if value == NO_DP:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UserError(f"{where}: epsilon must be > 0 or {NO_DP!r}, got {value!r}")
+    return float(value)
+
+
+def _int_list(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise UserError(f"{where} must be a non-empty list of integers, got {value!r}")
+    return tuple(value)
+
+
+def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
+    """Validate a parsed TOML document; errors name ``source`` and the key."""
+    known = {f.name for f in fields(ExperimentConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UserError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
+    for key in ("model", "dataset", "pool_per_class", "n_per_class", "seeds", "methods"):
+        if key not in data:
+            raise UserError(f"{source}: missing key {key!r}")
+    if not isinstance(data["methods"], dict) or not data["methods"]:
+        raise UserError(f"{source}: [methods] must name at least one method table")
+    methods = []
+    for name, table in data["methods"].items():
+        params = dict(table)
+        epsilons = params.pop("epsilons", [NO_DP])
+        if not isinstance(epsilons, list) or not epsilons:
+            raise UserError(f"{source}: methods.{name}.epsilons must be a non-empty list")
+        methods.append(MethodSpec(name, tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons), params))
+    n_per_class = _int_list(data["n_per_class"], f"{source}: n_per_class")
+    pool = data["pool_per_class"]
+    if not isinstance(pool, int) or pool < max(n_per_class):
+        raise UserError(f"{source}: pool_per_class must be an integer >= every n_per_class, got {pool!r}")
+    if min(n_per_class) < 1:
+        raise UserError(f"{source}: n_per_class values must be >= 1")
+    delta = data.get("delta", 1e-5)
+    if not 0 < delta < 1:
+        raise UserError(f"{source}: delta must be in (0, 1), got {delta!r}")
+    config = ExperimentConfig(
+        model=str(data["model"]),
+        dataset=str(data["dataset"]),
+        pool_per_class=pool,
+        n_per_class=n_per_class,
+        seeds=_int_list(data["seeds"], f"{source}: seeds"),
+        methods=tuple(methods),
+        finetune=dict(data.get("finetune", {"preset": "smollm2"})),
+        delta=float(delta),
+        test_size=data.get("test_size"),
+        validation_size=data.get("validation_size"),
+        data_seed=int(data.get("data_seed", 0)),
+        mia=bool(data.get("mia", True)),
+    )
+    try:
+        config.finetune_config(0)
+    except TypeError as err:
+        raise UserError(f"{source}: bad [finetune] table ({err})") from err
+    return config
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a TOML experiment file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"experiment config {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid TOML ({err})") from err
+    return parse_config(data, str(path))

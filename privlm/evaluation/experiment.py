@@ -1,0 +1,128 @@
+"""Run an experiment grid with per-cell caching and resume; the report is written at the end.
+
+``DIR/config.json`` — the configuration and its hash; ``DIR/sets/<cell>.jsonl`` — each cell's training
+set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
+space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
+``DIR/results.jsonl`` — one row per finished cell, appended durably. A resumed run skips every cell
+that already has a row and reproduces the others exactly (everything is seeded); rows of another
+configuration (a different hash) make it stop with an error instead of mixing results.
+
+Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``);
+the membership non-members are as many other train examples; validation and test are seeded subsets
+of their own splits. All cells share them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privlm.errors import UserError
+from privlm.evaluation.config import Cell, ExperimentConfig
+from privlm.evaluation.coresets import last_token_features
+from privlm.evaluation.evaluate import fit_and_score
+from privlm.evaluation.methods import MethodContext, get_method
+from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic, write_text_atomic
+from privlm.evaluation.report import write_report
+from privlm.evaluation.sampling import per_class_indices, subsample
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import load_model
+
+
+@dataclass
+class Hooks:
+    """Progress callbacks: ``cell(done, total, key)`` before each cell, ``phase(text)`` within it,
+    ``steps(total)`` when fine-tuning starts and ``step(step, loss)`` after each optimizer step."""
+
+    cell: Callable[[int, int, str], None] = lambda done, total, key: None
+    phase: Callable[[str], None] = lambda text: None
+    steps: Callable[[int], None] = lambda total: None
+    step: Callable[[int, float], None] = lambda step, loss: None
+
+
+def _check_methods(config: ExperimentConfig) -> None:
+    for spec in config.methods:
+        method = get_method(spec.name)
+        if not method.takes_epsilon and spec.epsilons != (None,):
+            raise UserError(f"method {spec.name!r} takes no epsilon; remove methods.{spec.name}.epsilons")
+
+
+def _existing_rows(log: ResultsLog, config: ExperimentConfig, resume: bool) -> dict[str, dict[str, Any]]:
+    rows = log.read()
+    if rows and not resume:
+        raise UserError(f"{log.path} already has {len(rows)} rows; pass --resume to continue, or use a new --out")
+    foreign = {r.get("config_hash") for r in rows} - {config.hash}
+    if foreign:
+        raise UserError(f"{log.path} holds rows of another configuration (hash {sorted(map(str, foreign))}); use a new --out")
+    return {r["cell"]: r for r in rows}
+
+
+def run_experiment(
+    config: ExperimentConfig, out: str | Path, *, resume: bool = False, hooks: Hooks | None = None
+) -> list[dict[str, Any]]:
+    """Run every unfinished cell of ``config`` into ``out``; returns all rows, in grid order."""
+    hooks = hooks or Hooks()
+    out = Path(out)
+    _check_methods(config)
+    log = ResultsLog(out / "results.jsonl")
+    done = _existing_rows(log, config, resume)
+    write_text_atomic(out / "config.json", json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n")
+
+    train = load_dataset(config.dataset, split="train", seed=config.data_seed)
+    pool_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed)
+    pool = [train.examples[i] for i in pool_idx]
+    held_out_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed + 1, exclude=pool_idx)
+    nonmembers = [train.examples[i] for i in held_out_idx]
+    validation = None
+    if config.validation_size is not None:
+        valid = load_dataset(config.dataset, split="validation", seed=config.data_seed)
+        validation = subsample(valid.examples, config.validation_size, config.data_seed)
+    test = subsample(load_dataset(config.dataset, split="test", seed=config.data_seed).examples, config.test_size, config.data_seed)
+    suffix, words = train.verbalizer.suffix, train.verbalizer.label_words
+    model, tokenizer = load_model(config.model, seed=config.data_seed)
+    features = functools.cache(lambda: last_token_features(model, tokenizer, [t for t, _ in pool]))
+
+    cells = config.cells()
+    for index, cell in enumerate(cells):
+        hooks.cell(index, len(cells), cell.key)
+        if cell.key in done:
+            continue
+        spec = next(m for m in config.methods if m.name == cell.method)
+        method = get_method(cell.method)
+        start = time.perf_counter()
+        set_path = out / "sets" / f"{cell.key}.jsonl"
+        if not set_path.exists():
+            hooks.phase(f"{cell.key}: making the training set")
+            ctx = MethodContext(
+                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
+                label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
+                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+            )
+            write_jsonl_atomic(set_path, method.run(ctx))
+        generation_s = time.perf_counter() - start
+        train_set = read_training_set(set_path, train.label_names)
+        finetune = config.finetune_config(cell.seed)
+        hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
+        hooks.steps(finetune.epochs * math.ceil(len(train_set) / finetune.batch_size))
+        scores = fit_and_score(
+            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation,
+            members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
+        )
+        row = {
+            "config_hash": config.hash, "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
+            "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
+            "privacy": method.privacy, **scores,
+            "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
+        }
+        log.append(row)
+        done[cell.key] = row
+    hooks.cell(len(cells), len(cells), "report")
+    rows = [done[c.key] for c in cells]
+    write_report(out, rows, config)
+    return rows

@@ -1,0 +1,195 @@
+"""Experiment report: ``report.md`` (with ``plots/*.png``) and a self-contained ``report.html``.
+
+Per (method, ε, n per class): mean and standard deviation of test accuracy over seeds, the mean of the
+per-seed 95% bootstrap bounds, and the mean membership-inference advantage and AUC. Plots: accuracy
+vs n per method, and accuracy vs ε for the methods that take ε. For every ε-method, ε and n, the
+report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import platform
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from privlm.evaluation.config import ExperimentConfig  # noqa: E402
+from privlm.evaluation.methods import get_method  # noqa: E402
+from privlm.evaluation.records import write_text_atomic  # noqa: E402
+
+REFERENCE = "full-pool"
+
+
+def _label(method: str, epsilon: float | None, takes_epsilon: bool) -> str:
+    if not takes_epsilon:
+        return method
+    return f"{method} (no DP)" if epsilon is None else f"{method} (ε={epsilon:g})"
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (method, ε, n): accuracy mean/std over seeds, mean CI bounds, mean MIA scores."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["method"], row["epsilon"], row["n_per_class"])].append(row)
+    summary = []
+    for (method, epsilon, n), group in groups.items():
+        acc = np.array([r["accuracy"] for r in group])
+        entry = {
+            "method": method, "epsilon": epsilon, "n_per_class": n, "seeds": len(group),
+            "label": _label(method, epsilon, get_method(method).takes_epsilon),
+            "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+            "ci_low_mean": float(np.mean([r["ci_low"] for r in group])),
+            "ci_high_mean": float(np.mean([r["ci_high"] for r in group])),
+            "privacy": group[0]["privacy"],
+            "wall_time_s": float(sum(r["wall_time_s"] for r in group)),
+        }
+        for key in ("mia_advantage", "mia_auc"):
+            if all(key in r for r in group):
+                entry[key] = float(np.mean([r[key] for r in group]))
+        summary.append(entry)
+    return summary
+
+
+def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
+    """For every ε-method entry: does it beat the best baseline (other methods, not full-pool) at its n?"""
+    lines = []
+    for entry in summary:
+        if not get_method(entry["method"]).takes_epsilon:
+            continue
+        rivals = [
+            e for e in summary
+            if e["n_per_class"] == entry["n_per_class"] and e["method"] not in (entry["method"], REFERENCE)
+        ]
+        if not rivals:
+            continue
+        best = max(rivals, key=lambda e: e["accuracy_mean"])
+        beats = entry["accuracy_mean"] > best["accuracy_mean"]
+        lines.append(
+            f"n={entry['n_per_class']}: {entry['label']} {entry['accuracy_mean']:.1%} "
+            f"{'beats' if beats else 'does NOT beat'} the best baseline, {best['label']} {best['accuracy_mean']:.1%}."
+        )
+    return lines
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plot_accuracy_vs_n(summary: Sequence[dict[str, Any]]) -> bytes:
+    """Accuracy (mean ± std over seeds) against n per class, one line per method and ε."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label in dict.fromkeys(e["label"] for e in summary):
+        points = sorted((e for e in summary if e["label"] == label), key=lambda e: e["n_per_class"])
+        if points[0]["method"] == REFERENCE:
+            ax.axhline(points[0]["accuracy_mean"], color="black", linestyle="--", label=f"{label} (n={points[0]['n_per_class']})")
+            continue
+        ax.errorbar(
+            [e["n_per_class"] for e in points], [e["accuracy_mean"] for e in points],
+            yerr=[e["accuracy_std"] for e in points], marker="o", capsize=3, label=label,
+        )
+    ax.set_xlabel("training examples per class (n)")
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
+    """Accuracy against ε (log scale) for ε-methods, one line per method and n; no-DP drawn at the right."""
+    entries = [e for e in summary if get_method(e["method"]).takes_epsilon]
+    if not entries or all(e["epsilon"] is None for e in entries):
+        return None
+    finite = [e["epsilon"] for e in entries if e["epsilon"] is not None]
+    no_dp_x = max(finite) * 10
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method in dict.fromkeys(e["method"] for e in entries):
+        for n in sorted({e["n_per_class"] for e in entries if e["method"] == method}):
+            points = [e for e in entries if e["method"] == method and e["n_per_class"] == n]
+            points.sort(key=lambda e: no_dp_x if e["epsilon"] is None else e["epsilon"])
+            xs = [no_dp_x if e["epsilon"] is None else e["epsilon"] for e in points]
+            ax.errorbar(xs, [e["accuracy_mean"] for e in points], yerr=[e["accuracy_std"] for e in points],
+                        marker="o", capsize=3, label=f"{method}, n={n}")
+    ax.set_xscale("log")
+    ax.axvline(no_dp_x / 3, color="grey", linewidth=0.5)
+    ax.text(no_dp_x, ax.get_ylim()[0], "no DP", ha="center", va="bottom", fontsize=8)
+    ax.set_xlabel("ε (δ fixed)")
+    ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    head = ["method", "n/class", "seeds", "accuracy (mean ± sd)", "95% CI (mean)", "MIA adv.", "MIA AUC", "wall s", "privacy"]
+    body = []
+    for e in sorted(summary, key=lambda e: (e["n_per_class"], -e["accuracy_mean"])):
+        body.append([
+            e["label"], str(e["n_per_class"]), str(e["seeds"]),
+            f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}", f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
+            f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
+            f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",
+            f"{e['wall_time_s']:.0f}", e["privacy"],
+        ])
+    return head, body
+
+
+def write_report(out: str | Path, rows: Sequence[dict[str, Any]], config: ExperimentConfig) -> None:
+    """Write ``report.md``, ``plots/*.png`` and ``report.html`` (images embedded) into ``out``."""
+    out = Path(out)
+    summary = summarize(rows)
+    plots = {"accuracy_vs_n": plot_accuracy_vs_n(summary), "accuracy_vs_epsilon": plot_accuracy_vs_epsilon(summary)}
+    plots = {name: png for name, png in plots.items() if png is not None}
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    for name, png in plots.items():
+        tmp = out / "plots" / f".{name}.png.tmp"
+        tmp.write_bytes(png)
+        os.replace(tmp, out / "plots" / f"{name}.png")
+    total = sum(r["wall_time_s"] for r in rows)
+    machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.release()}"
+    facts = [
+        f"model `{config.model}`, dataset `{config.dataset}`, private pool {config.pool_per_class} per class, "
+        f"n per class {list(config.n_per_class)}, seeds {list(config.seeds)}, δ={config.delta:g}",
+        f"config hash `{config.hash}`; {len(rows)} cells; sum of cell wall times {total:.0f} s ({total / 3600:.2f} h)",
+        f"machine: {machine}",
+        f"fine-tuning: {config.finetune}; test examples: {rows[0]['n_test'] if rows else 0}",
+    ]
+    head, body = _table(summary)
+    found = verdicts(summary)
+    md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
+          "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(r) + " |" for r in body]
+    if found:
+        md += ["", "## Against the best baseline", "", *[f"- {line}" for line in found]]
+    md += ["", *[f"![{name}](plots/{name}.png)" for name in plots], ""]
+    write_text_atomic(out / "report.md", "\n".join(md))
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body
+    )
+    images = "".join(
+        f'<h2>{name}</h2><img alt="{name}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        for name, png in plots.items()
+    )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>privlm experiment report</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{border:1px solid #ccc;"
+        "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style></head><body>"
+        "<h1>Experiment report</h1><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"
+        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells + "</table>"
+        + ("<h2>Against the best baseline</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in found) + "</ul>" if found else "")
+        + images + "</body></html>"
+    )
+    write_text_atomic(out / "report.html", page)

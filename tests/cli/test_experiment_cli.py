@@ -1,0 +1,50 @@
+"""``privlm experiment`` on a tiny grid: results, report, resume; bad config exits 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from privlm.cli import main
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models run much faster on one intra-op thread when the 2 cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": f"{w} film number {i}", "label": int(w == "good")}) + "\n"
+                            for i in range(40) for w in ("good", "bad")))
+    toml = tmp_path / "exp.toml"
+    toml.write_text(f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\n'
+                    'seeds = [0]\ntest_size = 10\n[finetune]\npreset = "tiny"\nepochs = 2\n[methods.random]\n[methods.herding]\n')
+    out = tmp_path / "out"
+    assert run(["experiment", str(toml), "--out", str(out), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert [r["method"] for r in first["rows"]] == ["random", "herding"]
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+    assert run(["experiment", str(toml), "--out", str(out)]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == first["rows"]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    toml.write_text("model = 1\n")
+    assert run(["experiment", str(toml), "--out", str(out)]) == 2
+    assert f"{toml}: missing key 'dataset'" in capsys.readouterr().err

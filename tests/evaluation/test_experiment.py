@@ -1,0 +1,160 @@
+"""Experiment grid on a tiny model: an interrupted-then-resumed run reproduces the uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from privlm.errors import UserError
+from privlm.evaluation import experiment
+from privlm.evaluation.config import load_config, parse_config
+from privlm.evaluation.experiment import run_experiment
+from privlm.evaluation.methods import METHODS, Method, register_method
+
+GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
+BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]
+TIMING = {"wall_time_s", "set_s"}
+CALLS: list[str] = []
+
+
+def _first_of_each_class(ctx) -> list[dict]:
+    """A stand-in ε-method (the registry's plug-in point, as GRADMM uses it): records its calls."""
+    CALLS.append(f"{ctx.n_per_class}/{ctx.seed}/{ctx.epsilon}")
+    rows = []
+    for label in range(len(ctx.label_names)):
+        rows += [{"text": t, "label": y} for t, y in ctx.pool if y == label][: ctx.n_per_class]
+    return rows
+
+
+@pytest.fixture(autouse=True)
+def eps_method():
+    register_method("first-eps", Method(_first_of_each_class, "test method", takes_epsilon=True))
+    CALLS.clear()
+    yield
+    del METHODS["first-eps"]
+
+
+def write_dataset(path: Path) -> None:
+    rng = random.Random(0)
+    with path.open("w") as handle:
+        for i in range(160):
+            label = i % 2
+            words = rng.sample(GOOD if label else BAD, 2)
+            handle.write(json.dumps({"text": f"the film is {words[0]} and {words[1]}", "label": label}) + "\n")
+
+
+def config_text(data: Path) -> str:
+    return f"""
+model = "tiny-llama"
+dataset = "jsonl:{data}"
+pool_per_class = 6
+n_per_class = [2, 4]
+seeds = [0, 1]
+test_size = 12
+validation_size = 8
+
+[finetune]
+preset = "tiny"
+epochs = 3
+
+[methods.first-eps]
+epsilons = ["none", 1.0]
+[methods.zero-shot]
+max_new_tokens = 6
+[methods.few-shot]
+k = 2
+max_new_tokens = 6
+[methods.random]
+[methods.herding]
+[methods.k-center]
+[methods.full-pool]
+"""
+
+
+def without_timing(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    toml.write_text(config_text(data))
+    config = load_config(toml)
+    cells = config.cells()
+    assert len(cells) == 2 * 2 * 2 + 5 * 2 * 2 + 2  # first-eps: two ε values; full-pool ignores n
+
+    full = run_experiment(config, tmp_path / "full")
+    assert [r["cell"] for r in full] == [c.key for c in cells]
+    calls_uninterrupted = list(CALLS)
+
+    real = experiment.fit_and_score
+    count = {"n": 0}
+
+    def crash_on_sixth(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] == 6:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "fit_and_score", crash_on_sixth)
+    CALLS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "resumed")
+    assert len((tmp_path / "resumed" / "results.jsonl").read_text().splitlines()) == 5
+    with pytest.raises(UserError, match="pass --resume"):
+        run_experiment(config, tmp_path / "resumed")
+
+    count["n"] = -1000  # no more crashes; count the cells that are redone
+    resumed = run_experiment(config, tmp_path / "resumed", resume=True)
+    assert count["n"] == -1000 + len(cells) - 5
+    # The sixth cell's training set was cached before the crash and is not made again.
+    assert CALLS == calls_uninterrupted
+    assert without_timing(resumed) == without_timing(full)
+    for name in (tmp_path / "full" / "sets").iterdir():
+        assert name.read_text() == (tmp_path / "resumed" / "sets" / name.name).read_text()
+
+    report = (tmp_path / "resumed" / "report.md").read_text()
+    assert "first-eps (ε=1)" in report and "best baseline" in report
+    page = (tmp_path / "resumed" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "src=\"http" not in page
+    assert {p.name for p in (tmp_path / "resumed" / "plots").iterdir()} == {"accuracy_vs_n.png", "accuracy_vs_epsilon.png"}
+
+    few = [r for r in full if r["method"] == "few-shot"]
+    assert all(r["privacy"].startswith("NON-PRIVATE") for r in few)
+    assert all(0 <= r["mia_advantage"] <= 1 and 0 <= r["mia_auc"] <= 1 for r in full)
+
+    changed = parse_config({**_toml_dict(toml), "seeds": [0]}, "changed")
+    with pytest.raises(UserError, match="another configuration"):
+        run_experiment(changed, tmp_path / "resumed", resume=True)
+
+
+def _toml_dict(path: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads(path.read_text())
+
+
+def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    toml = tmp_path / "bad.toml"
+    base = 'model = "tiny-llama"\ndataset = "x"\npool_per_class = 4\nseeds = [0]\n'
+    cases = {
+        base + "n_per_class = [2]\n": "missing key 'methods'",
+        base + "n_per_class = [8]\n[methods.random]\n": "pool_per_class must be an integer >= every n_per_class",
+        base + "n_per_class = [2]\n[methods.random]\nepsilons = [-1]\n": "epsilon must be > 0",
+        base + "n_per_class = [2]\ncolour = 1\n[methods.random]\n": "unknown key",
+        base + "n_per_class = [2]\n[finetune]\npreset = 'tiny'\nepochz = 1\n[methods.random]\n": "bad \\[finetune\\]",
+        "model = ": "not valid TOML",
+    }
+    for text, message in cases.items():
+        toml.write_text(text)
+        with pytest.raises(UserError, match=message):
+            load_config(toml)
+    toml.write_text(base + "n_per_class = [2]\n[methods.random]\nepsilons = [1.0]\n")
+    with pytest.raises(UserError, match="takes no epsilon"):
+        run_experiment(load_config(toml), tmp_path / "out")
+    toml.write_text(base + "n_per_class = [2]\n[methods.magic]\n")
+    with pytest.raises(UserError, match="unknown method 'magic'"):
+        run_experiment(load_config(toml), tmp_path / "out")
