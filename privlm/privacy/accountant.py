@@ -109,7 +109,7 @@ class PrivacyAccountant:
 Accountant = PrivacyAccountant
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8)
 def single_event_pld(event: Event, value_discretization: float) -> pld_lib.PrivacyLossDistribution:
     """Pessimistic PLD of one event (add and remove adjacency), cached by (event, discretization)."""
     if isinstance(event, GaussianRelease):

@@ -15,8 +15,9 @@ Assumptions, all stated here because the guarantee rests on them:
 
 Pessimistic discretization (every step below can only increase δ(ε) for every ε):
 
-* Sensitivity. S_env is binned on a grid 1 = s_0 < s_1 < … < s_B (quantile bins of its law plus a
-  geometric grid of ratio ``max_ratio``); every bin uses its largest sensitivity (smallest X). The mass
+* Sensitivity. S_env is binned on a grid 1 = s_0 < s_1 < … < s_B: the atom S = 1 (X ≥ 1), 256
+  equal-probability bins, and a geometric grid of ratio 1.005 up to the 1 − 1e-10 quantile of S_env
+  and 1.05 beyond; every bin uses its largest sensitivity (smallest X). The mass
   above s_B, P(S_env > s_B), is given infinite sensitivity: the subsampled pair then has loss +∞ with
   probability q (remove) and −ln(1−q) otherwise, which dominates every finite sensitivity. s_B is the
   smaller of the (1 − ``tail_mass``) quantile of S_env (so the infinite-loss mass is at most
@@ -53,8 +54,8 @@ Adjacency = Literal["remove", "add"]
 TAIL_MASS = 1e-15
 MAX_SCALED_SENSITIVITY = 12.0
 LOSS_CAP = 30.0
-QUANTILE_BINS = 128
-MAX_RATIO = 1.01
+QUANTILE_BINS = 256
+MAX_RATIO = 1.005
 FINE_MASS = 1e-10
 COARSE_RATIO = 1.05
 TOP_MASS = 1e-16
