@@ -1,0 +1,82 @@
+"""``privlm train``: private fine-tuning (DP-SGD, optionally with randomized clipping) end to end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from privlm.cli._common import console, err_console, print_json
+from privlm.dpsgd.norms import NORM_MODES
+from privlm.errors import UserError
+from privlm.training.data import TASKS
+from privlm.training.loop import TrainConfig
+from privlm.training.run import fine_tune
+
+
+def train_command(
+    model: str = typer.Option("smollm2-135m", "--model", help="Registered name, local folder or hub id."),
+    data: str = typer.Option(..., "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ..."),
+    task: str = typer.Option("classify", "--task", help=f"One of {', '.join(TASKS)}."),
+    epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
+    delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
+    no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
+    norm_mode: str = typer.Option("mixed", "--norm-mode", help=f"Per-sample norms: {', '.join(NORM_MODES)}."),
+    probes: int = typer.Option(32, "--probes", help="Probes k (hutchinson) or m (hutchpp)."),
+    bookkeeping: bool = typer.Option(False, "--bookkeeping", help="Clipped sum without a second backward."),
+    max_length: int = typer.Option(128, "--max-length", help="T: tokens per example (longer texts are cut)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Expected logical batch size B (Poisson rate B/N)."),
+    physical_batch_size: int | None = typer.Option(None, "--physical-batch-size", help="Micro-batch cap (memory)."),
+    epochs: float = typer.Option(1.0, "--epochs", help="Passes over the data (in expectation)."),
+    lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
+    clip: float = typer.Option(1.0, "--clip", help="Per-sample clipping norm C."),
+    lora: int = typer.Option(0, "--lora", help="LoRA rank R (0: full fine-tuning)."),
+    out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
+    seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
+    checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every N steps."),
+    max_test: int | None = typer.Option(None, "--max-test", help="Score only the first N test examples."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Fine-tune MODEL on the train split of DATA with DP-SGD at (ε, δ); score the test split."""
+    if no_dp and epsilon is not None:
+        raise UserError("--no-dp cannot be combined with --epsilon")
+    if not no_dp and epsilon is None:
+        raise UserError("give --epsilon (the privacy budget), or --no-dp for a non-private baseline")
+    if max_test is not None and max_test < 1:
+        raise UserError(f"--max-test must be >= 1, got {max_test}")
+    config = TrainConfig(
+        task=task, epsilon=epsilon, delta=delta, private=not no_dp, norm_mode=norm_mode, probes=probes,
+        bookkeeping=bookkeeping, max_length=max_length, batch_size=batch_size, epochs=epochs, lr=lr,
+        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, seed=seed,
+        checkpoint_every=checkpoint_every,
+    )
+    start = time.perf_counter()
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+               TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=as_json) as progress:
+        bar = progress.add_task("training", total=None, loss="-", eps="-")
+
+        def on_progress(step: int, total: int, loss: float, eps: float | None) -> None:
+            progress.update(bar, completed=step, total=total, loss=f"{loss:.4f}",
+                            eps="n/a (not private)" if eps is None else f"{eps:.3f}")
+
+        summary = fine_tune(model, data, config, out, resume=resume, max_test=max_test, on_progress=on_progress)
+    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    if as_json:
+        print_json(summary)
+        return
+    test = summary.get("test", {})
+    metric = (f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, n={test['n_test']})"
+              if "accuracy" in test else f"test perplexity {test.get('perplexity', float('nan')):.2f}")
+    privacy = ("NOT private (--no-dp)" if not config.private else
+               f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}")
+    console.print(f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
+                  f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``privlm train``."""
+    app.command("train")(train_command)

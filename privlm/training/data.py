@@ -1,0 +1,128 @@
+"""Training data for private fine-tuning: a dataset's splits as token sequences of at most T tokens.
+
+Two tasks:
+
+- ``classify``: each labelled example ``(text, y)`` becomes the label-word prompt of
+  :mod:`privlm.evaluation.prompts` (``<text><suffix> <word_y>``, context cut from the left to fit T);
+  only the label-word tokens are targets, so the training loss is the negative of the score that
+  test accuracy uses.
+- ``lm``: each text, cut to its first T tokens; every token is a target.
+
+Splits are the datasets' own seeded 80/10/10 splits (:mod:`privlm.resources.splits`). For ``lm`` a
+JSONL file may hold texts without labels (``jsonl:PATH`` with a ``text`` field per line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+from privlm.evaluation.prompts import EncodedOption, collate, encode_option, pad_token_id
+from privlm.resources.corpus import Example
+from privlm.resources.datasets import load_dataset
+from privlm.resources.splits import groups_of_identical, stratified_split
+from privlm.resources.verbalizers import Verbalizer
+
+TASKS = ("classify", "lm")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """Train and test splits of one task. ``classify``: labelled examples and the verbalizer;
+    ``lm``: texts (labels, if any, are ignored) and ``verbalizer=None``."""
+
+    task: str
+    train: tuple[Example, ...] | tuple[str, ...]
+    test: tuple[Example, ...] | tuple[str, ...]
+    verbalizer: Verbalizer | None
+
+
+def model_context_length(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model's position embeddings cover (``max_position_embeddings``), if known."""
+    value = getattr(model.config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def check_max_length(model: PreTrainedModel, max_length: int) -> None:
+    """Refuse a T below 2 or beyond the model's context length."""
+    if max_length < 2:
+        raise UserError(f"--max-length must be >= 2 tokens, got {max_length}")
+    context = model_context_length(model)
+    if context is not None and max_length > context:
+        raise UserError(f"--max-length {max_length} is larger than the model's context of {context} tokens")
+
+
+def load_task_data(name: str, task: str, seed: int = 0) -> TaskData:
+    """Train and test splits of dataset ``name`` for ``task``; a dataset without labels only serves ``lm``."""
+    if task not in TASKS:
+        raise UserError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    unlabelled = _unlabelled_jsonl(name)
+    if unlabelled is not None:
+        if task == "classify":
+            raise UserError(f"dataset {name} has no labels (no 'label' field): --task classify needs labelled data")
+        texts = unlabelled
+        splits = stratified_split([0] * len(texts), seed, groups=groups_of_identical(texts))
+        return TaskData(task, tuple(texts[i] for i in splits["train"]), tuple(texts[i] for i in splits["test"]), None)
+    train = load_dataset(name, "train", seed)
+    test = load_dataset(name, "test", seed)
+    if task == "lm":
+        return TaskData(task, tuple(train.texts), tuple(test.texts), None)
+    return TaskData(task, train.examples, test.examples, train.verbalizer)
+
+
+def _unlabelled_jsonl(name: str) -> list[str] | None:
+    """The texts of a ``jsonl:`` file whose first record has no ``label`` field; None otherwise."""
+    if not name.startswith("jsonl:"):
+        return None
+    path = Path(name[len("jsonl:") :])
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from err
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"].strip():
+            raise UserError(f"{path}:{number}: expected a JSON object with a non-empty 'text'")
+        records.append(record)
+    if not records:
+        raise UserError(f"{path}: no examples")
+    if "label" in records[0]:
+        return None
+    return [r["text"] for r in records]
+
+
+def encode(
+    data: TaskData, tokenizer: PreTrainedTokenizerBase, max_length: int, split: str = "train"
+) -> list[EncodedOption]:
+    """Token ids (≤ ``max_length``) of every example of ``split``, with how many trailing ids are targets."""
+    rows = data.train if split == "train" else data.test
+    if data.task == "classify":
+        suffix, words = data.verbalizer.suffix, data.verbalizer.label_words
+        return [encode_option(tokenizer, text, suffix, words[label], max_length) for text, label in rows]
+    encoded = []
+    for text in rows:
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"][:max_length]
+        encoded.append(EncodedOption(ids, len(ids)))
+    return encoded
+
+
+def make_collate(tokenizer: PreTrainedTokenizerBase) -> Callable[[Sequence[EncodedOption]], dict[str, torch.Tensor]]:
+    """Right-padded batches (``input_ids``, ``attention_mask``, ``labels``) of encoded examples."""
+    pad = pad_token_id(tokenizer)
+
+    def collate_rows(rows: Sequence[EncodedOption]) -> dict[str, torch.Tensor]:
+        return collate(rows, pad)
+
+    return collate_rows

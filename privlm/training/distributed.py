@@ -1,0 +1,149 @@
+"""DP-SGD on several processes with ``torch.distributed`` (``torchrun``; gloo on CPU, NCCL on GPU).
+
+Every rank holds the whole model and the whole (public) index range; rank r owns the shard of
+examples ``i ≡ r (mod world)``. Per logical step:
+
+1. Poisson sampling: every rank draws the same inclusion vector (one shared, seeded sampler
+   generator) and keeps the indices of its own shard. Each rank thus Poisson-samples its shard with
+   rate q, and the union over ranks is *exactly* one Poisson sample of the full dataset with rate q —
+   the sample the accountant assumes (and the one a single process draws with the same seed).
+2. Each rank clips its own samples and accumulates their clipped sum (the engine's clipper).
+3. :func:`all_reduce_clipped_sums` sums the clipped sums over ranks (one flat buffer).
+4. The noise is drawn once for the step: every rank's noise generator is seeded identically, so all
+   ranks add the *same* N(0, σ²C² I) to the same reduced sum and take the same update. The total
+   noise is that of one draw — never one draw per rank.
+
+We do not wrap the model in ``DistributedDataParallel``: DDP all-reduces ``.grad`` of the unclipped
+loss, whereas DP-SGD must all-reduce the clipped sums; the rest of what DDP does (identical initial
+weights) is :func:`broadcast_parameters`. Guarantee: as for one process, provided every rank runs
+the same code on the same dataset order with the same seed (checked by :func:`check_same_on_all_ranks`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from privlm.dpsgd.clipping import PerSampleClipper
+from privlm.errors import UserError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's rank and the world size (``world == 1``: no process group)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_from_env() -> DistContext:
+    """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE`` > 1), or
+    return a one-process context. Backend: NCCL when CUDA is available, gloo otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size())
+
+
+def context() -> DistContext:
+    """The context of an already initialised process group (or one process)."""
+    if dist.is_available() and dist.is_initialized():
+        return DistContext(dist.get_rank(), dist.get_world_size())
+    return DistContext()
+
+
+def shard_of(indices: list[int], ctx: DistContext) -> list[int]:
+    """The indices this rank owns (``i % world == rank``)."""
+    return [i for i in indices if i % ctx.world == ctx.rank] if ctx.enabled else indices
+
+
+def sharded(batches: Iterator[list[int]], ctx: DistContext) -> Iterator[list[int]]:
+    """This rank's part of every Poisson-sampled logical batch of the full dataset."""
+    for indices in batches:
+        yield shard_of(indices, ctx)
+
+
+def all_reduce_clipped_sums(clipper: PerSampleClipper, ctx: DistContext) -> None:
+    """Replace the clipper's accumulated clipped sums by their sum over all ranks (before the noise)."""
+    if not ctx.enabled:
+        return
+    parts = clipper.pop_summed_grads()
+    flat = torch.cat([g.reshape(-1) for g in parts.values()])
+    dist.all_reduce(flat)
+    offset = 0
+    for p, g in parts.items():
+        clipper.summed_grads[p] = flat[offset : offset + g.numel()].view_as(g)
+        offset += g.numel()
+
+
+def all_reduce_grads(params: list[nn.Parameter], ctx: DistContext) -> None:
+    """Sum ``.grad`` over ranks (the non-private path); a missing gradient counts as zero."""
+    if not ctx.enabled:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+def broadcast_parameters(module: nn.Module, ctx: DistContext) -> None:
+    """Give every rank rank 0's parameters and buffers (as DDP does at construction)."""
+    if not ctx.enabled:
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def shared_seed(seed: int | None, ctx: DistContext) -> int | None:
+    """The seed every rank uses: ``seed`` as given, or (``None`` on several ranks) a secret seed drawn
+    from the OS on rank 0 and broadcast, so that all ranks sample and draw noise identically."""
+    if seed is not None or not ctx.enabled:
+        return seed
+    value = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+    dist.broadcast(value, src=0)
+    return int(value.item())
+
+
+def check_same_on_all_ranks(value: Any, what: str, ctx: DistContext) -> None:
+    """Raise :class:`UserError` when ``value`` differs between ranks (e.g. dataset size, settings)."""
+    if not ctx.enabled:
+        return
+    values: list[Any] = [None] * ctx.world
+    dist.all_gather_object(values, value)
+    if any(v != values[0] for v in values):
+        raise UserError(f"{what} differs between ranks: {values}")
+
+
+def gather_objects(value: Any, ctx: DistContext) -> list[Any]:
+    """``value`` of every rank, in rank order (on every rank)."""
+    if not ctx.enabled:
+        return [value]
+    values: list[Any] = [None] * ctx.world
+    dist.all_gather_object(values, value)
+    return values
+
+
+def barrier(ctx: DistContext) -> None:
+    """Wait for all ranks."""
+    if ctx.enabled:
+        dist.barrier()

@@ -1,0 +1,370 @@
+"""The private training loop: Poisson-sampled logical steps, atomic checkpoints, exact resume,
+a clean stop when the privacy budget is spent, on one process or several (:mod:`.distributed`).
+
+    run = prepare(model, rows, collate, TrainConfig(epsilon=3.0, delta=1e-5, batch_size=16, epochs=2))
+    result = train_loop(run, run_dir=Path("runs/x"), resume=False)
+
+Each logical step: this rank's part of a Poisson sample (rate q = B/N), clipped per sample by the
+DP-SGD engine (:mod:`privlm.dpsgd.engine`), clipped sums all-reduced over ranks, noise once, AdamW.
+σ is calibrated from the target ε for the planned number of steps ⌈epochs·⌈1/q⌉⌉ with the norm mode's
+accountant (randomized clipping for ``hutchinson``/``hutchpp``). When σ is given instead, the loop
+stops before the first step that would take ε past the target.
+
+Not covered by the DP guarantee: the training losses shown in the progress bar and written to
+``metrics.jsonl`` are plain statistics of the sampled private examples (diagnostics; do not publish
+them). The release is the final weights plus ``privacy.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
+
+from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
+from privlm.dpsgd.losses import causal_lm_losses
+from privlm.dpsgd.norms import NORM_MODES
+from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
+from privlm.errors import UserError
+from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
+from privlm.privacy.validation import check_delta, check_epsilon
+from privlm.training import checkpoint as ckpt
+from privlm.training.distributed import (
+    DistContext,
+    all_reduce_clipped_sums,
+    all_reduce_grads,
+    barrier,
+    broadcast_parameters,
+    check_same_on_all_ranks,
+    context,
+    gather_objects,
+    shard_of,
+    shared_seed,
+)
+
+RESUME_INSENSITIVE = ("checkpoint_every", "log_every")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one training run.
+
+    Private runs give ``epsilon`` (σ calibrated for the planned steps) or ``noise_multiplier`` (σ as
+    given; with ``epsilon`` too, training stops when the budget is spent). ``private=False`` trains
+    without clipping or noise (a non-private baseline; nothing is accounted). ``batch_size`` is the
+    *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the micro-batches.
+    ``seed`` makes sampling, probes and noise reproducible — whoever knows it can remove the noise,
+    so keep it secret; ``None`` draws them from the OS."""
+
+    task: str = "classify"
+    epsilon: float | None = None
+    delta: float = 1e-5
+    noise_multiplier: float | None = None
+    private: bool = True
+    norm_mode: str = "mixed"
+    probes: int = 32
+    bookkeeping: bool = False
+    max_length: int = 128
+    batch_size: int = 16
+    epochs: float = 1.0
+    lr: float = 1e-3
+    max_grad_norm: float = 1.0
+    physical_batch_size: int | None = None
+    lora: int = 0
+    seed: int | None = None
+    accountant: str = "pld"
+    checkpoint_every: int = 50
+    log_every: int = 10
+
+    def __post_init__(self) -> None:
+        if self.private:
+            if self.epsilon is None and self.noise_multiplier is None:
+                raise UserError("a private run needs --epsilon (or a noise multiplier)")
+            if self.epsilon is not None:
+                check_epsilon(self.epsilon, "--epsilon")
+            check_delta(self.delta, "--delta")
+            if self.noise_multiplier is not None and not self.noise_multiplier > 0:
+                raise UserError(f"noise multiplier must be > 0, got {self.noise_multiplier}")
+        if self.norm_mode not in NORM_MODES:
+            raise UserError(f"--norm-mode must be one of {', '.join(NORM_MODES)}, got {self.norm_mode!r}")
+        for name in ("batch_size", "checkpoint_every", "log_every", "max_length"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not (self.epochs > 0 and self.lr > 0 and self.max_grad_norm > 0 and self.lora >= 0):
+            raise UserError(
+                f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
+                f"(got {self.epochs}, {self.lr}, {self.max_grad_norm}, {self.lora})"
+            )
+
+    def resume_key(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the interrupted one."""
+        return {k: v for k, v in asdict(self).items() if k not in RESUME_INSENSITIVE}
+
+
+@dataclass
+class Run:
+    """A prepared run: the model, the (DP) optimizer and what one step needs."""
+
+    config: TrainConfig
+    module: nn.Module
+    optimizer: Any
+    engine: PrivacyEngine | None
+    private_model: PrivateModel | None
+    rows: Sequence[Any]
+    collate: Callable[[list], Any]
+    sample_rate: float
+    total_steps: int
+    sampler_generator: torch.Generator
+    ctx: DistContext
+    event: PoissonGaussianStep | None
+    budget_steps: int
+
+    @property
+    def noise_multiplier(self) -> float | None:
+        return None if self.event is None else self.event.noise_multiplier
+
+
+@dataclass
+class LoopResult:
+    """How the loop ended: steps taken in total, why it stopped, ε spent (None when not private)."""
+
+    steps: int
+    total_steps: int
+    stopped: str
+    epsilon: float | None
+    resumed_from: int | None
+    wall_s: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _os_seed() -> int:
+    return int(torch.seed())
+
+
+def prepare(
+    module: nn.Module,
+    rows: Sequence[Any],
+    collate: Callable[[list], Any],
+    config: TrainConfig,
+    ctx: DistContext | None = None,
+) -> Run:
+    """Wrap ``module`` (its trainable parameters are trained) for DP-SGD on ``rows`` (all ranks pass
+    the same rows in the same order); ``collate`` turns a list of rows into a model batch."""
+    ctx = ctx or context()
+    if len(rows) == 0:
+        raise UserError("no training examples")
+    seed = shared_seed(config.seed, ctx)
+    check_same_on_all_ranks((len(rows), config.resume_key() | {"seed": seed}), "dataset size or settings", ctx)
+    broadcast_parameters(module, ctx)
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        raise UserError("the model has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=config.lr)
+    loader = DataLoader(rows, batch_size=config.batch_size, collate_fn=collate)
+    engine = private_model = event = None
+    if config.private:
+        engine = PrivacyEngine(config.norm_mode, config.probes, config.bookkeeping, config.accountant, seed)
+        private_model, optimizer, private_loader = engine.make_private(
+            module, optimizer, loader,
+            max_grad_norm=config.max_grad_norm, noise_multiplier=config.noise_multiplier,
+            target_epsilon=None if config.noise_multiplier is not None else config.epsilon,
+            delta=config.delta, epochs=config.epochs,
+            max_physical_batch_size=config.physical_batch_size, loss_reduction="mean",
+        )
+        sampler = private_loader.batch_sampler
+        sample_rate, generator = sampler.sample_rate, sampler.generator
+        probes = engine.probes if engine.clipping_kind != "exact" else None
+        event = PoissonGaussianStep(sample_rate, optimizer.noise_multiplier, engine.clipping_kind, probes)
+    else:
+        sample_rate = min(1.0, config.batch_size / len(rows))
+        generator = torch.Generator().manual_seed(seed if seed is not None else _os_seed())
+    total = math.ceil(config.epochs * math.ceil(1 / sample_rate))
+    budget = total
+    if event is not None and config.noise_multiplier is not None and config.epsilon is not None:
+        budget = steps_within_budget(event, config.epsilon, config.delta, total, config.accountant)
+    return Run(config, module, optimizer, engine, private_model, rows, collate, sample_rate, total,
+               generator, ctx, event, budget)
+
+
+def steps_within_budget(event: PoissonGaussianStep, epsilon: float, delta: float, upper: int, method: str = "pld") -> int:
+    """The largest n ≤ ``upper`` with ε(n repetitions of ``event``) ≤ ``epsilon`` (bisection; ε grows with n)."""
+
+    def eps(n: int) -> float:
+        return dpsgd_epsilon(event.noise_multiplier, event.sample_rate, n, delta, event.clipping, event.probes, method)
+
+    if eps(upper) <= epsilon:
+        return upper
+    lo, hi = 0, upper  # eps(lo) <= epsilon < eps(hi), with eps(0) = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if eps(mid) <= epsilon else (lo, mid)
+    return lo
+
+
+def _step(run: Run, batch: Any, n_local: int) -> torch.Tensor:
+    """One logical step on this rank's part of the batch; returns its per-sample losses."""
+    run.optimizer.zero_grad()
+    if run.private_model is not None:
+        losses = run.private_model.clipped_backward(batch).losses
+        all_reduce_clipped_sums(run.private_model.clipper, run.ctx)
+    else:
+        params = [p for p in run.module.parameters() if p.requires_grad]
+        losses = torch.zeros(0)
+        if n_local:
+            losses = causal_lm_losses(run.module, batch, reduction="mean")
+            (losses.sum() / (run.sample_rate * len(run.rows))).backward()
+            losses = losses.detach()
+        all_reduce_grads(params, run.ctx)
+    run.optimizer.step()
+    return losses
+
+
+def _mean_loss(losses: torch.Tensor, ctx: DistContext) -> float:
+    totals = torch.tensor([float(losses.sum()), float(losses.numel())], dtype=torch.float64)
+    if ctx.enabled:
+        dist.all_reduce(totals)
+    return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+
+
+def _rng_state(run: Run) -> dict[str, Any]:
+    probes = run.private_model.clipper.generator.get_state() if run.private_model is not None else None
+    return {
+        "sampler": run.sampler_generator.get_state(),
+        "noise": run.optimizer.generator.get_state() if run.private_model is not None else None,
+        "probes": gather_objects(probes, run.ctx),
+    }
+
+
+def _restore(run: Run, state: ckpt.Checkpoint) -> None:
+    ckpt.load_trainable_state(run.module, state.weights)
+    run.optimizer.load_state_dict(state.optimizer)
+    run.sampler_generator.set_state(state.rng["sampler"])
+    if run.private_model is not None:
+        run.optimizer.generator.set_state(state.rng["noise"])
+        run.private_model.clipper.generator.set_state(state.rng["probes"][run.ctx.rank])
+        for entry in state.ledger:
+            if entry.event != run.event:
+                raise UserError(f"{state.path}: ledger event {entry.event} differs from this run's {run.event}")
+            run.engine.accountant.record(entry.event, entry.count)
+        run.engine.steps = state.step
+
+
+def _meta(run: Run) -> dict[str, Any]:
+    return {"config": run.config.resume_key(), "sample_rate": run.sample_rate, "total_steps": run.total_steps,
+            "noise_multiplier": run.noise_multiplier, "world": run.ctx.world}
+
+
+def _check_run_dir(run: Run, run_dir: Path, resume: bool) -> ckpt.Checkpoint | None:
+    """The checkpoint to resume from (None: start fresh); refuses to overwrite an earlier run."""
+    found = ckpt.checkpoints(run_dir) if run_dir.is_dir() else []
+    if not resume:
+        if found or (run_dir / "privacy.json").exists():
+            raise UserError(f"{run_dir} already holds a training run; pass --resume to continue it or choose a new --out")
+        return None
+    if not found:
+        return None
+    state = ckpt.load_checkpoint(found[-1])
+    if state.meta.get("config") != _json_roundtrip(_meta(run)["config"]) or state.meta.get("world") != run.ctx.world:
+        raise UserError(f"{found[-1]} was written with other settings; resume with the same options (and world size)")
+    return state
+
+
+def _json_roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """Keep the metrics lines of steps ≤ ``step`` (those the checkpoint covers)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+            and json.loads(line).get("step", 0) <= step]
+    ckpt.write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def append_metrics(run_dir: Path | None, record: dict[str, Any]) -> None:
+    """Append one JSON line to ``RUN_DIR/metrics.jsonl``."""
+    if run_dir is None:
+        return
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def train_loop(
+    run: Run,
+    run_dir: Path | None = None,
+    resume: bool = False,
+    on_progress: Callable[[int, int, float, float | None], None] | None = None,
+) -> LoopResult:
+    """Train until the planned steps are done or the budget is spent.
+
+    With ``run_dir``: checkpoints every ``checkpoint_every`` steps and at the end, ``privacy.json`` and
+    ``metrics.jsonl``; ``resume`` continues from the last checkpoint (same settings required).
+    ``on_progress(step, total, loss, epsilon)`` is called after every step (ε only at log steps)."""
+    start_time = time.perf_counter()
+    ctx, config = run.ctx, run.config
+    ledger = Ledger()
+    start = 0
+    state = None
+    if run_dir is not None:
+        if ctx.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.remove_stale_temporaries(run_dir)
+        barrier(ctx)
+        state = _check_run_dir(run, run_dir, resume)
+        if state is not None:
+            _restore(run, state)
+            ledger, start = state.ledger, state.step
+            if ctx.is_main:
+                ledger.save(run_dir / "privacy.json")
+                _trim_metrics(run_dir / "metrics.jsonl", start)
+        barrier(ctx)
+    end = min(run.total_steps, run.budget_steps)
+    epsilon = _epsilon(run) if start else (0.0 if run.event is not None else None)
+    history: list[dict[str, Any]] = []
+    last_saved = start
+    sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.sampler_generator))
+    for step in range(start + 1, end + 1):
+        indices = shard_of(next(sampler), ctx)
+        rows = [run.rows[i] for i in indices]
+        batch = run.collate(rows) if rows else _empty_batch(run)
+        loss = _mean_loss(_step(run, batch, len(rows)), ctx)
+        if step % config.log_every == 0 or step == end:
+            epsilon = _epsilon(run)
+            record = {"step": step, "loss": loss, "epsilon": epsilon, "time_s": round(time.perf_counter() - start_time, 3)}
+            history.append(record)
+            if ctx.is_main:
+                append_metrics(run_dir, record)
+        if run_dir is not None and (step % config.checkpoint_every == 0 or step == end):
+            if run.event is not None:
+                ledger.record(run.event, step - last_saved, f"steps {last_saved + 1}-{step}")
+            rng = _rng_state(run)
+            if ctx.is_main:
+                ckpt.save_checkpoint(run_dir, step, run.module, run.optimizer.state_dict(), rng, ledger, _meta(run))
+                if run.event is not None:
+                    ledger.save(run_dir / "privacy.json")
+            barrier(ctx)
+            last_saved = step
+        if on_progress is not None:
+            on_progress(step, end, loss, epsilon)
+    stopped = "budget" if end < run.total_steps else "done"
+    return LoopResult(end, run.total_steps, stopped, _epsilon(run), start or None,
+                      time.perf_counter() - start_time, history)
+
+
+def _epsilon(run: Run) -> float | None:
+    return None if run.engine is None else run.engine.epsilon(run.config.delta)
+
+
+def _empty_batch(run: Run) -> Any:
+    """A batch with zero rows and the structure of a real one (a rank's share may be empty)."""
+    return take_rows(run.collate([run.rows[0]]), 0, 0)

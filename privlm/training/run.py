@@ -1,0 +1,84 @@
+"""One fine-tuning run from names: model + dataset + settings → trained model, ledger, metrics.
+
+Used by ``privlm train`` and by Python callers alike; under ``torchrun`` every rank calls it (rank 0
+writes the run folder and evaluates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.resources.models import load_model
+from privlm.training.checkpoint import replace_folder
+from privlm.training.data import check_max_length, encode, load_task_data, make_collate
+from privlm.training.distributed import barrier, init_from_env
+from privlm.training.evaluate import test_metrics
+from privlm.training.loop import TrainConfig, append_metrics, prepare, train_loop
+
+SPLIT_SEED = 0  # the datasets' standard seeded splits, whatever the training seed
+LORA_ALPHA = 16
+
+
+def with_lora(model: PreTrainedModel, rank: int, seed: int | None) -> torch.nn.Module:
+    """LoRA adapters of rank ``rank`` on all linear layers (base frozen); ``rank == 0``: train everything."""
+    if rank == 0:
+        return model.requires_grad_(True)
+    config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)  # peft draws the A matrices from the global generator
+        return get_peft_model(model, config)
+
+
+def save_model(module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, run_dir: Path, lora: bool) -> Path:
+    """Write ``RUN_DIR/adapter`` (LoRA, safetensors) or ``RUN_DIR/model`` (+ tokenizer) atomically."""
+    target = run_dir / ("adapter" if lora else "model")
+    tmp = run_dir / f".{target.name}.tmp"
+    module.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    replace_folder(tmp, target)
+    return target
+
+
+def fine_tune(
+    model_name: str,
+    data_name: str,
+    config: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    max_test: int | None = None,
+    on_progress: Callable[[int, int, float, float | None], None] | None = None,
+) -> dict[str, Any]:
+    """Train ``model_name`` on the train split of ``data_name`` and score its test split.
+
+    Returns a JSON-ready summary (steps, why training stopped, σ, ε spent, test metrics, wall time)."""
+    ctx = init_from_env()
+    model, tokenizer = load_model(model_name, seed=config.seed or 0)
+    check_max_length(model, config.max_length)
+    data = load_task_data(data_name, config.task, SPLIT_SEED)
+    rows = encode(data, tokenizer, config.max_length)
+    module = with_lora(model, config.lora, config.seed)
+    module.train()
+    run = prepare(module, rows, make_collate(tokenizer), config, ctx)
+    result = train_loop(run, run_dir, resume, on_progress)
+    summary: dict[str, Any] = {
+        "model": model_name, "data": data_name, "task": config.task, "private": config.private,
+        "norm_mode": config.norm_mode if config.private else None, "n_train": len(rows),
+        "steps": result.steps, "planned_steps": result.total_steps, "stopped": result.stopped,
+        "sample_rate": run.sample_rate, "noise_multiplier": run.noise_multiplier,
+        "epsilon": result.epsilon, "delta": config.delta if config.private else None,
+        "resumed_from": result.resumed_from, "world_size": ctx.world, "train_wall_s": round(result.wall_s, 1),
+    }
+    if ctx.is_main:
+        summary["saved"] = str(save_model(module, tokenizer, run_dir, config.lora > 0))
+        summary["test"] = test_metrics(module, tokenizer, data, config.max_length, max_examples=max_test)
+        append_metrics(run_dir, {"step": result.steps, "test": summary["test"]})
+    barrier(ctx)
+    return summary
