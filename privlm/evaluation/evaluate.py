@@ -27,23 +27,30 @@ def fit_and_score(
 ) -> dict[str, object]:
     """Fine-tune a copy of ``model`` on ``train`` (best epoch on ``validation`` if given) and score it.
 
+    An empty ``train`` (a method whose filtering kept nothing) scores ``model`` itself: a classifier
+    trained on nothing is the base model.
+
     Returns a JSON-ready dict: test ``accuracy`` with its 95% bootstrap interval, ``n_train``,
     ``n_test``, ``best_epoch``, ``validation_accuracy``, and — when ``members`` and ``nonmembers``
     are given — the loss attack's ``mia_advantage`` and ``mia_auc``.
     """
-    result = finetune_classifier(
-        model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=on_step
-    )
-    accuracy = evaluate_accuracy(result.model, tokenizer, test, suffix, label_words, max_length=config.max_length)
+    if train:
+        result = finetune_classifier(
+            model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=on_step
+        )
+        tuned, best_epoch, validation_accuracy = result.model, result.best_epoch, result.validation_accuracy
+    else:
+        tuned, best_epoch, validation_accuracy = model, 0, None
+    accuracy = evaluate_accuracy(tuned, tokenizer, test, suffix, label_words, max_length=config.max_length)
     row: dict[str, object] = {
         **accuracy.as_dict(),
         "n_train": len(train),
-        "best_epoch": result.best_epoch,
-        "validation_accuracy": result.validation_accuracy,
+        "best_epoch": best_epoch,
+        "validation_accuracy": validation_accuracy,
     }
     if members is not None and nonmembers is not None:
         attack = membership_inference(
-            result.model, tokenizer, members, nonmembers, suffix, label_words, max_length=config.max_length
+            tuned, tokenizer, members, nonmembers, suffix, label_words, max_length=config.max_length
         )
         row.update(attack.as_dict())
     return row

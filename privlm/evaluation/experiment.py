@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
 from privlm.evaluation.config import Cell, ExperimentConfig
 from privlm.evaluation.coresets import last_token_features
@@ -106,7 +107,7 @@ def run_experiment(
             )
             write_jsonl_atomic(set_path, method.run(ctx))
         generation_s = time.perf_counter() - start
-        train_set = read_training_set(set_path, train.label_names)
+        train_set = read_training_set(set_path, train.label_names, allow_empty=True)
         finetune = config.finetune_config(cell.seed)
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(finetune.epochs * math.ceil(len(train_set) / finetune.batch_size))

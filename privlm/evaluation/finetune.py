@@ -92,7 +92,7 @@ def finetune_classifier(
     for text, label in train:
         if not 0 <= label < len(label_words):
             raise UserError(f"label {label} of {text[:40]!r} is outside 0..{len(label_words) - 1}")
-    model = copy.deepcopy(model)
+    model = copy.deepcopy(model).requires_grad_(not config.lora_rank)
     if config.lora_rank:
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
         with torch.random.fork_rng(devices=[]):

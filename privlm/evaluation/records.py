@@ -48,7 +48,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def read_training_set(path: str | Path, label_names: Sequence[str]) -> list[Example]:
+def read_training_set(path: str | Path, label_names: Sequence[str], allow_empty: bool = False) -> list[Example]:
     """Rows with ``text`` (non-empty string), ``label`` (int in ``0..K-1``) and optionally ``label_name``.
 
     A ``label_name``, when present, must be ``label_names[label]``: it catches files written for a
@@ -80,7 +80,7 @@ def read_training_set(path: str | Path, label_names: Sequence[str]) -> list[Exam
                 f"{where}: label_name {row['label_name']!r} does not match class {label} ({label_names[label]!r})"
             )
         examples.append((row["text"], label))
-    if not examples:
+    if not examples and not allow_empty:
         raise UserError(f"{path}: no examples")
     return examples
 

@@ -51,6 +51,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
             "ci_low_mean": float(np.mean([r["ci_low"] for r in group])),
             "ci_high_mean": float(np.mean([r["ci_high"] for r in group])),
+            "n_train_mean": float(np.mean([r["n_train"] for r in group])),
             "privacy": group[0]["privacy"],
             "wall_time_s": float(sum(r["wall_time_s"] for r in group)),
         }
@@ -134,11 +135,11 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
 
 
 def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    head = ["method", "n/class", "seeds", "accuracy (mean ± sd)", "95% CI (mean)", "MIA adv.", "MIA AUC", "wall s", "privacy"]
+    head = ["method", "n/class", "train size", "seeds", "accuracy (mean ± sd)", "95% CI (mean)", "MIA adv.", "MIA AUC", "wall s", "privacy"]
     body = []
     for e in sorted(summary, key=lambda e: (e["n_per_class"], -e["accuracy_mean"])):
         body.append([
-            e["label"], str(e["n_per_class"]), str(e["seeds"]),
+            e["label"], str(e["n_per_class"]), f"{e['n_train_mean']:g}", str(e["seeds"]),
             f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}", f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
             f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
             f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",

@@ -39,6 +39,7 @@ def params_of(model) -> list[torch.Tensor]:
 
 def test_full_finetuning_learns_keyword_task_and_leaves_input_model_unchanged() -> None:
     model, tok = build_tiny_model("tiny-llama", seed=0)
+    model.requires_grad_(False)  # as GRADMM leaves a shared model: fine-tuning must still train all weights
     before = params_of(model)
     start = evaluate_accuracy(model, tok, TEST, SUFFIX, WORDS).value
     result = finetune_classifier(model, tok, TRAIN, SUFFIX, WORDS, preset("tiny"))
@@ -46,6 +47,7 @@ def test_full_finetuning_learns_keyword_task_and_leaves_input_model_unchanged() 
     assert start < 0.7 and after >= 0.9, (start, after)
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not any(p.requires_grad for p in model.parameters())
     assert not result.model.training
 
 

@@ -1,0 +1,40 @@
+"""The ``gradmm`` experiment method: DP synthetic text from :mod:`privlm.gradmm`, one run per cell.
+
+The private pool enters only through GRADMM's DP release (``load_private``); generation and
+filtering see the release alone. The run lives in the cell's ``workdir`` and is always resumed:
+a saved release is reused, never redrawn, so an interrupted experiment does not spend ε twice.
+Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``) and any
+:class:`privlm.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from privlm.evaluation.methods import Method, MethodContext, register_method
+from privlm.gradmm.config import make_config
+from privlm.gradmm.pipeline import run_synthesis
+from privlm.gradmm.prompt import build_prompt
+
+
+def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
+    """Synthesize ``n_per_class`` examples per class (fewer if filtering runs short) at the cell's ε."""
+    params = dict(ctx.params)
+    config = make_config(params.pop("preset", "paper"), **params, seed=ctx.seed)
+    model = copy.deepcopy(ctx.model).requires_grad_(False)  # GRADMM differentiates the inputs only
+    prompt = build_prompt(ctx.tokenizer, ctx.suffix, ctx.label_words, ctx.label_names)
+    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    dp = ctx.epsilon is not None
+    result = run_synthesis(
+        model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
+        out=ctx.workdir / "synthetic.jsonl", per_class=ctx.n_per_class, config=config, dp=dp,
+        epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True,
+    )
+    return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
+
+
+register_method(
+    "gradmm",
+    Method(gradmm_rows, "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'", takes_epsilon=True),
+)

@@ -1,0 +1,43 @@
+"""The ``gradmm`` method inside an experiment (tiny model, tiny ADMM): DP rows, release reused on redo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from privlm.evaluation.config import parse_config
+from privlm.evaluation.experiment import run_experiment
+
+
+def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    words = {0: ["dull", "slow", "bad"], 1: ["warm", "funny", "great"]}
+    data.write_text("".join(
+        json.dumps({"text": f"the film is {words[y][i % 3]} number {i}", "label": ["bad", "great"][y]}) + "\n"
+        for i in range(30) for y in (0, 1)
+    ))
+    config = parse_config({
+        "model": "tiny-llama", "dataset": f"jsonl:{data}", "pool_per_class": 4, "n_per_class": [2], "seeds": [0],
+        "test_size": 6, "mia": False, "finetune": {"preset": "tiny", "epochs": 1},
+        "methods": {"gradmm": {"epsilons": ["none", 2.0], "preset": "demo", "length": 3, "batch": 2,
+                               "outer_steps": 2, "inner_steps": 2, "top_k": 20, "oversample": 1.0}},
+    }, "test")
+    out = tmp_path / "out"
+    rows = run_experiment(config, out)
+    assert [(r["epsilon"], r["delta"]) for r in rows] == [(None, None), (2.0, 1e-5)]
+    assert all("NOT private when ε is 'none'" in r["privacy"] for r in rows)
+    # GRADMM's few-shot filter may keep nothing with a random tiny model; then the base model is scored.
+    dp_set = [json.loads(line) for line in (out / "sets" / f"{rows[1]['cell']}.jsonl").read_text().splitlines()]
+    assert rows[1]["n_train"] == len(dp_set) <= 4
+    assert all(r["dp"] is True and r["epsilon_spent"] >= 2.0 for r in dp_set)
+    work = out / "work" / rows[1]["cell"]
+    assert json.loads((work / "synthetic.jsonl.privacy.json").read_text())["epsilon"] >= 2.0
+    release = work / "synthetic.jsonl.gradmm" / "release.pt"
+    drawn = release.read_bytes()
+    # Redo the DP cell as after a crash between synthesis and scoring: the release is reused, not redrawn.
+    (out / "sets" / f"{rows[1]['cell']}.jsonl").unlink()
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text(lines[0] + "\n")
+    again = run_experiment(config, out, resume=True)
+    assert release.read_bytes() == drawn
+    assert again[1]["accuracy"] == rows[1]["accuracy"]
