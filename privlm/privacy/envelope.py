@@ -10,8 +10,11 @@ depend on the (private) example. The accountant needs one distribution that domi
 i.e. Q is replaced by min(X, 1) with X ~ χ²_k/k (the single-term spectrum w = e₁ below 1, and "no
 discount" above 1), so the released clipped gradient norm min(n, C/√Q) ≤ C·max(1, X^{-1/2}).
 
-Assumption (checked, not proven here): sup_w P(Q_w ≤ x) = P(χ²_k/k ≤ x) for every x < 1. It holds for
-w = e₁ with equality; exactly computed parts only move Q towards 1 (Q = c + (1 − c)Q', c ∈ [0, 1]);
+Assumption (checked, not proven here): sup_w P(Q_w ≤ x) = P(χ²_k/k ≤ x) for every x < 1. The value is
+attained at w = e₁ (a rank-one example), and for x ≥ 1 the supremum is 1 (spread spectra concentrate Q
+at 1), so F_env is the pointwise supremum: no single distribution dominating every spectrum can be
+smaller (a tighter analysis would have to go beyond stochastic domination). Exactly computed parts only
+move Q towards 1 (Q = c + (1 − c)Q', c ∈ [0, 1]);
 tests/privacy/test_envelope.py checks it by Monte Carlo over Dirichlet, uniform (m = 1…1,000 terms)
 and two-term spectra for k ∈ {4, 8, 32, 128}. Hutch++ with m probes uses k = ⌊m/3⌋ (see
 :func:`privlm.privacy.events.hutchinson_probes`).
