@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import typer
@@ -90,7 +91,8 @@ def account(
 
     key = "noise_multiplier" if target_epsilon is not None else "epsilon"
     if json_output:
-        payload: dict[str, object] = {key: results[kinds[0]] if len(kinds) == 1 else results}
+        shown = {kind: _json_number(value) for kind, value in results.items()}
+        payload: dict[str, object] = {key: shown[kinds[0]] if len(kinds) == 1 else shown}
         payload.update(
             sample_rate=sample_rate, steps=steps, delta=delta, method=method,
             probes={kind: chosen_probes[kind] for kind in kinds},
@@ -102,6 +104,11 @@ def account(
         print_json(payload)
         return
     _print_table(results, chosen_probes, key, sample_rate, steps, delta, noise_multiplier, target_epsilon)
+
+
+def _json_number(value: float) -> float | str:
+    """Strict JSON has no Infinity: an unbounded ε (see privlm.privacy.randomized) is written as "inf"."""
+    return value if math.isfinite(value) else "inf"
 
 
 def _print_table(

@@ -77,3 +77,11 @@ def test_bad_input_exits_2_with_reason(extra: list[str], needle: str, capsys) ->
     assert code == 2
     assert out == ""
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_unbounded_epsilon_is_strict_json(capsys) -> None:
+    """k = 1 probe at σ = 0.5: the random sensitivity's tail makes ε unbounded at this δ."""
+    args = BASE + ["--noise-multiplier", "0.5", "--clipping", "hutchinson", "--probes", "1", "--json"]
+    code, out, _ = _run(args, capsys)
+    assert code == 0
+    assert json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))["epsilon"] == "inf"
