@@ -71,7 +71,7 @@ class SensitivityGrid:
     """Pessimistic discretization of the random sensitivity (units of C).
 
     ``sensitivities[b]`` (ascending, the first is 1) carries probability ``probabilities[b]``;
-    ``tail_probability`` is the mass treated as infinite sensitivity. The three sum to one.
+    ``tail_probability`` is the mass treated as infinite sensitivity; together they sum to one.
     """
 
     sensitivities: np.ndarray
@@ -90,15 +90,14 @@ def sensitivity_grid(
 ) -> SensitivityGrid:
     """Bins of S_env = max(1, X^{-1/2}), X ~ χ²_k/k; each bin's mass sits at its upper edge."""
     check_count(probes, "probes")
+    check_noise_multiplier(noise_multiplier)
     s_max = float(
         min(sensitivity_quantile_above(tail_mass, probes), max(1.0, max_scaled_sensitivity * noise_multiplier))
     )
     edges = [1.0]
     if s_max > 1.0:
         s_fine = float(min(s_max, sensitivity_quantile_above(FINE_MASS, probes)))
-        fine = np.exp(np.arange(1, math.ceil(math.log(s_fine) / math.log(max_ratio)) + 1) * math.log(max_ratio))
-        coarse = s_fine * np.exp(np.arange(1, math.ceil(math.log(s_max / s_fine) / math.log(COARSE_RATIO)) + 1) * math.log(COARSE_RATIO))
-        geometric = np.concatenate([fine, coarse])
+        geometric = np.concatenate([_geometric(1.0, s_fine, max_ratio), _geometric(s_fine, s_max, COARSE_RATIO)])
         above_1, above_max = sensitivity_survival([1.0, s_max], probes)
         levels = above_max + (above_1 - above_max) * np.arange(quantile_bins - 1, 0, -1) / quantile_bins
         quantiles = sensitivity_quantile_above(levels, probes)
@@ -108,6 +107,12 @@ def sensitivity_grid(
     survival = sensitivity_survival(edges, probes)
     probabilities = np.concatenate([[1.0 - survival[0]], survival[:-1] - survival[1:]])
     return SensitivityGrid(edges, np.clip(probabilities, 0.0, None), float(survival[-1]))
+
+
+def _geometric(start: float, stop: float, ratio: float) -> np.ndarray:
+    """start·ratio, start·ratio², … up to the first point ≥ stop."""
+    count = math.ceil(math.log(stop / start) / math.log(ratio)) if stop > start else 0
+    return start * ratio ** np.arange(1, count + 1)
 
 
 def subsampled_gaussian_delta(
@@ -174,8 +179,7 @@ def _difference(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
 
 def _loss_range(mu: float, q: float, z: float, adjacency: Adjacency, loss_cap: float) -> tuple[float, float]:
     """Losses holding all but Φ(−z) of one component's mass on each side, clipped to ±loss_cap."""
-    with np.errstate(divide="ignore"):
-        log_keep = math.log1p(-q) if q < 1.0 else -math.inf
+    log_keep = math.log1p(-q) if q < 1.0 else -math.inf
 
     def remove_loss(x: float) -> float:  # increasing in x
         return float(np.logaddexp(log_keep, math.log(q) + mu * x - mu * mu / 2.0))
