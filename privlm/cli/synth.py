@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.cli._common import console, err_console, print_json
 from privlm.errors import UserError
@@ -39,6 +40,8 @@ def private_examples(data: str, per_class: int | None) -> Callable[[], list[tupl
 
 
 def synthesize_with_progress(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     *,
     model_name: str,
     data: str,
@@ -50,12 +53,11 @@ def synthesize_with_progress(
     out: Path,
     resume: bool,
 ) -> tuple[SynthResult, float]:
-    """Load the model and the dataset's public verbalizer, run the pipeline with rich progress bars.
+    """Read the dataset's public verbalizer, run the pipeline with rich progress bars.
 
-    Returns the result and the wall time in seconds.
+    Returns the result and the wall time in seconds (model loading excluded).
     """
     from privlm.resources.datasets import load_dataset
-    from privlm.resources.models import load_model
 
     start = time.perf_counter()
     if per_class < 1:
@@ -63,7 +65,6 @@ def synthesize_with_progress(
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
     dataset = load_dataset(data, split=None, seed=SPLIT_SEED)  # only its public verbalizer is used here
-    model, tokenizer = load_model(model_name)
     model.requires_grad_(False)
     prompt = build_prompt(
         tokenizer, dataset.verbalizer.suffix, dataset.verbalizer.label_words, dataset.label_names
@@ -160,8 +161,11 @@ def register(app: typer.Typer) -> None:
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
             inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed,
         )
+        from privlm.resources.models import load_model
+
+        loaded, tokenizer = load_model(model)
         result, wall_s = synthesize_with_progress(
-            model_name=model, data=data, per_class=per_class, config=config, dp=not no_dp,
+            loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=not no_dp,
             epsilon=epsilon, delta=delta, out=out, resume=resume,
         )
         if json_out:

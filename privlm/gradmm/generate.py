@@ -23,9 +23,9 @@ from privlm.errors import UserError
 from privlm.gradmm.admm import run_admm
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate, few_shot_labels, select
-from privlm.gradmm.matching import matching_loss, per_example_matching_loss
+from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.gradmm.projection import Projector
-from privlm.gradmm.prompt import head_logits, last_hidden_from_embeds
+from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds
 from privlm.gradmm.release import Release, model_fingerprint
 
 StepCallback = Callable[[int, int, float], None]
@@ -41,6 +41,35 @@ def batches_per_class(per_class: int, config: SynthConfig) -> int:
     return math.ceil(per_class * config.oversample / config.batch)
 
 
+def wrap_in_prompt(model: PreTrainedModel, prompt: Prompt, x: torch.Tensor) -> torch.Tensor:
+    """``[prefix, x, suffix]`` as input embeddings (B × (P + L + S) × d) for synthetic embeddings ``x``."""
+    embedding = model.get_input_embeddings().weight.detach()
+    prefix = embedding[list(prompt.prefix_ids)].expand(x.shape[0], -1, -1)
+    suffix = embedding[list(prompt.suffix_ids)].expand(x.shape[0], -1, -1)
+    return torch.cat([prefix, x, suffix], dim=1)
+
+
+def make_objective(
+    model: PreTrainedModel,
+    prompt: Prompt,
+    label_token: int,
+    target: torch.Tensor,
+    closed_form: bool = True,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The ADMM objective ``X ↦ 1 − cos(target, G_syn(X))`` for synthetic embeddings X (B × L × d).
+
+    ``closed_form=False`` gives the autograd double-backward version (benchmark reference only).
+    """
+
+    def objective(x: torch.Tensor) -> torch.Tensor:
+        hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, x))
+        if closed_form:
+            return matching_loss(hidden, head_logits(model, hidden), label_token, target)
+        return autograd_matching_loss(hidden, head_weight(model), label_token, target)
+
+    return objective
+
+
 def generate_batch(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -53,17 +82,9 @@ def generate_batch(
 ) -> list[Candidate]:
     """One ADMM batch of ``config.batch`` sequences for class ``label``, matched to ``release.targets[label]``."""
     prompt = release.prompt
-    embedding = model.get_input_embeddings().weight.detach()
-    dtype = embedding.dtype
-    target = release.targets[label].to(dtype)
+    target = release.targets[label].to(projector.embedding.dtype)
     label_token = prompt.label_token_ids[label]
-    prefix = embedding[list(prompt.prefix_ids)].expand(config.batch, -1, -1)
-    suffix = embedding[list(prompt.suffix_ids)].expand(config.batch, -1, -1)
-
-    def objective(x: torch.Tensor) -> torch.Tensor:
-        hidden = last_hidden_from_embeds(model, torch.cat([prefix, x, suffix], dim=1))
-        return matching_loss(hidden, head_logits(model, hidden), label_token, target)
-
+    objective = make_objective(model, prompt, label_token, target)
     gen = torch.Generator().manual_seed(seed)
     start = projector.allowed[torch.randint(len(projector.allowed), (config.batch, config.length), generator=gen)]
     result = run_admm(
@@ -72,7 +93,7 @@ def generate_batch(
         on_step=on_step,
     )
     with torch.no_grad():
-        hidden = last_hidden_from_embeds(model, torch.cat([prefix, projector.embed(result.ids), suffix], dim=1))
+        hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, projector.embed(result.ids)))
         losses = per_example_matching_loss(hidden, head_logits(model, hidden), label_token, target)
     return [
         Candidate(ids=tuple(ids), text=tokenizer.decode(ids).strip(), label=label, match_loss=float(loss))

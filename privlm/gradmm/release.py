@@ -143,12 +143,15 @@ def clipped_class_sums(
     if dist.is_available() and dist.is_initialized():
         examples = list(examples)[dist.get_rank() :: dist.get_world_size()]
     label_tokens = torch.tensor(prompt.label_token_ids)
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        for _, k in chunk:
-            if not 0 <= k < n_classes:
-                raise UserError(f"label {k} out of range for {n_classes} classes")
-        seqs = [encode_text(tokenizer, prompt, text, max_tokens) for text, _ in chunk]
+    for _, k in examples:
+        if not 0 <= k < n_classes:
+            raise UserError(f"label {k} out of range for {n_classes} classes")
+    encoded = sorted(  # length-sorted batches waste little on padding; the sum does not depend on order
+        ((encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples), key=lambda e: len(e[0])
+    )
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        seqs = [ids for ids, _ in chunk]
         hidden = last_hidden_from_ids(model, seqs)
         probs = torch.softmax(head_logits(model, hidden).to(dtype), dim=-1)
         hidden = hidden.to(dtype)
