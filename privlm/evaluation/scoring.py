@@ -17,7 +17,7 @@ from scipy import stats
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.prompts import IGNORE_INDEX, collate, encode_option, pad_token_id
+from privlm.evaluation.prompts import IGNORE_INDEX, EncodedOption, collate, encode_option, pad_token_id
 
 Example = tuple[str, int]
 
@@ -52,25 +52,58 @@ def option_scores(
     """Scores of every (text, class), shape ``(len(texts), len(label_words))``, float64.
 
     Sequences are batched by length (less padding); the result does not depend on ``batch_size``
-    beyond floating-point noise.
+    beyond floating-point noise. When every label word is a single token after the same context (as
+    " great" / " bad" for SmolLM2), one forward per text scores all classes; otherwise one per (text, class).
     """
     if batch_size < 1:
         raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    options = [encode_option(tokenizer, t, suffix, w, max_length) for t in texts for w in label_words]
-    order = sorted(range(len(options)), key=lambda i: len(options[i].input_ids))
-    flat = np.empty(len(options), dtype=np.float64)
-    pad = pad_token_id(tokenizer)
+    options = [[encode_option(tokenizer, t, suffix, w, max_length) for w in label_words] for t in texts]
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = collate([options[i] for i in idx], pad)
-                flat[idx] = option_logprobs(model, batch, normalize).double().numpy()
+            if all(_single_token_options(per_text) for per_text in options):
+                return _score_single_tokens(model, options, pad_token_id(tokenizer), batch_size)
+            flat_options = [o for per_text in options for o in per_text]
+            return _score_each_option(model, flat_options, pad_token_id(tokenizer), batch_size, normalize).reshape(
+                len(texts), len(label_words)
+            )
     finally:
         model.train(was_training)
-    return flat.reshape(len(texts), len(label_words))
+
+
+def _single_token_options(options: Sequence[EncodedOption]) -> bool:
+    """Every label word is one token after one shared context (then one forward scores all classes)."""
+    return all(o.n_option_tokens == 1 and o.input_ids[:-1] == options[0].input_ids[:-1] for o in options)
+
+
+def _score_single_tokens(
+    model: PreTrainedModel, options: Sequence[Sequence[EncodedOption]], pad: int, batch_size: int
+) -> np.ndarray:
+    """Next-token log-probabilities of the label tokens at the end of each context, ``(N, C)``."""
+    scores = np.empty((len(options), len(options[0])), dtype=np.float64)
+    order = sorted(range(len(options)), key=lambda i: len(options[i][0].input_ids))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = collate([options[i][0] for i in idx], pad)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        last = batch["attention_mask"].sum(dim=1) - 2  # position that predicts the label token
+        logp = torch.log_softmax(logits[torch.arange(len(idx)), last].float(), dim=-1)
+        words = torch.tensor([[o.input_ids[-1] for o in options[i]] for i in idx])
+        scores[idx] = logp.gather(1, words).double().numpy()
+    return scores
+
+
+def _score_each_option(
+    model: PreTrainedModel, options: Sequence[EncodedOption], pad: int, batch_size: int, normalize: bool
+) -> np.ndarray:
+    """One sequence per (text, class), batched by length; flat scores in ``options`` order."""
+    order = sorted(range(len(options)), key=lambda i: len(options[i].input_ids))
+    flat = np.empty(len(options), dtype=np.float64)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        flat[idx] = option_logprobs(model, collate([options[i] for i in idx], pad), normalize).double().numpy()
+    return flat
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from privlm.errors import UserError
+from privlm.evaluation import scoring
 from privlm.evaluation.prompts import collate, encode_option, split_prompt
 from privlm.evaluation.scoring import accuracy_ci, evaluate_accuracy, option_scores
 from privlm.resources.tiny import build_tiny_model
@@ -42,6 +43,22 @@ def test_option_scores_equal_unpadded_reference(name: str) -> None:
         got = option_scores(model, tok, TEXTS, SUFFIX, WORDS, batch_size=4, normalize=normalize)
         want = np.array([[reference_scores(model, tok, t, w)[which] for w in WORDS] for t in TEXTS])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_single_token_words_take_the_one_forward_path_and_match_the_reference(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def general_path(*args, **kwargs):
+        raise AssertionError("single-token label words should not take the per-option path")
+
+    monkeypatch.setattr(scoring, "_score_each_option", general_path)
+    model, tok = build_tiny_model(name, seed=4)
+    words = ["great", "the", "was"]  # one token each after " It was"
+    assert all(len(tok(" " + w)["input_ids"]) == 1 for w in words)
+    got = option_scores(model, tok, TEXTS, SUFFIX, words, batch_size=2)
+    want = np.array([[reference_scores(model, tok, t, w)[0] for w in words] for t in TEXTS])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_option_scores_do_not_depend_on_batch_size() -> None:
