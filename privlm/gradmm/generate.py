@@ -1,6 +1,7 @@
 """Synthetic text from the DP release: ADMM batches per class, then filtering.
 
-The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
+ADMM starts from text sampled from the public LM (allowed tokens only, seeded), never from any
+statistic of the private data. The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
 (model, tokenizer, settings, seeds) only — there is no parameter through which private data could
 enter, so whatever they return is post-processing of the DP release. Each batch is seeded by
 ``(seed, class, batch index)`` alone, so batches can be computed in any order, on any rank, or again
@@ -86,7 +87,7 @@ def generate_batch(
     label_token = prompt.label_token_ids[label]
     objective = make_objective(model, prompt, label_token, target)
     gen = torch.Generator().manual_seed(seed)
-    start = projector.allowed[torch.randint(len(projector.allowed), (config.batch, config.length), generator=gen)]
+    start = projector.sample(config.batch, config.length, gen)
     result = run_admm(
         objective, projector, projector.embed(start),
         rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,

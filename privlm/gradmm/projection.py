@@ -56,7 +56,7 @@ class Projector:
         ids = torch.empty(batch, length, dtype=torch.long)
         past = None
         if len(self.prefix_ids):
-            out = self.model(input_ids=self.prefix_ids.expand(batch, -1), use_cache=True)
+            out = self.model(input_ids=self.prefix_ids.expand(batch, -1), use_cache=True, logits_to_keep=1)
             logits, past = out.logits[:, -1], out.cache
         for i in range(length):
             cand = candidates[:, i]
@@ -67,8 +67,32 @@ class Projector:
                 choice = cand.gather(1, scores.argmax(dim=1, keepdim=True)).squeeze(1)
             ids[:, i] = choice
             if i + 1 < length:
-                out = self.model(input_ids=choice[:, None], cache=past, use_cache=True)
+                out = self.model(input_ids=choice[:, None], cache=past, use_cache=True, logits_to_keep=1)
                 logits, past = out.logits[:, -1], out.cache
+        return ids
+
+    @torch.no_grad()
+    def sample(self, batch: int, length: int, generator: torch.Generator, top_k: int = 50) -> torch.Tensor:
+        """Token ids (batch × length) sampled from the public LM after the prefix, allowed tokens only.
+
+        Each position draws from the ``top_k`` most probable allowed tokens (renormalized), with
+        ``generator``: a fluent, data-independent starting point for ADMM.
+        """
+        ids = torch.empty(batch, length, dtype=torch.long)
+        past = None
+        inputs = self.prefix_ids.expand(batch, -1) if len(self.prefix_ids) else None
+        for i in range(length):
+            if inputs is None:  # no prefix: uniform over allowed tokens for the first position
+                choice = self.allowed[torch.randint(len(self.allowed), (batch,), generator=generator)]
+            else:
+                out = self.model(input_ids=inputs, cache=past, use_cache=True, logits_to_keep=1)
+                past = out.cache
+                logits = out.logits[:, -1, self.allowed].to(torch.float32)
+                top = logits.topk(min(top_k, len(self.allowed)), dim=1)
+                pick = torch.multinomial(torch.softmax(top.values, dim=1), 1, generator=generator)
+                choice = self.allowed[top.indices.gather(1, pick).squeeze(1)]
+            ids[:, i] = choice
+            inputs = choice[:, None]
         return ids
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:

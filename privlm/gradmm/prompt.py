@@ -1,7 +1,7 @@
 """The public prompt layout of GRADMM and the model calls that read the last position.
 
-Every sequence, real or synthetic, is ``prefix + text + suffix`` where ``prefix`` is the tokenizer's
-BOS token (if it has one) and ``suffix`` is the verbalizer's prompt suffix (e.g. ``" It was"``); the
+Every sequence, real or synthetic, is ``prefix + text + suffix`` where ``prefix`` opens a document
+(:func:`document_start_ids`) and ``suffix`` is the verbalizer's prompt suffix (e.g. ``" It was"``); the
 LM head's next-token prediction at the last position is scored against the first token of the class's
 label word (e.g. ``" great"``). Everything here is public: it depends on the tokenizer and verbalizer
 only, never on private data.
@@ -50,6 +50,19 @@ class Prompt:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
+DOCUMENT_SEPARATOR = "<|endoftext|>"
+
+
+def document_start_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The public prefix that opens every sequence: ``<|endoftext|>`` where the vocabulary has it
+    (GPT-2-style BPE and SmolLM2 separate pretraining documents with it; an instruct model's BOS such
+    as ``<|im_start|>`` would instead start a chat turn), else BOS, else nothing."""
+    vocab = tokenizer.get_vocab()
+    if DOCUMENT_SEPARATOR in vocab:
+        return (int(vocab[DOCUMENT_SEPARATOR]),)
+    return () if tokenizer.bos_token_id is None else (int(tokenizer.bos_token_id),)
+
+
 def build_prompt(
     tokenizer: PreTrainedTokenizerBase,
     suffix: str,
@@ -72,9 +85,8 @@ def build_prompt(
         label_ids.append(full[len(suffix_ids)])
     if len(set(label_ids)) != len(label_ids):
         raise UserError(f"label words {list(label_words)} share a first token; choose distinct words")
-    prefix = () if tokenizer.bos_token_id is None else (int(tokenizer.bos_token_id),)
     return Prompt(
-        prefix_ids=prefix,
+        prefix_ids=document_start_ids(tokenizer),
         suffix_ids=suffix_ids,
         suffix=suffix,
         label_words=tuple(label_words),

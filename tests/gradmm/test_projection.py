@@ -45,3 +45,11 @@ def test_top_1_projection_of_token_embeddings_returns_the_tokens() -> None:
     projector = Projector(model, tokenizer, (tokenizer.bos_token_id,), top_k=1)
     ids = projector.allowed[torch.tensor([[0, 5, 9], [3, 3, 1]])]
     assert torch.equal(projector(projector.embed(ids)), ids)
+
+
+def test_sampled_start_is_seeded_and_word_like() -> None:
+    model, tokenizer = build_tiny_model("tiny-gpt2", seed=1)
+    projector = Projector(model, tokenizer, (tokenizer.bos_token_id,), top_k=5)
+    a, b, c = (projector.sample(4, 6, torch.Generator().manual_seed(s)) for s in (7, 7, 8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert set(a.flatten().tolist()) <= set(projector.allowed.tolist())
