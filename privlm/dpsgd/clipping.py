@@ -118,7 +118,10 @@ class PerSampleClipper:
             for p, g in zip(self.params, clipped):
                 if g is not None:
                     g = g.detach()
-                    self.summed_grads[p] = self.summed_grads[p] + g if p in self.summed_grads else g
+                    if p in self.summed_grads:
+                        self.summed_grads[p].add_(g)
+                    else:
+                        self.summed_grads[p] = g
         return ClipStats(losses.detach(), total.detach(), c)
 
     def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:

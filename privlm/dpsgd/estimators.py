@@ -37,15 +37,15 @@ class SampleOperator(Protocol):
 
 def gaussian_probes(op: SampleOperator, k: int, generator: torch.Generator) -> Tensor:
     """A (rows, k) matrix of N(0, 1) entries from ``generator``, in the operator's dtype and device."""
-    probes = torch.randn(op.rows, k, generator=generator, device=generator.device, dtype=torch.float64)
-    return probes.to(device=op.device, dtype=op.dtype)
+    probes = torch.randn(op.rows, k, generator=generator, device=generator.device, dtype=op.dtype)
+    return probes.to(op.device)
 
 
 def hutchinson(op: SampleOperator, k: int, generator: torch.Generator) -> Tensor:
     """Unbiased estimate (B,) of ``‖M_i‖²_F`` as ``‖M_iᵀ P‖²_F``, P (rows × k) with entries N(0, 1/k)."""
     if k < 1:
         raise ValueError(f"hutchinson needs k >= 1 probes, got {k}")
-    probes = gaussian_probes(op, k, generator) / k**0.5
+    probes = gaussian_probes(op, k, generator).mul_(k**-0.5)
     return op.right(probes).pow(2).sum((1, 2))
 
 
@@ -58,6 +58,6 @@ def hutchpp(op: SampleOperator, m: int, generator: torch.Generator) -> Tensor:
     sketch = gaussian_probes(op, k_sketch, generator)
     q, _ = torch.linalg.qr(op.left(op.right(sketch)))
     head = op.right(q).pow(2).sum((1, 2))
-    tail_probes = gaussian_probes(op, k_tail, generator) / k_tail**0.5
+    tail_probes = gaussian_probes(op, k_tail, generator).mul_(k_tail**-0.5)
     deflated = tail_probes - q @ (q.transpose(1, 2) @ tail_probes)
     return head + op.right(deflated).pow(2).sum((1, 2))

@@ -68,7 +68,7 @@ class DPOptimizer:
     def _add_noise(self, std: float) -> None:
         for p, summed in self.clipper.pop_summed_grads().items():
             noise = torch.randn(p.shape, generator=self.generator, device=self.generator.device, dtype=summed.dtype)
-            p.grad = (summed + std * noise.to(summed.device)) / self.expected_batch_size
+            p.grad = summed.add_(noise.to(summed.device), alpha=std).div_(self.expected_batch_size)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One private step: noise, update, then accounting (even for an empty logical batch)."""

@@ -183,4 +183,7 @@ def sq_norms(factors: list[Factor], mode: str, probes: int, generator: torch.Gen
 
 def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size) -> Tensor:
     """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping)."""
-    return sum(f.weighted_sum(c).reshape(shape) for f in factors)
+    total = factors[0].weighted_sum(c).reshape(shape)
+    for f in factors[1:]:
+        total.add_(f.weighted_sum(c).reshape(shape))
+    return total
