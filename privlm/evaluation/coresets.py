@@ -24,7 +24,9 @@ def last_token_features(
     batch_size: int = 16,
     max_length: int = 128,
 ) -> np.ndarray:
-    """Final-layer hidden state at each text's last real token, shape ``(len(texts), hidden)``, float64.
+    """Final hidden state (after the final norm) at each text's last real token, ``(len(texts), hidden)``.
+
+    float64; computed by the model's backbone (``model.base_model``), without the LM head.
 
     Right padding with an attention mask; texts longer than ``max_length`` tokens keep their end.
     """
@@ -42,7 +44,7 @@ def last_token_features(
                 width = max(len(ids) for ids in chunk)
                 ids = torch.tensor([x + [pad] * (width - len(x)) for x in chunk])
                 mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in chunk])
-                hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
+                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # no LM head
                 last = torch.tensor([len(x) - 1 for x in chunk])
                 out.append(hidden[torch.arange(len(chunk)), last].double().numpy())
     finally:

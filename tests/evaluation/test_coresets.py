@@ -92,7 +92,10 @@ def test_last_token_features_equal_unpadded_final_hidden_state(name: str) -> Non
     got = last_token_features(model, tok, texts, batch_size=2)
     with torch.no_grad():
         want = np.stack(
-            [model.base_model(torch.tensor([tok(t)["input_ids"]])).last_hidden_state[0, -1].double().numpy() for t in texts]
+            [
+                model(torch.tensor([tok(t)["input_ids"]]), output_hidden_states=True).hidden_states[-1][0, -1].double().numpy()
+                for t in texts
+            ]
         )
     assert got.shape == (3, 32)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
