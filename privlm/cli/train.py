@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -12,8 +13,8 @@ from privlm.cli._common import console, err_console, print_json
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.errors import UserError
 from privlm.training.data import TASKS
-from privlm.training.loop import TrainConfig
-from privlm.training.run import fine_tune
+from privlm.training.loop import TrainConfig, check_run_dir
+from privlm.training.run import fine_tune, set_up
 
 
 def train_command(
@@ -53,7 +54,9 @@ def train_command(
         max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, seed=seed,
         checkpoint_every=checkpoint_every,
     )
+    check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
+    session = set_up(model, data, config)
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=as_json) as progress:
@@ -63,7 +66,7 @@ def train_command(
             progress.update(bar, completed=step, total=total, loss=f"{loss:.4f}",
                             eps="n/a (not private)" if eps is None else f"{eps:.3f}")
 
-        summary = fine_tune(model, data, config, out, resume=resume, max_test=max_test, on_progress=on_progress)
+        summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
     summary["wall_s"] = round(time.perf_counter() - start, 1)
     if as_json:
         print_json(summary)

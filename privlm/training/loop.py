@@ -263,8 +263,9 @@ def _meta(run: Run) -> dict[str, Any]:
             "noise_multiplier": run.noise_multiplier, "world": run.ctx.world}
 
 
-def _check_run_dir(run: Run, run_dir: Path, resume: bool) -> ckpt.Checkpoint | None:
-    """The checkpoint to resume from (None: start fresh); refuses to overwrite an earlier run."""
+def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int = 1) -> ckpt.Checkpoint | None:
+    """The checkpoint to resume from (None: start fresh). Refuses to start over an earlier run without
+    ``resume``, and to resume a checkpoint written with other settings or another world size."""
     found = ckpt.checkpoints(run_dir) if run_dir.is_dir() else []
     if not resume:
         if found or (run_dir / "privacy.json").exists():
@@ -273,7 +274,7 @@ def _check_run_dir(run: Run, run_dir: Path, resume: bool) -> ckpt.Checkpoint | N
     if not found:
         return None
     state = ckpt.load_checkpoint(found[-1])
-    if state.meta.get("config") != _json_roundtrip(_meta(run)["config"]) or state.meta.get("world") != run.ctx.world:
+    if state.meta.get("config") != _json_roundtrip(config.resume_key()) or state.meta.get("world") != world:
         raise UserError(f"{found[-1]} was written with other settings; resume with the same options (and world size)")
     return state
 
@@ -320,7 +321,7 @@ def train_loop(
             run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.remove_stale_temporaries(run_dir)
         barrier(ctx)
-        state = _check_run_dir(run, run_dir, resume)
+        state = check_run_dir(run_dir, config, resume, ctx.world)
         if state is not None:
             _restore(run, state)
             ledger, start = state.ledger, state.step

@@ -7,6 +7,7 @@ writes the run folder and evaluates).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.resources.models import load_model
 from privlm.training.checkpoint import replace_folder
-from privlm.training.data import check_max_length, encode, load_task_data, make_collate
+from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
 from privlm.training.distributed import barrier, init_from_env
 from privlm.training.evaluate import test_metrics
-from privlm.training.loop import TrainConfig, append_metrics, prepare, train_loop
+from privlm.training.loop import Run, TrainConfig, append_metrics, prepare, train_loop
 
 SPLIT_SEED = 0  # the datasets' standard seeded splits, whatever the training seed
 LORA_ALPHA = 16
@@ -46,19 +47,22 @@ def save_model(module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, run_
     return target
 
 
-def fine_tune(
-    model_name: str,
-    data_name: str,
-    config: TrainConfig,
-    run_dir: Path,
-    *,
-    resume: bool = False,
-    max_test: int | None = None,
-    on_progress: Callable[[int, int, float, float | None], None] | None = None,
-) -> dict[str, Any]:
-    """Train ``model_name`` on the train split of ``data_name`` and score its test split.
+@dataclass
+class Session:
+    """A run ready to train: the model (with LoRA if asked), its tokenizer, the data, the prepared loop."""
 
-    Returns a JSON-ready summary (steps, why training stopped, σ, ε spent, test metrics, wall time)."""
+    model_name: str
+    data_name: str
+    config: TrainConfig
+    module: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    data: TaskData
+    run: Run
+
+
+def set_up(model_name: str, data_name: str, config: TrainConfig) -> Session:
+    """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
+    calibrate σ; every bad input raises :class:`UserError` here, before any training."""
     ctx = init_from_env()
     model, tokenizer = load_model(model_name, seed=config.seed or 0)
     check_max_length(model, config.max_length)
@@ -67,18 +71,34 @@ def fine_tune(
     module = with_lora(model, config.lora, config.seed)
     module.train()
     run = prepare(module, rows, make_collate(tokenizer), config, ctx)
+    return Session(model_name, data_name, config, module, tokenizer, data, run)
+
+
+def fine_tune(
+    session: Session,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    max_test: int | None = None,
+    on_progress: Callable[[int, int, float, float | None], None] | None = None,
+) -> dict[str, Any]:
+    """Train (resuming from ``run_dir`` if asked), save the model or adapter, score the test split.
+
+    Returns a JSON-ready summary (steps, why training stopped, σ, ε spent, test metrics, wall time)."""
+    run, config = session.run, session.config
     result = train_loop(run, run_dir, resume, on_progress)
     summary: dict[str, Any] = {
-        "model": model_name, "data": data_name, "task": config.task, "private": config.private,
-        "norm_mode": config.norm_mode if config.private else None, "n_train": len(rows),
+        "model": session.model_name, "data": session.data_name, "task": config.task, "private": config.private,
+        "norm_mode": config.norm_mode if config.private else None, "n_train": len(run.rows),
         "steps": result.steps, "planned_steps": result.total_steps, "stopped": result.stopped,
         "sample_rate": run.sample_rate, "noise_multiplier": run.noise_multiplier,
         "epsilon": result.epsilon, "delta": config.delta if config.private else None,
-        "resumed_from": result.resumed_from, "world_size": ctx.world, "train_wall_s": round(result.wall_s, 1),
+        "resumed_from": result.resumed_from, "world_size": run.ctx.world, "train_wall_s": round(result.wall_s, 1),
     }
-    if ctx.is_main:
-        summary["saved"] = str(save_model(module, tokenizer, run_dir, config.lora > 0))
-        summary["test"] = test_metrics(module, tokenizer, data, config.max_length, max_examples=max_test)
+    if run.ctx.is_main:
+        summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0))
+        summary["test"] = test_metrics(session.module, session.tokenizer, session.data, config.max_length,
+                                       max_examples=max_test)
         append_metrics(run_dir, {"step": result.steps, "test": summary["test"]})
-    barrier(ctx)
+    barrier(run.ctx)
     return summary

@@ -1,0 +1,155 @@
+"""``privlm train``: bad input exits 2 with the reason; SIGKILL + ``--resume`` ends with the same
+weights and the same ledger as an uninterrupted run; the lm task reports perplexity."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from privlm.cli import main
+from privlm.privacy import Ledger
+
+WORDS = ["great", "bad", "warm", "dull", "funny", "slow", "sharp", "wooden", "moving", "boring"]
+TEXTS = [f"review {i}: the film was " + " ".join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5)) for i in range(60)]
+LABELLED = [(text, "pos" if i % 2 else "neg") for i, text in enumerate(TEXTS)]
+# 48 training examples, B = 8: q = 1/6, 6 steps per epoch, 36 steps in all
+RUN = ["--model", "tiny-llama", "--epsilon", "8", "--delta", "1e-5", "--norm-mode", "mixed", "--max-length", "48",
+       "--batch-size", "8", "--epochs", "6", "--lr", "5e-3", "--seed", "3", "--checkpoint-every", "3",
+       "--max-test", "6"]
+
+
+def _write(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"jsonl:{path}"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> str:
+    return _write(tmp_path_factory.mktemp("data") / "reviews.jsonl", [{"text": t, "label": y} for t, y in LABELLED])
+
+
+def _train(args: list[str]) -> int:
+    try:
+        main(["train", *args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def _cli(args: list[str]) -> list[str]:
+    return [sys.executable, "-c", "from privlm.cli import main; main()", "train", *args]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faster on a shared CPU
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--epsilon", "0"], "epsilon"),
+        (["--epsilon", "-1"], "-1"),
+        (["--max-length", "4096"], "context of 128"),
+        (["--norm-mode", "sketchy"], "sketchy"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
+    code = _train([*RUN, "--data", data, "--out", str(tmp_path / "run"), *flags])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and fragment in err
+    assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
+    unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
+    assert _train([*RUN, "--data", unlabelled, "--task", "classify", "--out", str(tmp_path / "run")]) == 2
+    assert "no labels" in capsys.readouterr().err
+
+
+def test_lm_task_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):
+    unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
+    args = [*RUN, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--out", str(tmp_path / "run"), "--json"]
+    assert _train(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 6 and summary["stopped"] == "done"
+    assert 1 < summary["test"]["perplexity"] < 600  # a 512-token vocabulary: uniform guessing is 512
+    assert 0 < summary["epsilon"] <= 8
+    assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full") / "run"
+    subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--json"]), check=True, capture_output=True, timeout=300, env=ENV)
+    return out
+
+
+def _ledger_steps(ledger: Ledger) -> list[int]:
+    """The step numbers the ledger's labels cover, in order (``steps a-b``)."""
+    steps = []
+    for entry in ledger:
+        first, last = map(int, entry.label.removeprefix("steps ").split("-"))
+        assert last - first + 1 == entry.count
+        steps.extend(range(first, last + 1))
+    return steps
+
+
+def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cli([*RUN, "--data", data, "--out", str(out), "--json"]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.monotonic() + 240
+    while not list(out.glob("checkpoint-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    (checkpoint,) = out.glob("checkpoint-*")
+    killed_at = int(checkpoint.name.removeprefix("checkpoint-"))
+    assert killed_at < 36 and not (out / "model").exists()
+    assert sum(e.count for e in Ledger.load(checkpoint / "privacy.json")) == killed_at
+
+    result = subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--resume", "--json"]),
+                            check=True, capture_output=True, timeout=300, text=True, env=ENV)
+    summary = json.loads(result.stdout)
+    assert summary["resumed_from"] == killed_at and summary["steps"] == 36
+
+    resumed = load_file(out / "model" / "model.safetensors")
+    reference = load_file(uninterrupted / "model" / "model.safetensors")
+    assert resumed.keys() == reference.keys()
+    for name, value in reference.items():
+        assert torch.equal(resumed[name], value), name
+    ledger, full = Ledger.load(out / "privacy.json"), Ledger.load(uninterrupted / "privacy.json")
+    assert _ledger_steps(ledger) == list(range(1, 37))  # every step once, none lost, none twice
+    assert ledger.to_dict() == full.to_dict()
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == sorted(set(steps))
+
+
+def test_an_existing_run_is_never_overwritten_or_resumed_with_other_settings(data, uninterrupted, capsys):
+    before = (uninterrupted / "privacy.json").read_text()
+    assert _train([*RUN, "--data", data, "--out", str(uninterrupted)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    other = [*RUN, "--data", data, "--out", str(uninterrupted), "--resume", "--lr", "1e-2"]
+    assert _train(other) == 2
+    assert "other settings" in capsys.readouterr().err
+    assert (uninterrupted / "privacy.json").read_text() == before
