@@ -144,6 +144,10 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         raise UserError(f"{source}: pool_per_class must be an integer >= every n_per_class, got {pool!r}")
     if min(n_per_class) < 1:
         raise UserError(f"{source}: n_per_class values must be >= 1")
+    for key in ("test_size", "validation_size"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{source}: {key} must be a positive integer, got {value!r}")
     delta = data.get("delta", 1e-5)
     if not 0 < delta < 1:
         raise UserError(f"{source}: delta must be in (0, 1), got {delta!r}")

@@ -25,7 +25,7 @@ from typing import Any
 
 import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
-from privlm.evaluation.config import Cell, ExperimentConfig
+from privlm.evaluation.config import ExperimentConfig
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.methods import MethodContext, get_method
@@ -52,6 +52,11 @@ def _check_methods(config: ExperimentConfig) -> None:
         method = get_method(spec.name)
         if not method.takes_epsilon and spec.epsilons != (None,):
             raise UserError(f"method {spec.name!r} takes no epsilon; remove methods.{spec.name}.epsilons")
+        unknown = sorted(set(spec.params) - method.params)
+        if unknown:
+            raise UserError(
+                f"methods.{spec.name}: unknown parameter(s) {unknown}; accepted: {sorted(method.params) or 'none'}"
+            )
 
 
 def _existing_rows(log: ResultsLog, config: ExperimentConfig, resume: bool) -> dict[str, dict[str, Any]]:

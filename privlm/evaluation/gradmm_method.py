@@ -10,10 +10,11 @@ Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``
 from __future__ import annotations
 
 import copy
+from dataclasses import fields
 from typing import Any
 
 from privlm.evaluation.methods import Method, MethodContext, register_method
-from privlm.gradmm.config import make_config
+from privlm.gradmm.config import SynthConfig, make_config
 from privlm.gradmm.pipeline import run_synthesis
 from privlm.gradmm.prompt import build_prompt
 
@@ -36,5 +37,10 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
 
 register_method(
     "gradmm",
-    Method(gradmm_rows, "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'", takes_epsilon=True),
+    Method(
+        gradmm_rows,
+        "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'",
+        takes_epsilon=True,
+        params=frozenset({"preset"} | {f.name for f in fields(SynthConfig)} - {"seed"}),
+    ),
 )

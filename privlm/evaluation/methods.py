@@ -47,11 +47,12 @@ class MethodContext:
 
 @dataclass(frozen=True)
 class Method:
-    """A training-set maker, its privacy label, and whether it takes ε."""
+    """A training-set maker, its privacy label, whether it takes ε, and the parameters it accepts."""
 
     run: Callable[[MethodContext], list[dict[str, Any]]]
     privacy: str
     takes_epsilon: bool = False
+    params: frozenset[str] = frozenset()
 
 
 METHODS: dict[str, Method] = {}
@@ -99,8 +100,11 @@ def _full_pool(ctx: MethodContext) -> list[dict[str, Any]]:
     return [{"text": text, "label": label, "pool_index": i} for i, (text, label) in enumerate(ctx.pool)]
 
 
-register_method("zero-shot", Method(_zero_shot, PUBLIC))
-register_method("few-shot", Method(_few_shot, NON_PRIVATE + " (k private examples in every prompt)"))
+GENERATION_PARAMS = frozenset({"instructions", "max_new_tokens", "temperature", "top_p"})
+register_method("zero-shot", Method(_zero_shot, PUBLIC, params=GENERATION_PARAMS))
+register_method(
+    "few-shot", Method(_few_shot, NON_PRIVATE + " (k private examples in every prompt)", params=GENERATION_PARAMS | {"k"})
+)
 for _kind in ("random", "herding", "k-center"):
     register_method(_kind, Method(_coreset(_kind), NON_PRIVATE + f" ({_kind} coreset of real examples)"))
 register_method("full-pool", Method(_full_pool, NON_PRIVATE + " (the whole pool; upper reference)"))

@@ -146,6 +146,7 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
         base + "n_per_class = [2]\n[methods.random]\nepsilons = [-1]\n": "epsilon must be > 0",
         base + "n_per_class = [2]\ncolour = 1\n[methods.random]\n": "unknown key",
         base + "n_per_class = [2]\n[finetune]\npreset = 'tiny'\nepochz = 1\n[methods.random]\n": "bad \\[finetune\\]",
+        base + "n_per_class = [2]\ntest_size = 0\n[methods.random]\n": "test_size must be a positive integer",
         "model = ": "not valid TOML",
     }
     for text, message in cases.items():
@@ -154,6 +155,9 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
             load_config(toml)
     toml.write_text(base + "n_per_class = [2]\n[methods.random]\nepsilons = [1.0]\n")
     with pytest.raises(UserError, match="takes no epsilon"):
+        run_experiment(load_config(toml), tmp_path / "out")
+    toml.write_text(base + "n_per_class = [2]\n[methods.few-shot]\nkk = 3\n")
+    with pytest.raises(UserError, match="methods.few-shot: unknown parameter\\(s\\) \\['kk'\\]"):
         run_experiment(load_config(toml), tmp_path / "out")
     toml.write_text(base + "n_per_class = [2]\n[methods.magic]\n")
     with pytest.raises(UserError, match="unknown method 'magic'"):
