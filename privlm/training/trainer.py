@@ -1,0 +1,148 @@
+"""``transformers.Trainer`` integration: swap ``Trainer`` for :class:`PrivateTrainer` and pass ``privacy=``.
+
+    from privlm.training.trainer import PrivacyArguments, PrivateTrainer      # added line 1
+    trainer = PrivateTrainer(                                                  # was: Trainer(
+        model=model, args=args, train_dataset=train, data_collator=collate,
+        privacy=PrivacyArguments(target_epsilon=3.0, delta=1e-5),              # added line 2
+    )
+    trainer.train()
+    trainer.epsilon()                                                          # ε spent so far
+
+What changes inside the Trainer: the training data loader is the DP-SGD engine's Poisson loader
+(rate q = ``per_device_train_batch_size`` / N, ⌈1/q⌉ steps per epoch, batches of varying size); each
+training step clips per-sample gradients (:meth:`PrivateModel.clipped_backward`) instead of
+``loss.backward()``; the optimizer is the engine's :class:`DPOptimizer` (noise once per step, then the
+Trainer's own optimizer, learning-rate schedule and logging); the Trainer's global-norm clipping is
+switched off (per-sample clipping replaces it). σ is calibrated from ``target_epsilon`` for the steps
+the Trainer will take, and training stops before a step that would exceed the budget. The logged
+``loss`` and ``epsilon`` are added to the Trainer's logs (the loss is a non-private diagnostic).
+
+Not supported (refused with :class:`UserError`): gradient accumulation (make the batch size the
+logical batch and use ``physical_batch_size`` for memory), several processes (use ``privlm train`` or
+:mod:`privlm.training.loop` under ``torchrun``), and ``resume_from_checkpoint`` (the Trainer's
+checkpoints do not hold the noise RNG and the ledger; use ``privlm train --resume``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainerCallback
+
+from privlm.dpsgd.clipping import LossFn
+from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
+from privlm.errors import UserError
+from privlm.privacy import PoissonGaussianStep
+from privlm.training.loop import steps_within_budget
+
+
+@dataclass(frozen=True)
+class PrivacyArguments:
+    """DP-SGD settings of a :class:`PrivateTrainer`: give ``target_epsilon`` (σ calibrated) or
+    ``noise_multiplier`` (with ``target_epsilon`` too, training stops when the budget is spent)."""
+
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    noise_multiplier: float | None = None
+    max_grad_norm: float = 1.0
+    norm_mode: str = "mixed"
+    probes: int = 32
+    bookkeeping: bool = False
+    accountant: str = "pld"
+    physical_batch_size: int | None = None
+    loss_fn: LossFn | None = None
+    loss_reduction: str = "mean"
+    seed: int | None = None
+
+
+class _BudgetCallback(TrainerCallback):
+    """Stops training when the next step would exceed the budget."""
+
+    def __init__(self, trainer: "PrivateTrainer") -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.trainer.engine is not None and self.trainer.engine.steps >= self.trainer.budget_steps:
+            control.should_training_stop = True
+        return control
+
+
+class PrivateTrainer(Trainer):
+    """A ``transformers.Trainer`` that trains with DP-SGD (see the module docstring)."""
+
+    def __init__(self, *args: Any, privacy: PrivacyArguments, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.args.gradient_accumulation_steps != 1:
+            raise UserError("PrivateTrainer needs gradient_accumulation_steps=1 (the batch size is the logical batch)")
+        if self.args.world_size > 1 or self.args.n_gpu > 1:
+            raise UserError("PrivateTrainer runs on one process; for several use `privlm train` under torchrun")
+        self.privacy = privacy
+        self.args.max_grad_norm = 0.0
+        self.engine: PrivacyEngine | None = None
+        self.private_model: PrivateModel | None = None
+        self.budget_steps = 0
+        self.add_callback(_BudgetCallback(self))
+
+    def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> Any:
+        """``Trainer.train``; ``resume_from_checkpoint`` is refused (see the module docstring)."""
+        if resume_from_checkpoint:
+            raise UserError("PrivateTrainer cannot resume a Trainer checkpoint; use `privlm train --resume`")
+        return super().train(**kwargs)
+
+    def get_train_dataloader(self) -> DataLoader:
+        """The engine's Poisson loader; makes model and optimizer private on first use."""
+        if self.engine is None:
+            self._make_private()
+        return self._private_loader
+
+    def _make_private(self) -> None:
+        p = self.privacy
+        loader = DataLoader(self.train_dataset, batch_size=self._train_batch_size, collate_fn=self.data_collator)
+        steps_per_epoch = math.ceil(len(self.train_dataset) / min(self._train_batch_size, len(self.train_dataset)))
+        epochs = self.args.max_steps / steps_per_epoch if self.args.max_steps > 0 else self.args.num_train_epochs
+        self.create_optimizer()
+        self.engine = PrivacyEngine(p.norm_mode, p.probes, p.bookkeeping, p.accountant, p.seed)
+        self.private_model, self.optimizer, self._private_loader = self.engine.make_private(
+            self.model, self.optimizer, loader, max_grad_norm=p.max_grad_norm,
+            noise_multiplier=p.noise_multiplier,
+            target_epsilon=None if p.noise_multiplier is not None else p.target_epsilon,
+            delta=p.delta, epochs=epochs, max_physical_batch_size=p.physical_batch_size,
+            loss_fn=p.loss_fn, loss_reduction=p.loss_reduction,
+        )
+        sampler = self._private_loader.batch_sampler
+        planned = math.ceil(epochs * len(sampler)) if self.args.max_steps <= 0 else self.args.max_steps
+        self.budget_steps = planned
+        if p.noise_multiplier is not None and p.target_epsilon is not None:
+            probes = self.engine.probes if self.engine.clipping_kind != "exact" else None
+            event = PoissonGaussianStep(sampler.sample_rate, p.noise_multiplier, self.engine.clipping_kind, probes)
+            self.budget_steps = steps_within_budget(event, p.target_epsilon, p.delta, planned, p.accountant)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """The Trainer's schedule, on the optimizer inside the DP wrapper (its learning rates)."""
+        inner = self.optimizer.optimizer if self.engine is not None and optimizer is None else optimizer
+        return super().create_scheduler(num_training_steps, inner)
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """Clip this logical batch's per-sample gradients (summed for the optimizer's noisy step)."""
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        losses = self.private_model.clipped_backward(inputs).losses
+        mean = losses.mean() if losses.numel() else torch.zeros(())
+        return mean.detach().to(self.args.device)
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """The Trainer's logs, plus ε spent so far."""
+        if self.engine is not None:
+            logs = {**logs, "epsilon": round(self.epsilon(), 4)}
+        super().log(logs, *args, **kwargs)
+
+    def epsilon(self, delta: float | None = None) -> float:
+        """ε spent so far at ``delta`` (default: the privacy arguments' δ)."""
+        if self.engine is None:
+            return 0.0
+        return self.engine.epsilon(self.privacy.delta if delta is None else delta)

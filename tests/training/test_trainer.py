@@ -1,0 +1,101 @@
+"""``PrivateTrainer`` does DP-SGD exactly: same weights as the engine driven by hand (same seed, SGD,
+constant learning rate), steps accounted, a clean stop when the budget is spent, and refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from transformers import TrainingArguments, default_data_collator
+
+from privlm.dpsgd.engine import PrivacyEngine
+from privlm.errors import UserError
+from privlm.privacy import dpsgd_epsilon
+from privlm.resources.tiny import build_tiny_model
+from privlm.training.trainer import PrivacyArguments, PrivateTrainer
+
+LR, SIGMA, CLIP, SEED = 0.05, 0.8, 0.5, 11
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _rows(tokenizer, n: int = 24) -> list[dict]:
+    rows = []
+    for i in range(n):
+        enc = tokenizer(f"text {i}: " + "great film " * (1 + i % 4), max_length=20, truncation=True,
+                        padding="max_length", return_tensors="pt")
+        ids, mask = enc["input_ids"][0], enc["attention_mask"][0]
+        rows.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+    return rows
+
+
+def _args(tmp_path, **overrides) -> TrainingArguments:
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=2, learning_rate=LR,
+                    optim="sgd", lr_scheduler_type="constant", weight_decay=0.0, save_strategy="no", report_to=[],
+                    use_cpu=True, disable_tqdm=True, logging_steps=1000)
+    return TrainingArguments(**{**settings, **overrides})
+
+
+def _privacy(**overrides) -> PrivacyArguments:
+    return PrivacyArguments(**{"noise_multiplier": SIGMA, "max_grad_norm": CLIP, "norm_mode": "ghost", "seed": SEED,
+                               **overrides})
+
+
+def test_trainer_matches_the_engine_driven_by_hand(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    rows = _rows(tokenizer)
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path), train_dataset=rows, privacy=_privacy())
+    trainer.train()
+    assert trainer.state.global_step == trainer.engine.steps == 6  # q = 8/24: 3 steps per epoch, 2 epochs
+
+    reference, _ = build_tiny_model("tiny-llama", seed=0)
+    reference.train()
+    engine = PrivacyEngine("ghost", seed=SEED)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
+    private, optimizer, loader = engine.make_private(
+        reference, optimizer, DataLoader(rows, batch_size=8, collate_fn=default_data_collator),
+        noise_multiplier=SIGMA, max_grad_norm=CLIP, loss_reduction="mean")
+    for _ in range(2):
+        for batch in loader:
+            optimizer.zero_grad()
+            private.clipped_backward(batch)
+            optimizer.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=name)
+    assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), build_tiny_model("tiny-llama", seed=0)[0].parameters()))
+    assert trainer.epsilon() == pytest.approx(dpsgd_epsilon(SIGMA, 8 / 24, 6, 1e-5), rel=1e-9)
+
+
+def test_trainer_stops_when_the_budget_is_spent(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    budget = dpsgd_epsilon(SIGMA, 8 / 24, 4, 1e-5) * 1.0001  # enough for 4 steps, not for 5
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path, num_train_epochs=3), train_dataset=_rows(tokenizer),
+                             privacy=_privacy(target_epsilon=budget))
+    trainer.train()
+    assert trainer.state.global_step == trainer.engine.steps == 4
+    assert trainer.epsilon() <= budget < dpsgd_epsilon(SIGMA, 8 / 24, 5, 1e-5)
+
+
+def test_trainer_calibrates_sigma_for_its_planned_steps(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path), train_dataset=_rows(tokenizer),
+                             privacy=PrivacyArguments(target_epsilon=2.0, norm_mode="hutchinson", probes=16, seed=1))
+    trainer.train()
+    assert trainer.engine.steps == 6
+    assert 1.9 < trainer.epsilon() <= 2.0
+
+
+def test_unsupported_settings_are_refused(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    with pytest.raises(UserError, match="gradient_accumulation_steps"):
+        PrivateTrainer(model=model, args=_args(tmp_path, gradient_accumulation_steps=2), train_dataset=_rows(tokenizer),
+                       privacy=_privacy())
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path), train_dataset=_rows(tokenizer), privacy=_privacy())
+    with pytest.raises(UserError, match="resume"):
+        trainer.train(resume_from_checkpoint=str(tmp_path))
