@@ -1,9 +1,9 @@
 """Synthetic text from the DP release: ADMM batches per class, then filtering.
 
-ADMM starts from text sampled from the public LM (allowed tokens only, seeded), never from any
-statistic of the private data. The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
+The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
 (model, tokenizer, settings, seeds) only — there is no parameter through which private data could
-enter, so whatever they return is post-processing of the DP release. Each batch is seeded by
+enter, so whatever they return is post-processing of the DP release. ADMM starts from text sampled
+from the public LM (word-like tokens, seeded), never from a statistic of the private data. Each batch is seeded by
 ``(seed, class, batch index)`` alone, so batches can be computed in any order, on any rank, or again
 after a crash, with identical results.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.gradmm.admm import run_admm
+from privlm.gradmm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate, few_shot_labels, select
 from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
@@ -102,15 +102,6 @@ def generate_batch(
     ]
 
 
-def _write_json_atomic(path: Path, obj: object) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _load_batch(path: Path) -> list[Candidate]:
     return [Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
             for c in json.loads(path.read_text())]
@@ -151,7 +142,7 @@ def synthesize(
             cands = generate_batch(
                 model, tokenizer, release, projector, k, config, batch_seed(config.seed, k, j), on_step
             )
-            _write_json_atomic(path, [c.__dict__ | {"ids": list(c.ids)} for c in cands])
+            write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
         if on_batch is not None:
             on_batch(k, j)
     if distributed:

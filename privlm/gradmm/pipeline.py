@@ -17,14 +17,15 @@ has to be drawn; the generation and filtering that follow see the release only.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.gradmm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
@@ -107,15 +108,6 @@ def privacy_statement(release: Release) -> dict:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
     names = release.prompt.label_names
     return [
@@ -159,7 +151,7 @@ def obtain_release(
         _check_manifest(paths.manifest, settings)
         return Release.load(paths.release), True
     paths.workdir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
+    write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
     release = draw_release(
         model, tokenizer, load_private(), prompt,
         epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, max_tokens=config.max_private_tokens,
@@ -204,6 +196,7 @@ def run_synthesis(
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release)
-    _write_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
-    _write_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    if not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0:
+        write_text_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return SynthResult(rows=rows, release=release, privacy=privacy, reused_release=reused)

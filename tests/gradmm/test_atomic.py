@@ -1,0 +1,23 @@
+"""Atomic writes: a failure before the rename leaves the previous file untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+import privlm.gradmm.atomic as atomic
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "out.jsonl"
+    atomic.write_text_atomic(path, "old\n")
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", crash)
+    with pytest.raises(OSError):
+        atomic.write_text_atomic(path, "new\n")
+    assert path.read_text() == "old\n"
+    monkeypatch.undo()
+    atomic.write_text_atomic(path, "new\n")
+    assert path.read_text() == "new\n"
