@@ -59,7 +59,7 @@ def train_command(
     session = set_up(model, data, config)
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=as_json) as progress:
+    with Progress(*columns, console=err_console, transient=as_json, disable=not session.run.ctx.is_main) as progress:
         bar = progress.add_task("training", total=None, loss="-", eps="-")
 
         def on_progress(step: int, total: int, loss: float, eps: float | None) -> None:
@@ -67,6 +67,8 @@ def train_command(
                             eps="n/a (not private)" if eps is None else f"{eps:.3f}")
 
         summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
+    if not session.run.ctx.is_main:
+        return  # under torchrun, rank 0 reports
     summary["wall_s"] = round(time.perf_counter() - start, 1)
     if as_json:
         print_json(summary)

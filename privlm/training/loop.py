@@ -191,6 +191,8 @@ def prepare(
     budget = total
     if event is not None and config.noise_multiplier is not None and config.epsilon is not None:
         budget = steps_within_budget(event, config.epsilon, config.delta, total, config.accountant)
+        if budget == 0:
+            raise UserError(f"noise multiplier {event.noise_multiplier} cannot take a single step within ε = {config.epsilon}")
     return Run(config, module, optimizer, engine, private_model, rows, collate, sample_rate, total,
                generator, ctx, event, budget)
 

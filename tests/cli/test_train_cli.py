@@ -84,15 +84,17 @@ def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
     assert "no labels" in capsys.readouterr().err
 
 
-def test_lm_task_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):
+def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):
     unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
-    args = [*RUN, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--out", str(tmp_path / "run"), "--json"]
+    args = [*RUN, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--lora", "4", "--out", str(tmp_path / "run"),
+            "--json"]
     assert _train(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 6 and summary["stopped"] == "done"
     assert 1 < summary["test"]["perplexity"] < 600  # a 512-token vocabulary: uniform guessing is 512
     assert 0 < summary["epsilon"] <= 8
-    assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()
+    assert not (tmp_path / "run" / "model").exists()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,58 @@
+"""Training data: label-word targets for classify, first-T-token targets for lm, T ≤ context, labels required."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privlm.errors import UserError
+from privlm.evaluation.prompts import IGNORE_INDEX
+from privlm.resources.tiny import build_tiny_model, tiny_tokenizer
+from privlm.resources.verbalizers import Verbalizer
+from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
+
+VERBALIZER = Verbalizer(" It was ", ("bad", "great"))
+
+
+def test_classify_targets_are_the_label_words_and_long_texts_keep_the_suffix():
+    tok = tiny_tokenizer()
+    long_text = ("the movie was slow " * 40).strip()
+    data = TaskData("classify", (("a fine film", 1), (long_text, 0)), (), VERBALIZER)
+    rows = encode(data, tok, max_length=24)
+    assert all(len(r.input_ids) <= 24 for r in rows) and len(rows[1].input_ids) == 24
+    batch = make_collate(tok)(rows)
+    for row, word in zip(range(2), ("great", "bad")):
+        targets = batch["labels"][row][batch["labels"][row] != IGNORE_INDEX].tolist()
+        assert tok.decode(targets) == " " + word
+    assert tok.decode(rows[1].input_ids).endswith("slow It was bad")  # cut from the left
+
+
+def test_lm_targets_are_the_first_t_tokens():
+    tok = tiny_tokenizer()
+    text = "private text must be protected " * 10
+    (row,) = encode(TaskData("lm", (text,), (), None), tok, max_length=16)
+    assert row.input_ids == tok(text)["input_ids"][:16] and row.n_option_tokens == 16
+    batch = make_collate(tok)([row])
+    assert batch["labels"][0].tolist() == row.input_ids
+
+
+def test_max_length_must_fit_the_model_context():
+    model, _ = build_tiny_model("tiny-llama")
+    check_max_length(model, 128)
+    with pytest.raises(UserError, match="129 is larger than the model's context of 128"):
+        check_max_length(model, 129)
+    with pytest.raises(UserError, match="--max-length"):
+        check_max_length(model, 1)
+
+
+def test_unlabelled_jsonl_serves_lm_only(tmp_path):
+    path = tmp_path / "texts.jsonl"
+    path.write_text("".join(json.dumps({"text": f"text number {i}"}) + "\n" for i in range(30)))
+    data = load_task_data(f"jsonl:{path}", "lm")
+    assert len(data.train) + len(data.test) <= 30 and len(data.test) == 3
+    assert not set(data.train) & set(data.test)
+    with pytest.raises(UserError, match="no labels"):
+        load_task_data(f"jsonl:{path}", "classify")
+    with pytest.raises(UserError, match="--task"):
+        load_task_data(f"jsonl:{path}", "regress")
