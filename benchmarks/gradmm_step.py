@@ -56,7 +56,11 @@ def make_step(objective: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tenso
 
 
 class PeakTensorBytes(TorchDispatchMode):
-    """Tracks the bytes of tensor storages created by operators while active (freed ones subtracted)."""
+    """Tracks the bytes of tensor storages created by operators while active (freed ones subtracted).
+
+    Outputs that share an input's storage (views such as a weight's transpose, in-place results) are
+    not new memory and are not counted, so the model's weights never are.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -70,11 +74,12 @@ class PeakTensorBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 storage = t.untyped_storage()
                 key, nbytes = storage.data_ptr(), storage.nbytes()
-                if nbytes and key not in self._seen:
+                if nbytes and key not in self._seen and key not in inputs:  # views and in-place results share an input's storage
                     self._seen.add(key)
                     self.live += nbytes
                     self.peak = max(self.peak, self.live)
