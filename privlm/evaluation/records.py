@@ -17,35 +17,30 @@ from privlm.errors import UserError
 from privlm.evaluation.scoring import Example
 
 
-def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, object]]) -> None:
-    """Write ``rows`` (one JSON object per line) so that ``path`` is either old or complete."""
+def write_text_atomic(path: str | Path, chunks: str | Iterable[str]) -> None:
+    """Write ``chunks`` to ``path`` through a temp file, fsync and ``os.replace``: ``path`` is either
+    its old content or complete. The file gets the usual permissions (0666 minus the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            for chunk in [chunks] if isinstance(chunks, str) else chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, object]]) -> None:
+    """Write ``rows`` (one JSON object per line) atomically, as :func:`write_text_atomic`."""
+    write_text_atomic(path, (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows))
 
 
 def read_training_set(path: str | Path, label_names: Sequence[str], allow_empty: bool = False) -> list[Example]:

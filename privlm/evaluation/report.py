@@ -102,6 +102,7 @@ def plot_accuracy_vs_n(summary: Sequence[dict[str, Any]]) -> bytes:
             [e["n_per_class"] for e in points], [e["accuracy_mean"] for e in points],
             yerr=[e["accuracy_std"] for e in points], marker="o", capsize=3, label=label,
         )
+    ax.set_xticks(sorted({e["n_per_class"] for e in summary if e["method"] != REFERENCE}))
     ax.set_xlabel("training examples per class (n)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,9 @@ def test_training_set_round_trip_and_errors(tmp_path: Path) -> None:
     write_jsonl_atomic(path, [{"text": "ok", "label": 1, "label_name": "great"}, {"text": "meh", "label": 0}])
     assert read_training_set(path, NAMES) == [("ok", 1), ("meh", 0)]
     assert [p.name for p in tmp_path.iterdir()] == ["train.jsonl"]  # no temp file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
     cases = {
         '{"text": "a", "label": 0}\n{"text": "b", "label": true}\n': f"{path}:2: 'label' must be an integer",
         '{"text": "", "label": 0}\n': f"{path}:1: expected an object",
