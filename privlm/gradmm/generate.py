@@ -23,7 +23,7 @@ from privlm.errors import UserError
 from privlm.gradmm.admm import run_admm
 from privlm.gradmm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
-from privlm.gradmm.filtering import Candidate, few_shot_labels, select
+from privlm.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.gradmm.projection import Projector
 from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds
@@ -69,6 +69,14 @@ def make_objective(
         return autograd_matching_loss(hidden, head_weight(model), label_token, target)
 
     return objective
+
+
+def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> tuple[int, ...]:
+    """What the LM conditions on when projecting and sampling: the document prefix followed by our
+    public few-shot demonstrations (:func:`~privlm.gradmm.filtering.few_shot_context`), so the
+    decoded text reads like the task's domain. Public; the matching itself sees ``prefix + text + suffix``."""
+    demos = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
+    return (*prompt.prefix_ids, *demos)
 
 
 def generate_batch(
@@ -135,7 +143,7 @@ def synthesize(
     jobs = [(k, j) for j in range(batches_per_class(per_class, config)) for k in range(n_classes)]
     distributed = dist.is_available() and dist.is_initialized()
     mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
-    projector = Projector(model, tokenizer, release.prompt.prefix_ids, config.top_k)
+    projector = Projector(model, tokenizer, projection_context(tokenizer, release.prompt), config.top_k)
     for k, j in mine:
         path = batch_dir / f"class{k}_batch{j}.json"
         if not path.exists():

@@ -24,7 +24,7 @@ def test_word_like_tokens() -> None:
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
 def test_kv_cache_projection_equals_full_rerun(name: str) -> None:
     model, tokenizer = build_tiny_model(name, seed=5)
-    prefix = (tokenizer.bos_token_id,)
+    prefix = (tokenizer.bos_token_id, *tokenizer.encode(" a film It was great", add_special_tokens=False))
     projector = Projector(model, tokenizer, prefix, top_k=7)
     x = torch.randn(3, 6, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     got = projector(x)
