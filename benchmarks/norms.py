@@ -277,8 +277,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq-lens", type=int, nargs="*", default=None)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per mode (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: CPU time is not inflated by spin-waiting on a busy machine)")
     args = parser.parse_args(argv)
-    seq_lens = args.seq_lens or (QUICK_T if args.quick else FULL_T)
+    torch.set_num_threads(args.threads)
+    seq_lens = list(args.seq_lens or (QUICK_T if args.quick else FULL_T))
     layers = args.layers or (2 if args.quick else 3)
     steps = args.steps or (1 if args.quick else 2)
     torch.manual_seed(0)
@@ -301,19 +304,25 @@ def main(argv: list[str] | None = None) -> None:
                 row["peak_memory_ratio"] = row["peak_memory_mb"] / ref["peak_memory_mb"]
             rows.append(row)
         profile = {"seq_len": seq_len, "stages_and_top_ops": profile_hutchinson(tied, seq_len, args.batch)}
-    result = {
-        "model": {"kind": "LlamaForCausalLM (SmolLM2-shaped, random init)", "hidden": 576, "vocab": 49152,
-                  "layers": layers, "tied_embeddings": True, "batch": args.batch, "dtype": "float32"},
-        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu"},
-        "steps_timed": steps,
-        "rows": rows,
-        "profile_hutchinson_bookkeeping": profile,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
+        result = {
+            "model": {"kind": "LlamaForCausalLM (SmolLM2-shaped, random init)", "hidden": 576, "vocab": 49152,
+                      "layers": layers, "tied_embeddings": True, "batch": args.batch, "dtype": "float32"},
+            "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu"},
+            "steps_timed": steps,
+            "seq_lens_done": seq_lens[: seq_lens.index(seq_len) + 1],
+            "rows": rows,
+            "profile_hutchinson_bookkeeping": profile,
+        }
+        write_results(result, args.out)  # after every T, so a long run that is stopped keeps what it measured
+
+
+def write_results(result: dict, out: Path) -> None:
+    """JSON and PNG next to it, each written to a temporary file and moved into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, args.out)
-    plot([r for r in rows if "error" not in r], args.out.with_suffix(".png"))
+    os.replace(tmp, out)
+    plot([r for r in result["rows"] if "error" not in r], out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

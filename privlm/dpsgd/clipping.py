@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from privlm.dpsgd.estimators import os_seeded_generator
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
 from privlm.dpsgd.norms import NORM_MODES, Factor, sq_norms, weighted_sum
 from privlm.errors import UserError
@@ -73,7 +74,7 @@ class PerSampleClipper:
         self.norm_mode = norm_mode
         self.probes = probes
         self.bookkeeping = bookkeeping
-        self.generator = generator if generator is not None else torch.Generator().manual_seed(torch.seed())
+        self.generator = generator if generator is not None else os_seeded_generator()
         self.capture = LayerCapture(model)
         self.params = trainable_parameters(model)
         self.summed_grads: dict[nn.Parameter, Tensor] = {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any
 
 import torch
@@ -28,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
+from privlm.dpsgd.estimators import os_seeded_generator
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.optimizer import DPOptimizer
@@ -58,10 +58,11 @@ class PrivateModel(nn.Module):
         return ClipStats(*(torch.cat([getattr(p, f) for p in parts]) for f in ("losses", "sq_norms", "factors")))
 
 
-def _generator(seed: int | None, stream: int) -> torch.Generator:
+def _generator(seed: int | None, stream: int, device: torch.device | str = "cpu") -> torch.Generator:
     """Stream ``stream`` of ``seed`` (reproducible), or a generator seeded from the OS when ``seed`` is None."""
-    value = int.from_bytes(os.urandom(8), "little") if seed is None else seed * 1_000_003 + stream
-    return torch.Generator().manual_seed(value % 2**63)
+    if seed is None:
+        return os_seeded_generator(device)
+    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + stream) % 2**63)
 
 
 class PrivacyEngine:
@@ -146,6 +147,7 @@ class PrivacyEngine:
             clipping=self.clipping_kind,
             probes=self._event_probes,
         )
+        device = next(module.parameters()).device  # probes and noise are drawn where the parameters live
         clipper = PerSampleClipper(
             module,
             loss_fn or functools.partial(causal_lm_losses, reduction=loss_reduction),
@@ -153,14 +155,14 @@ class PrivacyEngine:
             norm_mode=self.norm_mode,
             probes=self.probes,
             bookkeeping=self.bookkeeping,
-            generator=_generator(self.seed, 1),
+            generator=_generator(self.seed, 1, device),
         )
         dp_optimizer = DPOptimizer(
             optimizer,
             clipper,
             noise_multiplier=noise_multiplier,
             expected_batch_size=sample_rate * len(dataset),
-            generator=_generator(self.seed, 2),
+            generator=_generator(self.seed, 2, device),
             on_step=self._record_step,
         )
         loader = poisson_loader(

@@ -11,9 +11,13 @@ from privlm.dpsgd.losses import IGNORE_INDEX
 from privlm.resources.tiny import build_tiny_model
 
 
-def tiny_model(name: str, lora: bool = False, seed: int = 0) -> nn.Module:
-    """A float64 tiny model; with ``lora``, peft LoRA adapters (all else frozen) with a non-zero B."""
+def tiny_model(name: str, lora: bool = False, seed: int = 0, untied: bool = False) -> nn.Module:
+    """A float64 tiny model; with ``lora``, peft LoRA adapters (all else frozen) with a non-zero B;
+    with ``untied``, the LM head gets its own copy of the embedding matrix."""
     model, _ = build_tiny_model(name, seed=seed, dtype=torch.float64)
+    if untied:
+        head = model.get_output_embeddings()
+        head.weight = nn.Parameter(head.weight.detach().clone() + 0.01)
     if lora:
         from peft import LoraConfig, get_peft_model
 

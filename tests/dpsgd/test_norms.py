@@ -16,18 +16,18 @@ def cases():
     """(model, batch, reference squared norms) per (model name, lora), built once."""
     out = {}
     for name in ("tiny-llama", "tiny-gpt2"):
-        for lora in (False, True):
-            model = tiny_model(name, lora=lora)
+        for variant in ("tied", "lora", "untied"):
+            model = tiny_model(name, lora=variant == "lora", untied=variant == "untied")
             batch = padded_batch([12, 7, 3, 10], seq_len=12)
-            out[name, lora] = (model, batch, reference_sq_norms(reference_grads(model, batch)))
+            out[name, variant] = (model, batch, reference_sq_norms(reference_grads(model, batch)))
     return out
 
 
 @pytest.mark.parametrize("mode", ["exact", "ghost", "mixed"])
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("variant", ["tied", "lora", "untied"])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-def test_exact_modes_match_reference(cases, name, lora, mode):
-    model, batch, expected = cases[name, lora]
+def test_exact_modes_match_reference(cases, name, variant, mode):
+    model, batch, expected = cases[name, variant]
     clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, norm_mode=mode)
     try:
         got = clipper.sq_norms(batch)
@@ -38,12 +38,14 @@ def test_exact_modes_match_reference(cases, name, lora, mode):
 
 def test_tiny_models_really_tie_embeddings(cases):
     for name in ("tiny-llama", "tiny-gpt2"):
-        model = cases[name, False][0]
+        model = cases[name, "tied"][0]
         assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        untied = cases[name, "untied"][0]
+        assert untied.get_output_embeddings().weight is not untied.get_input_embeddings().weight
 
 
 def test_mean_reduction_matches_reference(cases):
-    model, batch, _ = cases["tiny-llama", False]
+    model, batch, _ = cases["tiny-llama", "tied"]
     expected = reference_sq_norms(reference_grads(model, batch, reduction="mean"))
     clipper = PerSampleClipper(
         model, lambda m, b: causal_lm_losses(m, b, reduction="mean"), max_grad_norm=1.0, norm_mode="ghost"
@@ -58,7 +60,7 @@ def test_mean_reduction_matches_reference(cases):
 @pytest.mark.parametrize("mode", ["hutchinson", "hutchpp"])
 def test_randomized_modes_average_to_reference(cases, mode):
     """Whole-model sanity check: the mean of 60 estimates is within 4 standard errors of the truth."""
-    model, batch, expected = cases["tiny-gpt2", False]  # tied embedding: shared probes
+    model, batch, expected = cases["tiny-gpt2", "tied"]  # tied embedding: shared probes
     clipper = PerSampleClipper(
         model, causal_lm_losses, max_grad_norm=1.0, norm_mode=mode, probes=6, generator=torch.Generator().manual_seed(3)
     )
