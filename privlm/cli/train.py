@@ -38,6 +38,7 @@ def train_command(
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
     seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every N steps."),
+    max_train: int | None = typer.Option(None, "--max-train", help="Train on the first N examples of the train split."),
     max_test: int | None = typer.Option(None, "--max-test", help="Score only the first N test examples."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -56,7 +57,7 @@ def train_command(
     )
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-    session = set_up(model, data, config)
+    session = set_up(model, data, config, max_train)
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=as_json, disable=not session.run.ctx.is_main) as progress:

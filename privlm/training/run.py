@@ -7,7 +7,7 @@ writes the run folder and evaluates).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.errors import UserError
 from privlm.resources.models import load_model
 from privlm.training.checkpoint import replace_folder
 from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
@@ -60,13 +61,18 @@ class Session:
     run: Run
 
 
-def set_up(model_name: str, data_name: str, config: TrainConfig) -> Session:
+def set_up(model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None) -> Session:
     """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
-    calibrate σ; every bad input raises :class:`UserError` here, before any training."""
+    calibrate σ; every bad input raises :class:`UserError` here, before any training. ``max_train``
+    keeps the first examples of the (seeded, shuffled) train split — a data-independent choice."""
     ctx = init_from_env()
+    if max_train is not None and max_train < 1:
+        raise UserError(f"--max-train must be >= 1, got {max_train}")
     model, tokenizer = load_model(model_name, seed=config.seed or 0)
     check_max_length(model, config.max_length)
     data = load_task_data(data_name, config.task, SPLIT_SEED)
+    if max_train is not None:
+        data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
     module = with_lora(model, config.lora, config.seed)
     module.train()
