@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -147,7 +148,8 @@ class LoopResult:
 
 
 def _os_seed() -> int:
-    return int(torch.seed())
+    """A seed from the OS (the global torch generator is left alone)."""
+    return int.from_bytes(os.urandom(8), "little") % 2**63
 
 
 def prepare(
