@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,13 @@ class ExperimentConfig:
 
     def finetune_config(self, seed: int) -> FinetuneConfig:
         """The fine-tuning preset with this config's overrides and the cell's seed."""
-        overrides = {k: v for k, v in self.finetune.items() if k != "preset"}
+        overrides = {k: v for k, v in self.finetune.items() if k not in ("preset", "grid")}
         return preset(self.finetune.get("preset", "smollm2"), **overrides, seed=seed)
+
+    def finetune_grid(self, seed: int) -> list[FinetuneConfig]:
+        """``[finetune] grid = [{lr = ...}, ...]``: candidates chosen on validation (empty: no grid)."""
+        base = self.finetune_config(seed)
+        return [replace(base, **entry) for entry in self.finetune.get("grid", [])]
 
     def cells(self) -> list[Cell]:
         """The grid in run order: method, ε, n, seed (``full-pool`` uses ``n = pool_per_class`` once)."""
@@ -165,8 +170,13 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         data_seed=int(data.get("data_seed", 0)),
         mia=bool(data.get("mia", True)),
     )
+    grid = config.finetune.get("grid", [])
+    if not isinstance(grid, list) or not all(isinstance(entry, dict) for entry in grid):
+        raise UserError(f"{source}: finetune.grid must be a list of tables, e.g. [{{lr = 1e-5}}, {{lr = 5e-5}}]")
+    if grid and config.validation_size is None:
+        raise UserError(f"{source}: finetune.grid needs validation_size (selection is on validation, never on test)")
     try:
-        config.finetune_config(0)
+        config.finetune_grid(0)
     except TypeError as err:
         raise UserError(f"{source}: bad [finetune] table ({err})") from err
     return config

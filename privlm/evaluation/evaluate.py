@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.evaluation.finetune import FinetuneConfig, finetune_classifier
+from privlm.evaluation.finetune import FinetuneConfig, finetune_classifier, select_and_finetune
 from privlm.evaluation.mia import membership_inference
 from privlm.evaluation.scoring import Example, evaluate_accuracy
 
@@ -23,9 +24,13 @@ def fit_and_score(
     validation: Sequence[Example] | None = None,
     members: Sequence[Example] | None = None,
     nonmembers: Sequence[Example] | None = None,
+    grid: Sequence[FinetuneConfig] = (),
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, object]:
     """Fine-tune a copy of ``model`` on ``train`` (best epoch on ``validation`` if given) and score it.
+
+    With a non-empty ``grid``, every configuration in it is tried and the best on ``validation`` is
+    kept (``config`` then only sets ``max_length`` for scoring); the row gets ``selected`` and ``grid``.
 
     An empty ``train`` (a method whose filtering kept nothing) scores ``model`` itself: a classifier
     trained on nothing is the base model.
@@ -34,10 +39,17 @@ def fit_and_score(
     ``n_test``, ``best_epoch``, ``validation_accuracy``, and — when ``members`` and ``nonmembers``
     are given — the loss attack's ``mia_advantage`` and ``mia_auc``.
     """
-    if train:
+    selection: dict[str, object] = {}
+    if train and grid:
+        result, tried = select_and_finetune(
+            model, tokenizer, train, validation or (), suffix, label_words, grid, on_step=on_step
+        )
+        selection = {"selected": asdict(result.config), "grid": tried}
+    elif train:
         result = finetune_classifier(
             model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=on_step
         )
+    if train:
         tuned, best_epoch, validation_accuracy = result.model, result.best_epoch, result.validation_accuracy
     else:
         tuned, best_epoch, validation_accuracy = model, 0, None
@@ -47,6 +59,7 @@ def fit_and_score(
         "n_train": len(train),
         "best_epoch": best_epoch,
         "validation_accuracy": validation_accuracy,
+        **selection,
     }
     if members is not None and nonmembers is not None:
         attack = membership_inference(

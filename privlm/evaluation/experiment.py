@@ -113,11 +113,11 @@ def run_experiment(
             write_jsonl_atomic(set_path, method.run(ctx))
         generation_s = time.perf_counter() - start
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
-        finetune = config.finetune_config(cell.seed)
+        finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
-        hooks.steps(finetune.epochs * math.ceil(len(train_set) / finetune.batch_size))
+        hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
         scores = fit_and_score(
-            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation,
+            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
             members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
         )
         row = {

@@ -9,6 +9,7 @@ scoring see the same tokens. Hyperparameters are fixed per preset, or chosen on 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
@@ -148,17 +149,24 @@ def select_and_finetune(
     suffix: str,
     label_words: Sequence[str],
     grid: Sequence[FinetuneConfig],
+    on_step: Callable[[int, float], None] | None = None,
 ) -> tuple[FinetuneResult, list[dict[str, object]]]:
     """Fine-tune with every configuration of ``grid``; keep the best on ``validation`` (first on ties).
 
     Returns the kept result and one row per configuration (its fields and validation accuracy).
+    ``on_step`` counts steps across the whole grid.
     """
     if not grid or not validation:
         raise UserError("hyperparameter selection needs a non-empty grid and a validation split")
     best: FinetuneResult | None = None
     rows: list[dict[str, object]] = []
+    done_steps = 0
     for config in grid:
-        result = finetune_classifier(model, tokenizer, train, suffix, label_words, config, validation=validation)
+        offset_step = None if on_step is None else (lambda step, loss, before=done_steps: on_step(before + step, loss))
+        result = finetune_classifier(
+            model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=offset_step
+        )
+        done_steps += config.epochs * math.ceil(len(train) / config.batch_size)
         rows.append({**asdict(config), "validation_accuracy": result.validation_accuracy, "best_epoch": result.best_epoch})
         if best is None or result.validation_accuracy > best.validation_accuracy:
             best = result

@@ -34,11 +34,13 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
                             for i in range(40) for w in ("good", "bad")))
     toml = tmp_path / "exp.toml"
     toml.write_text(f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\n'
-                    'seeds = [0]\ntest_size = 10\n[finetune]\npreset = "tiny"\nepochs = 2\n[methods.random]\n[methods.herding]\n')
+                    'seeds = [0]\ntest_size = 10\nvalidation_size = 4\n[finetune]\npreset = "tiny"\n'
+                    'grid = [{epochs = 1}, {epochs = 2, lr = 1e-2}]\n[methods.random]\n[methods.herding]\n')
     out = tmp_path / "out"
     assert run(["experiment", str(toml), "--out", str(out), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert [r["method"] for r in first["rows"]] == ["random", "herding"]
+    assert all(r["selected"]["epochs"] in (1, 2) and len(r["grid"]) == 2 for r in first["rows"])
     assert (out / "report.md").exists() and (out / "report.html").exists()
     assert run(["experiment", str(toml), "--out", str(out)]) == 2
     assert "pass --resume" in capsys.readouterr().err

@@ -147,6 +147,8 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
         base + "n_per_class = [2]\ncolour = 1\n[methods.random]\n": "unknown key",
         base + "n_per_class = [2]\n[finetune]\npreset = 'tiny'\nepochz = 1\n[methods.random]\n": "bad \\[finetune\\]",
         base + "n_per_class = [2]\ntest_size = 0\n[methods.random]\n": "test_size must be a positive integer",
+        base + "n_per_class = [2]\n[finetune]\ngrid = [{lr = 1e-3}]\n[methods.random]\n": "needs validation_size",
+        base + "n_per_class = [2]\nvalidation_size = 4\n[finetune]\ngrid = [{lx = 1}]\n[methods.random]\n": "bad",
         "model = ": "not valid TOML",
     }
     for text, message in cases.items():
