@@ -126,8 +126,10 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
             ax.errorbar(xs, [e["accuracy_mean"] for e in points], yerr=[e["accuracy_std"] for e in points],
                         marker="o", capsize=3, label=f"{method}, n={n}")
     ax.set_xscale("log")
-    ax.axvline(no_dp_x / 3, color="grey", linewidth=0.5)
-    ax.text(no_dp_x, ax.get_ylim()[0], "no DP", ha="center", va="bottom", fontsize=8)
+    ticks = sorted(set(finite))
+    has_no_dp = any(e["epsilon"] is None for e in entries)
+    ax.set_xticks(ticks + [no_dp_x] * has_no_dp, [f"{t:g}" for t in ticks] + ["no DP"] * has_no_dp)
+    ax.minorticks_off()
     ax.set_xlabel("ε (δ fixed)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
