@@ -52,8 +52,8 @@ class SynthConfig:
 PRESETS: dict[str, SynthConfig] = {
     "paper": SynthConfig(),
     "demo": SynthConfig(
-        length=12, batch=10, outer_steps=5, inner_steps=10, top_k=200, private_per_class=256,
-        max_private_tokens=48, oversample=2.0,
+        length=12, batch=10, outer_steps=4, inner_steps=8, top_k=200, private_per_class=256,
+        max_private_tokens=48, oversample=3.0,
     ),
 }
 

@@ -71,7 +71,7 @@ def test_bad_input_exits_2_with_one_line(override, flags, fragment, tmp_path, ca
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     data = _write_data(tmp_path / "d.jsonl", ROWS)
     out = tmp_path / "killed.jsonl"
-    args = [*SMALL, "--data", data, "--per-class", "4", "--outer-steps", "2", "--inner-steps", "10",
+    args = [*SMALL, "--data", data, "--per-class", "3", "--outer-steps", "2", "--inner-steps", "10",
             "--epsilon", "4", "--delta", "1e-5"]
     proc = subprocess.Popen(
         [sys.executable, "-c", "from privlm.cli import main; main()", "synth", *args, "--out", str(out)],

@@ -25,7 +25,7 @@ PRIVATE = [
     ("I loved every minute of it and would watch it again", 1),
     ("this is one of the worst films of the year", 0),
 ]
-CONFIG = make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=3, top_k=8, seed=1)
+CONFIG = make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=3, top_k=8, seed=1, oversample=2.0)
 PER_CLASS = 3  # 2 batches of 3 candidates per class
 
 
