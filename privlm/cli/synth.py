@@ -16,7 +16,7 @@ from privlm.cli._common import console, err_console, print_json
 from privlm.errors import UserError
 from privlm.gradmm.config import PRESETS, SynthConfig, make_config
 from privlm.gradmm.generate import batches_per_class
-from privlm.gradmm.pipeline import SynthResult, run_synthesis
+from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
@@ -111,7 +111,7 @@ def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
         )
     else:
         console.print(f"[bold red]{privacy['warning']}[/bold red]")
-    console.print(f"{len(result.rows)} examples in {out} (sidecar {out}.privacy.json), {wall_s:.0f} s")
+    console.print(f"{len(result.rows)} examples in {out} (sidecar {RunPaths(out).sidecar}), {wall_s:.0f} s")
 
 
 def summary(result: SynthResult, out: Path, wall_s: float) -> dict[str, Any]:
@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("smollm2-135m", "--model", help="registered name, local folder or hub id"),
         data: str = typer.Option(..., "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ..."),
         per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
-        out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ FILE.jsonl.privacy.json)"),
+        out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ sidecar FILE.privacy.json)"),
         epsilon: float | None = typer.Option(None, "--epsilon", help="privacy budget ε of the whole output"),
         delta: float | None = typer.Option(None, "--delta", help="privacy parameter δ"),
         no_dp: bool = typer.Option(False, "--no-dp", help="no clipping, no noise: NOT private"),

@@ -7,7 +7,7 @@ On disk, next to the output ``FILE.jsonl``:
   existing release is an error, never silently replaced);
 - ``FILE.jsonl.gradmm/run.json`` — the public settings, which a resumed run must repeat exactly;
 - ``FILE.jsonl.gradmm/batches/`` — finished ADMM batches (atomic files);
-- ``FILE.jsonl`` and ``FILE.jsonl.privacy.json`` — written through temp files and ``os.replace`` only
+- ``FILE.jsonl`` and ``FILE.privacy.json`` — written through temp files and ``os.replace`` only
   at the end, so they are never half-written.
 
 Private data enters through the ``load_private`` callable alone, which is called only when a release
@@ -59,7 +59,7 @@ class RunPaths:
 
     @property
     def sidecar(self) -> Path:
-        return self.out.with_name(self.out.name + ".privacy.json")
+        return self.out.with_suffix(".privacy.json")
 
 
 @dataclass(frozen=True)

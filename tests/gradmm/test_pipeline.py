@@ -61,7 +61,7 @@ def test_output_rows_and_sidecar(reference) -> None:
     rows = [json.loads(line) for line in data.decode().splitlines()]
     assert {r["label_name"] for r in rows} == {"negative", "positive"}
     assert all(set(r) == {"text", "label", "label_name", "match_loss", "dp"} and r["dp"] for r in rows)
-    privacy = json.loads(RunPaths(out).sidecar.read_text())
+    privacy = json.loads((out.parent / "synth.privacy.json").read_text())
     assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] < 4.01 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
     assert len(privacy["release_sha256"]) == 64
 
