@@ -63,11 +63,3 @@ def test_bad_model_exit_2(
     code, out, err = run(["models", "show", name], capsys)
     assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1
     assert "smollm2-135m, tiny-llama, tiny-gpt2" in err
-
-
-def test_demo_plan(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["demo", "--model", "tiny-llama", "--data", "tweets", "--json"], capsys)
-    facts = json.loads(out)
-    assert code == 0
-    assert facts["model"]["architecture"] == "LlamaForCausalLM" and facts["data"]["num_examples"] == 4_196
-    assert facts["data"]["first_train_example"].endswith((" sadness", " joy")) and len(facts["plan"]) == 3
