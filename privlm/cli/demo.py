@@ -1,13 +1,15 @@
 """``privlm demo``: DP synthetic text (GRADMM, ε = 4, δ = 1e-5) from rotten-tomatoes with SmolLM2-135M.
 
 Runs the ``demo`` preset (minutes on 2 CPU cores) and prints the synthetic examples beside the privacy
-they cost. Output goes to the privlm cache (``demo/<model>--<data>/synthetic.jsonl``) unless ``--out``
+they cost, then fine-tunes the model on the synthetic set and on a random real subset of the same size
+(a non-private reference) and prints both test accuracies. Output goes to the privlm cache (``demo/<model>--<data>/synthetic.jsonl``) unless ``--out``
 is given; a second run reuses the saved DP release and finished batches (``--resume`` semantics), so it
 spends no further privacy budget and prints the same examples.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -17,11 +19,15 @@ from rich.panel import Panel
 
 from privlm.cli._common import console, print_json
 from privlm.cli.models import load_with_status
-from privlm.cli.synth import check_privacy_args, show_result, summary, synthesize_with_progress
+from privlm.cli.synth import SPLIT_SEED, check_privacy_args, show_result, summary, synthesize_with_progress
+from privlm.evaluation.compare import synthetic_vs_random
+from privlm.evaluation.finetune import preset
 from privlm.gradmm.config import make_config
 from privlm.resources.cache import cache_root
 from privlm.resources.datasets import DEFAULT_DATASET, load_dataset
+from privlm.errors import UserError
 from privlm.resources.models import DEFAULT_MODEL
+
 
 DEMO_EPSILON = 4.0
 DEMO_DELTA = 1e-5
@@ -29,6 +35,7 @@ PLAN = (
     "release a differentially private per-class gradient of the model's last layer on the train split",
     "generate readable synthetic examples whose gradient matches the release (GRADMM)",
     "filter them by few-shot label agreement and matching loss; print them beside the privacy spent",
+    "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies",
 )
 
 
@@ -45,10 +52,15 @@ def demo(
     epsilon: float = typer.Option(DEMO_EPSILON, "--epsilon", help="Privacy budget of the whole output."),
     delta: float = typer.Option(DEMO_DELTA, "--delta"),
     out: Path | None = typer.Option(None, "--out", help="Output JSONL (default: in the privlm cache)."),
+    eval_test: int = typer.Option(
+        200, "--eval-test", help="Test examples for the closing accuracy comparison (0 skips it)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Release a DP last-layer gradient of the private train split, then generate and filter synthetic text."""
     check_privacy_args(epsilon, delta, no_dp=False)
+    if eval_test < 0:
+        raise UserError(f"--eval-test must be >= 0 (got {eval_test})")
     start = time.perf_counter()
     config = make_config("demo")
     out = out if out is not None else default_out(model, data)
@@ -73,11 +85,41 @@ def demo(
         loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=True,
         epsilon=epsilon, delta=delta, out=out, resume=True,
     )
-    wall_s = time.perf_counter() - start
+    synth_wall_s = time.perf_counter() - start
+    if not as_json:
+        show_result(result, out, synth_wall_s)
+    comparison = _compare(loaded, tokenizer, model, data, result.rows, eval_test, quiet=as_json)
     if as_json:
-        print_json({"model": model_facts, "data": data_facts, "plan": list(PLAN), **summary(result, out, wall_s)})
-    else:
-        show_result(result, out, wall_s)
+        print_json({
+            "model": model_facts, "data": data_facts, "plan": list(PLAN), **summary(result, out, synth_wall_s),
+            "comparison": comparison, "total_wall_s": time.perf_counter() - start,
+        })
+
+
+def _compare(
+    model: object, tokenizer: object, model_name: str, data: str, rows: list[dict], eval_test: int, quiet: bool
+) -> dict[str, dict[str, object]] | None:
+    """Fine-tune on the synthetic rows and on a random real train subset with the same class counts;
+    score both on the first ``eval_test`` examples of the test split. The real subset is a non-private
+    reference: nothing from it reaches the synthetic output, which was written before this runs."""
+    if eval_test == 0 or not rows:
+        return None
+    dataset = load_dataset(data, split="train", seed=SPLIT_SEED)
+    test = load_dataset(data, split="test", seed=SPLIT_SEED).examples[:eval_test]
+    config = preset("tiny" if model_name.startswith("tiny-") else "smollm2")
+    synthetic = [(row["text"], int(row["label"])) for row in rows]
+    with console.status(f"fine-tuning on {len(synthetic)} synthetic and {len(synthetic)} real examples, "
+                        f"scoring {len(test)} test examples", spinner="dots") if not quiet else contextlib.nullcontext():
+        scores = synthetic_vs_random(
+            model, tokenizer, synthetic, dataset.examples, test, dataset.verbalizer.suffix,
+            dataset.verbalizer.label_words, config, seed=0,
+        )
+    if not quiet:
+        for name, label in (("synthetic", "DP synthetic (this run)"), ("random_real", "random real subset (non-private)")):
+            s = scores[name]
+            console.print(f"test accuracy after fine-tuning on {label}: {s['accuracy']:.3f} "
+                          f"(95% CI {s['ci_low']:.3f}-{s['ci_high']:.3f}, n_test={s['n_test']})")
+    return scores
 
 
 def register(app: typer.Typer) -> None:
