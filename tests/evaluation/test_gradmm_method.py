@@ -31,7 +31,7 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     assert rows[1]["n_train"] == len(dp_set) <= 4
     assert all(r["dp"] is True and r["epsilon_spent"] >= 2.0 for r in dp_set)
     work = out / "work" / rows[1]["cell"]
-    assert json.loads((work / "synthetic.jsonl.privacy.json").read_text())["epsilon"] >= 2.0
+    assert json.loads((work / "synthetic.privacy.json").read_text())["epsilon"] >= 2.0
     release = work / "synthetic.jsonl.gradmm" / "release.pt"
     drawn = release.read_bytes()
     # Redo the DP cell as after a crash between synthesis and scoring: the release is reused, not redrawn.
