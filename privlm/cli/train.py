@@ -37,6 +37,11 @@ def train_command(
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
     seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
+    loss_bound: float = typer.Option(
+        10.0, "--loss-bound", help="L: per-sample (mean token) losses are clamped to [0, L] for the DP loss."),
+    loss_noise_fraction: float = typer.Option(
+        0.2, "--loss-noise-fraction",
+        help="α: the DP loss shares the gradient's noise; ε is accounted at σ/sqrt(1+α²). 0: no loss is shown or logged."),
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every N steps."),
     max_train: int | None = typer.Option(None, "--max-train", help="Train on the first N examples of the train split."),
     max_test: int | None = typer.Option(None, "--max-test", help="Score only the first N test examples."),
@@ -53,18 +58,19 @@ def train_command(
         task=task, epsilon=epsilon, delta=delta, private=not no_dp, norm_mode=norm_mode, probes=probes,
         bookkeeping=bookkeeping, max_length=max_length, batch_size=batch_size, epochs=epochs, lr=lr,
         max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, seed=seed,
-        checkpoint_every=checkpoint_every,
+        checkpoint_every=checkpoint_every, loss_bound=loss_bound, loss_noise_fraction=loss_noise_fraction,
     )
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
     session = set_up(model, data, config, max_train)
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+    label = "DP loss" if config.private else "loss (not private)"
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{label} {{task.fields[loss]}}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=as_json, disable=not session.run.ctx.is_main) as progress:
         bar = progress.add_task("training", total=None, loss="-", eps="-")
 
-        def on_progress(step: int, total: int, loss: float, eps: float | None) -> None:
-            progress.update(bar, completed=step, total=total, loss=f"{loss:.4f}",
+        def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
+            progress.update(bar, completed=step, total=total, loss="off" if loss is None else f"{loss:.4f}",
                             eps="n/a (not private)" if eps is None else f"{eps:.3f}")
 
         summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
@@ -78,7 +84,9 @@ def train_command(
     metric = (f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, n={test['n_test']})"
               if "accuracy" in test else f"test perplexity {test.get('perplexity', float('nan')):.2f}")
     privacy = ("NOT private (--no-dp)" if not config.private else
-               f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}")
+               f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}"
+               + ("" if config.loss_release() is None else
+                  f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"))
     console.print(f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
                   f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]")
 

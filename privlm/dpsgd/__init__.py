@@ -9,6 +9,7 @@ Hutchinson, Hutch++), clipping by book-keeping or a second backward, Poisson sam
 
 from privlm.dpsgd.clipping import ClipStats, PerSampleClipper, clip_factors
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses, token_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.optimizer import DPOptimizer
@@ -18,6 +19,7 @@ __all__ = [
     "NORM_MODES",
     "ClipStats",
     "DPOptimizer",
+    "LossRelease",
     "PerSampleClipper",
     "PoissonBatchSampler",
     "PrivacyEngine",

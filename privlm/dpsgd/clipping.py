@@ -5,7 +5,9 @@ autograd only for the gradients of the hooked layers' outputs (no weight gradien
 per-sample squared norms n̂²_i summed over parameters, factors c_i = min(1, C / n̂_i), and the clipped
 sum Σ_i c_i g_i, either by book-keeping (Σ_i c_i L_iᵀR_i from the stored factors, no second backward)
 or by a second backward of Σ_i c_i ℓ_i. The clipped sum is accumulated in :attr:`summed_grads`
-(never in ``.grad``) until the optimizer adds the noise.
+(never in ``.grad``) until the optimizer adds the noise. With a ``loss_bound`` L, the sum of the
+clamped losses Σ_i clamp(ℓ_i, 0, L) is accumulated in :attr:`summed_loss` the same way, for the DP
+loss release (:mod:`privlm.dpsgd.loss_release`).
 
 Assumption behind the guarantee: the per-sample loss ℓ_i depends only on sample i (no batch
 statistics, e.g. BatchNorm; dimension 0 of every hooked layer indexes samples). Then g_i computed
@@ -51,7 +53,8 @@ class PerSampleClipper:
     """Clips per-sample gradients of ``model``'s trainable parameters and accumulates their sum.
 
     ``loss_fn(model, batch)`` must return per-sample losses (B,). ``generator`` draws the probes of the
-    randomized modes (fresh every call, independent of the data)."""
+    randomized modes (fresh every call, independent of the data). ``loss_bound``: accumulate the
+    clamped loss sum for the DP loss release (None: losses are not accumulated)."""
 
     def __init__(
         self,
@@ -63,6 +66,7 @@ class PerSampleClipper:
         probes: int = 32,
         bookkeeping: bool = True,
         generator: torch.Generator | None = None,
+        loss_bound: float | None = None,
     ) -> None:
         if norm_mode not in NORM_MODES:
             raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
@@ -78,6 +82,8 @@ class PerSampleClipper:
         self.capture = LayerCapture(model)
         self.params = trainable_parameters(model)
         self.summed_grads: dict[nn.Parameter, Tensor] = {}
+        self.loss_bound = loss_bound
+        self.summed_loss = torch.zeros((), dtype=torch.float64)
 
     def _forward_backward(self, batch: Any, keep_graph: bool) -> tuple[Tensor, dict, Tensor]:
         with self.capture.recording() as calls, record_function("privlm.forward"):
@@ -108,7 +114,8 @@ class PerSampleClipper:
         return self._forward_backward(batch, keep_graph=False)[2].detach()
 
     def clipped_backward(self, batch: Any) -> ClipStats:
-        """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads`."""
+        """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads` (and, with a loss bound L,
+        ``Σ_i clamp(ℓ_i, 0, L)`` to :attr:`summed_loss`)."""
         losses, factors, total = self._forward_backward(batch, keep_graph=not self.bookkeeping)
         c = clip_factors(total.detach(), self.max_grad_norm)
         with record_function("privlm.clipped_sum"):
@@ -123,10 +130,19 @@ class PerSampleClipper:
                         self.summed_grads[p].add_(g)
                     else:
                         self.summed_grads[p] = g
+        if self.loss_bound is not None:
+            bound = self.loss_bound  # a non-finite loss counts as L (+inf, nan) or 0 (-inf): sensitivity stays L
+            clamped = torch.nan_to_num(losses.detach().double(), nan=bound, posinf=bound, neginf=0.0).clamp(0, bound)
+            self.summed_loss = self.summed_loss + clamped.sum().cpu()
         return ClipStats(losses.detach(), total.detach(), c)
 
     def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:
         """The accumulated clipped sums (zeros for parameters no sample touched); resets the accumulator."""
         out = {p: self.summed_grads.get(p, torch.zeros_like(p)) for p in self.params}
         self.summed_grads = {}
+        return out
+
+    def pop_summed_loss(self) -> Tensor:
+        """The accumulated clamped loss sum (float64 scalar); resets the accumulator."""
+        out, self.summed_loss = self.summed_loss, torch.zeros((), dtype=torch.float64)
         return out

@@ -14,6 +14,12 @@ the norm mode (``hutchinson``/``hutchpp`` for the randomized modes: randomized-c
 Guarantee: (ε, δ)-DP under add/remove-one adjacency of *examples* (rows of the dataset), provided the
 per-sample loss of an example depends on that example only and the loader is the Poisson loader
 returned here (sampling rate q = loader batch size / dataset size).
+
+With ``loss_release=LossRelease(bound, fraction)``, every step also releases a DP training loss
+(``optimizer.released_loss``) through the same Gaussian mechanism as the gradient; the step is then
+accounted at the effective noise multiplier σ/√(1+α²) (see :mod:`privlm.dpsgd.loss_release`), and a
+target ε calibrates that effective multiplier (the noise drawn is σ = σ_eff·√(1+α²)). Without it,
+nothing about the losses is released and the accounting is that of plain DP-SGD.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
 from privlm.dpsgd.estimators import os_seeded_generator
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.optimizer import DPOptimizer
@@ -117,13 +124,15 @@ class PrivacyEngine:
         max_physical_batch_size: int | None = None,
         loss_fn: LossFn | None = None,
         loss_reduction: str = "sum",
+        loss_release: LossRelease | None = None,
     ) -> tuple[PrivateModel, DPOptimizer, DataLoader]:
         """Wrap model, optimizer and loader for DP-SGD.
 
         Sampling rate q = ``data_loader.batch_size / len(dataset)``; the returned loader yields ⌈1/q⌉
         Poisson batches per pass (one epoch in expectation). Give ``noise_multiplier``, or
         ``target_epsilon`` with ``delta`` and ``epochs`` to calibrate it. ``loss_fn(model, batch)`` returns
-        per-sample losses (default: token-level causal-LM loss with ``loss_reduction`` sum or mean)."""
+        per-sample losses (default: token-level causal-LM loss with ``loss_reduction`` sum or mean).
+        ``loss_release``: also release a DP loss per step (accounted; σ given is the noise actually drawn)."""
         if self._event is not None:
             raise UserError("this PrivacyEngine already made a model private; use one engine per training run")
         if (noise_multiplier is None) == (target_epsilon is None):
@@ -140,10 +149,13 @@ class PrivacyEngine:
         sample_rate = min(1.0, data_loader.batch_size / len(dataset))
         steps_per_epoch = math.ceil(1 / sample_rate)
         if target_epsilon is not None:
-            noise_multiplier = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch)
+            effective = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch)
+            noise_multiplier = effective if loss_release is None else loss_release.noise_multiplier(effective)
+        else:
+            effective = noise_multiplier if loss_release is None else loss_release.effective_multiplier(noise_multiplier)
         self._event = PoissonGaussianStep(
             sample_rate=sample_rate,
-            noise_multiplier=noise_multiplier,
+            noise_multiplier=effective,
             clipping=self.clipping_kind,
             probes=self._event_probes,
         )
@@ -156,6 +168,7 @@ class PrivacyEngine:
             probes=self.probes,
             bookkeeping=self.bookkeeping,
             generator=_generator(self.seed, 1, device),
+            loss_bound=None if loss_release is None else loss_release.bound,
         )
         dp_optimizer = DPOptimizer(
             optimizer,
@@ -164,6 +177,7 @@ class PrivacyEngine:
             expected_batch_size=sample_rate * len(dataset),
             generator=_generator(self.seed, 2, device),
             on_step=self._record_step,
+            loss_release=loss_release,
         )
         loader = poisson_loader(
             dataset,
@@ -189,6 +203,12 @@ class PrivacyEngine:
             probes=self._event_probes,
             method=self.accountant_method,
         )
+
+    @property
+    def event(self) -> PoissonGaussianStep | None:
+        """What each step is accounted as (None before :meth:`make_private`); its noise multiplier is
+        the effective one, σ/√(1+α²) with a loss release."""
+        return self._event
 
     def _record_step(self) -> None:
         self.accountant.record(self._event)

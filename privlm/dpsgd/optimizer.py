@@ -4,6 +4,12 @@ At :meth:`DPOptimizer.step`, every trainable parameter's gradient is *replaced* 
 (Σ_i c_i g_i + N(0, σ²C² I)) / (q·N): the clipped sum the clipper accumulated over all physical
 micro-batches of the logical batch, plus noise drawn once, divided by the expected batch size. Whatever
 ``.grad`` held before (e.g. from a stray un-clipped ``loss.backward()``) is discarded, never released.
+
+With a :class:`~privlm.dpsgd.loss_release.LossRelease`, the same step also releases a DP training loss
+:attr:`DPOptimizer.released_loss` = (Σ_i clamp(ℓ_i, 0, L) + N(0, σ²L²/α²)) / (q·N): the loss coordinate of
+the joint Gaussian mechanism described there, its noise drawn from the same generator right after the
+gradient noise (so the gradient noise is the same with and without the release). The engine accounts
+the step at σ/√(1+α²); a ``DPOptimizer`` built by hand must be accounted that way too.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from typing import Any
 import torch
 
 from privlm.dpsgd.clipping import PerSampleClipper
+from privlm.dpsgd.loss_release import LossRelease
 
 
 class DPOptimizer:
-    """Wraps ``optimizer``; ``on_step`` is called after each noisy step (the engine's accountant)."""
+    """Wraps ``optimizer``; ``on_step`` is called after each noisy step (the engine's accountant).
+    ``loss_release``: also release a DP loss per step (needs ``clipper.loss_bound == loss_release.bound``)."""
 
     def __init__(
         self,
@@ -28,6 +36,7 @@ class DPOptimizer:
         expected_batch_size: float,
         generator: torch.Generator,
         on_step: Callable[[], None] | None = None,
+        loss_release: LossRelease | None = None,
     ) -> None:
         if noise_multiplier < 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
@@ -38,7 +47,11 @@ class DPOptimizer:
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
         self.generator = generator
+        if loss_release is not None and clipper.loss_bound != loss_release.bound:
+            raise ValueError(f"the clipper's loss bound {clipper.loss_bound} differs from the release's {loss_release.bound}")
         self.on_step = on_step
+        self.loss_release = loss_release
+        self.released_loss: float | None = None
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -58,12 +71,23 @@ class DPOptimizer:
         """Start a logical batch: clear ``.grad`` and the clipper's accumulated clipped sums."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
         self.clipper.summed_grads = {}
+        self.clipper.pop_summed_loss()
+        self.released_loss = None
 
     def privatize_grads(self) -> None:
-        """Set every trainable parameter's ``.grad`` to (clipped sum + σC·N(0, I)) / expected batch size."""
+        """Set every trainable parameter's ``.grad`` to (clipped sum + σC·N(0, I)) / expected batch size
+        and, with a loss release, :attr:`released_loss` to (clamped loss sum + N(0, σ²L²/α²)) / q·N."""
         std = self.noise_multiplier * self.clipper.max_grad_norm
         with torch.profiler.record_function("privlm.noise"):
             self._add_noise(std)
+            self.released_loss = self._release_loss()
+
+    def _release_loss(self) -> float | None:
+        summed = float(self.clipper.pop_summed_loss())
+        if self.loss_release is None:
+            return None
+        noise = torch.randn((), generator=self.generator, device=self.generator.device, dtype=torch.float64)
+        return (summed + self.loss_release.loss_noise_std(self.noise_multiplier) * float(noise)) / self.expected_batch_size
 
     def _add_noise(self, std: float) -> None:
         for p, summed in self.clipper.pop_summed_grads().items():
@@ -71,7 +95,8 @@ class DPOptimizer:
             p.grad = summed.add_(noise.to(summed.device), alpha=std).div_(self.expected_batch_size)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """One private step: noise, update, then accounting (even for an empty logical batch)."""
+        """One private step: noise, update, then accounting (even for an empty logical batch); sets
+        :attr:`released_loss` (None without a loss release)."""
         if closure is not None:
             raise ValueError("closures are not supported: call model.clipped_backward(batch) before step()")
         self.privatize_grads()

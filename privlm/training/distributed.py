@@ -8,10 +8,11 @@ examples ``i ≡ r (mod world)``. Per logical step:
    rate q, and the union over ranks is *exactly* one Poisson sample of the full dataset with rate q —
    the sample the accountant assumes (and the one a single process draws with the same seed).
 2. Each rank clips its own samples and accumulates their clipped sum (the engine's clipper).
-3. :func:`all_reduce_clipped_sums` sums the clipped sums over ranks (one flat buffer).
+3. :func:`all_reduce_clipped_sums` sums the clipped sums over ranks (one flat buffer), and with
+   them the clamped loss sums of the DP loss release.
 4. The noise is drawn once for the step: every rank's noise generator is seeded identically, so all
-   ranks add the *same* N(0, σ²C² I) to the same reduced sum and take the same update. The total
-   noise is that of one draw — never one draw per rank.
+   ranks add the *same* N(0, σ²C² I) to the same reduced sum and take the same update (and release
+   the same DP loss). The total noise is that of one draw — never one draw per rank.
 
 We do not wrap the model in ``DistributedDataParallel``: DDP all-reduces ``.grad`` of the unclipped
 loss, whereas DP-SGD must all-reduce the clipped sums; the rest of what DDP does (identical initial
@@ -80,16 +81,21 @@ def sharded(batches: Iterator[list[int]], ctx: DistContext) -> Iterator[list[int
 
 
 def all_reduce_clipped_sums(clipper: PerSampleClipper, ctx: DistContext) -> None:
-    """Replace the clipper's accumulated clipped sums by their sum over all ranks (before the noise)."""
+    """Replace the clipper's accumulated clipped sums (and clamped loss sum, when it keeps one) by
+    their sums over all ranks (before the noise)."""
     if not ctx.enabled:
         return
     parts = clipper.pop_summed_grads()
     flat = torch.cat([g.reshape(-1) for g in parts.values()])
+    if clipper.loss_bound is not None:
+        flat = torch.cat([flat, clipper.pop_summed_loss().to(flat.dtype).to(flat.device).reshape(1)])
     dist.all_reduce(flat)
     offset = 0
     for p, g in parts.items():
         clipper.summed_grads[p] = flat[offset : offset + g.numel()].view_as(g)
         offset += g.numel()
+    if clipper.loss_bound is not None:
+        clipper.summed_loss = flat[offset].detach().double().cpu()
 
 
 def all_reduce_grads(params: list[nn.Parameter], ctx: DistContext) -> None:

@@ -10,9 +10,13 @@ DP-SGD engine (:mod:`privlm.dpsgd.engine`), clipped sums all-reduced over ranks,
 accountant (randomized clipping for ``hutchinson``/``hutchpp``). When σ is given instead, the loop
 stops before the first step that would take ε past the target.
 
-Not covered by the DP guarantee: the training losses shown in the progress bar and written to
-``metrics.jsonl`` are plain statistics of the sampled private examples (diagnostics; do not publish
-them). The release is the final weights plus ``privacy.json``.
+The training loss shown in the progress bar and written to ``metrics.jsonl`` (``dp_loss``) of a
+private run is the DP loss released by the same Gaussian mechanism as the gradient and accounted with
+it (:mod:`privlm.dpsgd.loss_release`; per-sample losses clamped to [0, ``loss_bound``]); each logged
+value is the mean of the released losses of the steps since the previous log line (post-processing).
+With ``loss_noise_fraction=0`` no loss is released, shown or written, and the accounting is plain
+DP-SGD. A non-private run (``private=False``) logs its plain mean loss (``loss``): nothing of it is private.
+The release is the final weights, the logged DP losses and ``privacy.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
@@ -64,7 +69,10 @@ class TrainConfig:
     without clipping or noise (a non-private baseline; nothing is accounted). ``batch_size`` is the
     *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the micro-batches.
     ``seed`` makes sampling, probes and noise reproducible — whoever knows it can remove the noise,
-    so keep it secret; ``None`` draws them from the OS."""
+    so keep it secret; ``None`` draws them from the OS. ``loss_bound`` L and ``loss_noise_fraction`` α
+    set the DP loss release (:class:`~privlm.dpsgd.loss_release.LossRelease`; α = 0 switches it off);
+    the defaults L = 10 nats (mean token loss; ln of a 50k vocabulary is 10.8) and α = 0.2 cost σ a
+    factor √1.04 ≈ 1.02 in the accounting."""
 
     task: str = "classify"
     epsilon: float | None = None
@@ -83,6 +91,8 @@ class TrainConfig:
     lora: int = 0
     seed: int | None = None
     accountant: str = "pld"
+    loss_bound: float = 10.0
+    loss_noise_fraction: float = 0.2
     checkpoint_every: int = 50
     log_every: int = 10
 
@@ -95,6 +105,9 @@ class TrainConfig:
             check_delta(self.delta, "--delta")
             if self.noise_multiplier is not None and not self.noise_multiplier > 0:
                 raise UserError(f"noise multiplier must be > 0, got {self.noise_multiplier}")
+            if not self.loss_noise_fraction >= 0:
+                raise UserError(f"--loss-noise-fraction must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}")
+            self.loss_release()  # validates the bound
         if self.norm_mode not in NORM_MODES:
             raise UserError(f"--norm-mode must be one of {', '.join(NORM_MODES)}, got {self.norm_mode!r}")
         for name in ("batch_size", "checkpoint_every", "log_every", "max_length"):
@@ -105,6 +118,12 @@ class TrainConfig:
                 f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
                 f"(got {self.epochs}, {self.lr}, {self.max_grad_norm}, {self.lora})"
             )
+
+    def loss_release(self) -> LossRelease | None:
+        """The DP loss release of a private run (None when switched off or not private)."""
+        if not self.private or self.loss_noise_fraction == 0:
+            return None
+        return LossRelease(self.loss_bound, self.loss_noise_fraction)
 
     def resume_key(self) -> dict[str, Any]:
         """The settings a resumed run must share with the interrupted one."""
@@ -131,6 +150,12 @@ class Run:
 
     @property
     def noise_multiplier(self) -> float | None:
+        """σ of the noise drawn (None when not private)."""
+        return None if self.private_model is None else self.optimizer.noise_multiplier
+
+    @property
+    def accounted_noise_multiplier(self) -> float | None:
+        """σ the accountant records per step: σ/√(1+α²) with a DP loss release, else σ."""
         return None if self.event is None else self.event.noise_multiplier
 
 
@@ -181,11 +206,11 @@ def prepare(
             target_epsilon=None if config.noise_multiplier is not None else config.epsilon,
             delta=config.delta, epochs=config.epochs,
             max_physical_batch_size=config.physical_batch_size, loss_reduction="mean",
+            loss_release=config.loss_release(),
         )
         sampler = private_loader.batch_sampler
         sample_rate, generator = sampler.sample_rate, sampler.generator
-        probes = engine.probes if engine.clipping_kind != "exact" else None
-        event = PoissonGaussianStep(sample_rate, optimizer.noise_multiplier, engine.clipping_kind, probes)
+        event = engine.event
     else:
         sample_rate = min(1.0, config.batch_size / len(rows))
         generator = torch.Generator().manual_seed(seed if seed is not None else _os_seed())
@@ -194,7 +219,8 @@ def prepare(
     if event is not None and config.noise_multiplier is not None and config.epsilon is not None:
         budget = steps_within_budget(event, config.epsilon, config.delta, total, config.accountant)
         if budget == 0:
-            raise UserError(f"noise multiplier {event.noise_multiplier} cannot take a single step within ε = {config.epsilon}")
+            raise UserError(f"noise multiplier {config.noise_multiplier} (accounted {event.noise_multiplier:.4g}) "
+                            f"cannot take a single step within ε = {config.epsilon}")
     return Run(config, module, optimizer, engine, private_model, rows, collate, sample_rate, total,
                generator, ctx, event, budget)
 
@@ -214,29 +240,32 @@ def steps_within_budget(event: PoissonGaussianStep, epsilon: float, delta: float
     return lo
 
 
-def _step(run: Run, batch: Any, n_local: int) -> torch.Tensor:
-    """One logical step on this rank's part of the batch; returns its per-sample losses."""
+def _step(run: Run, batch: Any, n_local: int) -> float | None:
+    """One logical step on this rank's part of the batch. Returns the loss it may log: the released
+    DP loss of a private step (None without a loss release), the plain mean loss of a non-private one."""
     run.optimizer.zero_grad()
     if run.private_model is not None:
-        losses = run.private_model.clipped_backward(batch).losses
+        run.private_model.clipped_backward(batch)
         all_reduce_clipped_sums(run.private_model.clipper, run.ctx)
-    else:
-        params = [p for p in run.module.parameters() if p.requires_grad]
-        losses = torch.zeros(0)
-        if n_local:
-            losses = causal_lm_losses(run.module, batch, reduction="mean")
-            (losses.sum() / (run.sample_rate * len(run.rows))).backward()
-            losses = losses.detach()
-        all_reduce_grads(params, run.ctx)
+        run.optimizer.step()
+        return run.optimizer.released_loss
+    params = [p for p in run.module.parameters() if p.requires_grad]
+    losses = torch.zeros(0)
+    if n_local:
+        losses = causal_lm_losses(run.module, batch, reduction="mean")
+        (losses.sum() / (run.sample_rate * len(run.rows))).backward()
+        losses = losses.detach()
+    all_reduce_grads(params, run.ctx)
     run.optimizer.step()
-    return losses
+    return _mean_loss(losses, run.ctx)
 
 
-def _mean_loss(losses: torch.Tensor, ctx: DistContext) -> float:
+def _mean_loss(losses: torch.Tensor, ctx: DistContext) -> float | None:
+    """The plain mean loss over all ranks (non-private runs only); None for an empty step."""
     totals = torch.tensor([float(losses.sum()), float(losses.numel())], dtype=torch.float64)
     if ctx.enabled:
         dist.all_reduce(totals)
-    return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+    return float(totals[0] / totals[1]) if totals[1] > 0 else None
 
 
 def _rng_state(run: Run) -> dict[str, Any]:
@@ -264,7 +293,8 @@ def _restore(run: Run, state: ckpt.Checkpoint) -> None:
 
 def _meta(run: Run) -> dict[str, Any]:
     return {"config": run.config.resume_key(), "sample_rate": run.sample_rate, "total_steps": run.total_steps,
-            "noise_multiplier": run.noise_multiplier, "world": run.ctx.world}
+            "noise_multiplier": run.noise_multiplier, "accounted_noise_multiplier": run.accounted_noise_multiplier,
+            "world": run.ctx.world}
 
 
 def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int = 1) -> ckpt.Checkpoint | None:
@@ -308,13 +338,15 @@ def train_loop(
     run: Run,
     run_dir: Path | None = None,
     resume: bool = False,
-    on_progress: Callable[[int, int, float, float | None], None] | None = None,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> LoopResult:
     """Train until the planned steps are done or the budget is spent.
 
     With ``run_dir``: checkpoints every ``checkpoint_every`` steps and at the end, ``privacy.json`` and
     ``metrics.jsonl``; ``resume`` continues from the last checkpoint (same settings required).
-    ``on_progress(step, total, loss, epsilon)`` is called after every step (ε only at log steps)."""
+    ``on_progress(step, total, loss, epsilon)`` is called after every step (ε only at log steps); ``loss``
+    is the mean of the logged losses of the steps since the last log line (private: released DP losses;
+    None when no loss is released), as written to ``metrics.jsonl`` under ``dp_loss`` (``loss`` when not private)."""
     start_time = time.perf_counter()
     ctx, config = run.ctx, run.config
     ledger = Ledger()
@@ -338,14 +370,22 @@ def train_loop(
     history: list[dict[str, Any]] = []
     last_saved = start
     sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.sampler_generator))
+    loss_key = "dp_loss" if run.private_model is not None else "loss"
+    window: list[float] = []
     for step in range(start + 1, end + 1):
         indices = shard_of(next(sampler), ctx)
         rows = [run.rows[i] for i in indices]
         batch = run.collate(rows) if rows else _empty_batch(run)
-        loss = _mean_loss(_step(run, batch, len(rows)), ctx)
+        step_loss = _step(run, batch, len(rows))
+        if step_loss is not None:
+            window.append(step_loss)
+        loss = sum(window) / len(window) if window else None
         if step % config.log_every == 0 or step == end:
             epsilon = _epsilon(run)
-            record = {"step": step, "loss": loss, "epsilon": epsilon, "time_s": round(time.perf_counter() - start_time, 3)}
+            record = {"step": step, "epsilon": epsilon, "time_s": round(time.perf_counter() - start_time, 3)}
+            if loss is not None:
+                record[loss_key] = loss
+            window = []
             history.append(record)
             if ctx.is_main:
                 append_metrics(run_dir, record)

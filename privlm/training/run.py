@@ -86,11 +86,12 @@ def fine_tune(
     *,
     resume: bool = False,
     max_test: int | None = None,
-    on_progress: Callable[[int, int, float, float | None], None] | None = None,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> dict[str, Any]:
     """Train (resuming from ``run_dir`` if asked), save the model or adapter, score the test split.
 
-    Returns a JSON-ready summary (steps, why training stopped, σ, ε spent, test metrics, wall time)."""
+    Returns a JSON-ready summary (steps, why training stopped, σ drawn and σ accounted, ε spent, test
+    metrics, wall time)."""
     run, config = session.run, session.config
     result = train_loop(run, run_dir, resume, on_progress)
     summary: dict[str, Any] = {
@@ -98,6 +99,7 @@ def fine_tune(
         "norm_mode": config.norm_mode if config.private else None, "n_train": len(run.rows),
         "steps": result.steps, "planned_steps": result.total_steps, "stopped": result.stopped,
         "sample_rate": run.sample_rate, "noise_multiplier": run.noise_multiplier,
+        "accounted_noise_multiplier": run.accounted_noise_multiplier,
         "epsilon": result.epsilon, "delta": config.delta if config.private else None,
         "resumed_from": result.resumed_from, "world_size": run.ctx.world, "train_wall_s": round(result.wall_s, 1),
     }

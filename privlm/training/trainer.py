@@ -14,8 +14,13 @@ training step clips per-sample gradients (:meth:`PrivateModel.clipped_backward`)
 ``loss.backward()``; the optimizer is the engine's :class:`DPOptimizer` (noise once per step, then the
 Trainer's own optimizer, learning-rate schedule and logging); the Trainer's global-norm clipping is
 switched off (per-sample clipping replaces it). σ is calibrated from ``target_epsilon`` for the steps
-the Trainer will take, and training stops before a step that would exceed the budget. The logged
-``loss`` and ``epsilon`` are added to the Trainer's logs (the loss is a non-private diagnostic).
+the Trainer will take, and training stops before a step that would exceed the budget.
+
+Logs: the Trainer's plain ``loss`` / ``train_loss`` (statistics of the private batches) are removed;
+``dp_loss`` — the mean, over the steps since the last log, of the DP losses released with each step
+(:mod:`privlm.dpsgd.loss_release`, accounted with the gradient) — and ``epsilon`` are added.
+``train()``'s ``training_loss`` is the mean released DP loss of the run (NaN with
+``loss_noise_fraction=0``, which releases and logs no loss at all).
 
 Not supported (refused with :class:`UserError`): gradient accumulation (make the batch size the
 logical batch and use ``physical_batch_size`` for memory), several processes (use ``privlm train`` or
@@ -33,18 +38,20 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import TrainOutput
 
 from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
-from privlm.privacy import PoissonGaussianStep
 from privlm.training.loop import steps_within_budget
 
 
 @dataclass(frozen=True)
 class PrivacyArguments:
     """DP-SGD settings of a :class:`PrivateTrainer`: give ``target_epsilon`` (σ calibrated) or
-    ``noise_multiplier`` (with ``target_epsilon`` too, training stops when the budget is spent)."""
+    ``noise_multiplier`` (with ``target_epsilon`` too, training stops when the budget is spent).
+    ``loss_bound`` / ``loss_noise_fraction``: the DP loss release (L, α; α = 0: no loss logged)."""
 
     target_epsilon: float | None = None
     delta: float = 1e-5
@@ -58,15 +65,26 @@ class PrivacyArguments:
     loss_fn: LossFn | None = None
     loss_reduction: str = "mean"
     seed: int | None = None
+    loss_bound: float = 10.0
+    loss_noise_fraction: float = 0.2
+
+    def loss_release(self) -> LossRelease | None:
+        """The DP loss release (None when ``loss_noise_fraction`` is 0)."""
+        if not self.loss_noise_fraction >= 0:
+            raise UserError(f"loss_noise_fraction must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}")
+        return None if self.loss_noise_fraction == 0 else LossRelease(self.loss_bound, self.loss_noise_fraction)
 
 
 class _BudgetCallback(TrainerCallback):
-    """Stops training when the next step would exceed the budget."""
+    """Collects each step's released DP loss; stops training when the next step would exceed the budget."""
 
     def __init__(self, trainer: "PrivateTrainer") -> None:
         self.trainer = trainer
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        released = getattr(self.trainer.optimizer, "released_loss", None)
+        if released is not None:
+            self.trainer.released_losses.append(released)
         if self.trainer.engine is not None and self.trainer.engine.steps >= self.trainer.budget_steps:
             control.should_training_stop = True
         return control
@@ -86,13 +104,23 @@ class PrivateTrainer(Trainer):
         self.engine: PrivacyEngine | None = None
         self.private_model: PrivateModel | None = None
         self.budget_steps = 0
+        self.released_losses: list[float] = []  # every step's released DP loss
+        self._logged_upto = 0
         self.add_callback(_BudgetCallback(self))
 
     def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> Any:
-        """``Trainer.train``; ``resume_from_checkpoint`` is refused (see the module docstring)."""
+        """``Trainer.train``; ``resume_from_checkpoint`` is refused (see the module docstring). The
+        returned ``training_loss`` is the mean released DP loss (NaN when none is released)."""
         if resume_from_checkpoint:
             raise UserError("PrivateTrainer cannot resume a Trainer checkpoint; use `privlm train --resume`")
-        return super().train(**kwargs)
+        self.privacy.loss_release()  # refuse a bad loss release before any training
+        output = super().train(**kwargs)
+        released = self.released_losses
+        dp_loss = sum(released) / len(released) if released else float("nan")
+        metrics = {k: v for k, v in output.metrics.items() if k != "train_loss"}
+        if released:
+            metrics["train_dp_loss"] = dp_loss
+        return TrainOutput(output.global_step, dp_loss, metrics)
 
     def get_train_dataloader(self) -> DataLoader:
         """The engine's Poisson loader; makes model and optimizer private on first use."""
@@ -112,15 +140,13 @@ class PrivateTrainer(Trainer):
             noise_multiplier=p.noise_multiplier,
             target_epsilon=None if p.noise_multiplier is not None else p.target_epsilon,
             delta=p.delta, epochs=epochs, max_physical_batch_size=p.physical_batch_size,
-            loss_fn=p.loss_fn, loss_reduction=p.loss_reduction,
+            loss_fn=p.loss_fn, loss_reduction=p.loss_reduction, loss_release=p.loss_release(),
         )
         sampler = self._private_loader.batch_sampler
         planned = math.ceil(epochs * len(sampler)) if self.args.max_steps <= 0 else self.args.max_steps
         self.budget_steps = planned
         if p.noise_multiplier is not None and p.target_epsilon is not None:
-            probes = self.engine.probes if self.engine.clipping_kind != "exact" else None
-            event = PoissonGaussianStep(sampler.sample_rate, p.noise_multiplier, self.engine.clipping_kind, probes)
-            self.budget_steps = steps_within_budget(event, p.target_epsilon, p.delta, planned, p.accountant)
+            self.budget_steps = steps_within_budget(self.engine.event, p.target_epsilon, p.delta, planned, p.accountant)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         """The Trainer's schedule, on the optimizer inside the DP wrapper (its learning rates)."""
@@ -128,15 +154,24 @@ class PrivateTrainer(Trainer):
         return super().create_scheduler(num_training_steps, inner)
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
-        """Clip this logical batch's per-sample gradients (summed for the optimizer's noisy step)."""
+        """Clip this logical batch's per-sample gradients (summed for the optimizer's noisy step).
+        Returns 0: the plain loss of the private batch never reaches the Trainer's logs (the DP loss
+        is released by the optimizer's step and logged by :meth:`log`)."""
         model.train()
         inputs = self._prepare_inputs(inputs)
-        losses = self.private_model.clipped_backward(inputs).losses
-        mean = losses.mean() if losses.numel() else torch.zeros(())
-        return mean.detach().to(self.args.device)
+        self.private_model.clipped_backward(inputs)
+        return torch.zeros((), device=self.args.device)
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        """The Trainer's logs, plus ε spent so far."""
+        """The Trainer's logs without its plain ``loss``/``train_loss``, plus ``dp_loss`` (mean released
+        DP loss of the steps since the last log) and ε spent so far."""
+        logs = {k: v for k, v in logs.items() if k not in ("loss", "train_loss")}
+        released, window = self.released_losses, self.released_losses[self._logged_upto :]
+        if "train_runtime" in logs and released:  # the end-of-training summary
+            logs["train_dp_loss"] = sum(released) / len(released)
+        elif window:
+            logs["dp_loss"] = sum(window) / len(window)
+            self._logged_upto = len(released)
         if self.engine is not None:
             logs = {**logs, "epsilon": round(self.epsilon(), 4)}
         super().log(logs, *args, **kwargs)

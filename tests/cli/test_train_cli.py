@@ -1,9 +1,11 @@
 """``privlm train``: bad input exits 2 with the reason; SIGKILL + ``--resume`` ends with the same
-weights and the same ledger as an uninterrupted run; the lm task reports perplexity."""
+weights and the same ledger as an uninterrupted run; the lm task reports perplexity; ``metrics.jsonl``
+holds only the released DP loss (or no loss at all with ``--loss-noise-fraction 0``)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -68,6 +70,8 @@ def one_thread():
         (["--max-length", "4096"], "context of 128"),
         (["--norm-mode", "sketchy"], "sketchy"),
         (["--batch-size", "0"], "--batch-size"),
+        (["--loss-noise-fraction", "-1"], "--loss-noise-fraction"),
+        (["--loss-bound", "0"], "loss bound"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
@@ -87,7 +91,7 @@ def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
 def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):
     unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
     args = [*RUN, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--lora", "4", "--out", str(tmp_path / "run"),
-            "--json"]
+            "--loss-noise-fraction", "0", "--json"]
     assert _train(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 6 and summary["stopped"] == "done"
@@ -95,6 +99,9 @@ def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, caps
     assert 0 < summary["epsilon"] <= 8
     assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()
     assert not (tmp_path / "run" / "model").exists()
+    assert summary["accounted_noise_multiplier"] == summary["noise_multiplier"]  # no loss release: plain DP-SGD
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["step"] == 6 and not any("loss" in key for record in records for key in record)
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +150,18 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     assert _ledger_steps(ledger) == list(range(1, 37))  # every step once, none lost, none twice
     assert ledger.to_dict() == full.to_dict()
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if "loss" in json.loads(line)]
+             if "epsilon" in json.loads(line)]
     assert steps == sorted(set(steps))
+
+
+def test_metrics_hold_only_the_released_dp_loss(uninterrupted):
+    records = [json.loads(line) for line in (uninterrupted / "metrics.jsonl").read_text().splitlines()]
+    training, (final,) = records[:-1], records[-1:]
+    assert [r["step"] for r in training] == [10, 20, 30, 36]  # --log-every 10 and the last step
+    for record in training:
+        assert set(record) == {"step", "epsilon", "time_s", "dp_loss"}
+        assert math.isfinite(record["dp_loss"])
+    assert set(final) == {"step", "test"}  # the held-out evaluation
 
 
 def test_an_existing_run_is_never_overwritten_or_resumed_with_other_settings(data, uninterrupted, capsys):

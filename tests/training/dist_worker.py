@@ -5,8 +5,9 @@ loop on tiny Llama, on one process (plain ``python``) or under ``torchrun``.
 
 Runs the same seeded training twice — with the noise switched off on the optimizer (clipped updates
 only; NOT private, for comparison) and with noise multiplier ``sigma`` — and writes, per rank,
-``OUT.rank<r>.pt``: for each variant the final trainable parameters and the privatized gradient of
-the first step, (clipped sum + noise) / expected batch size (``.grad`` after the noise).
+``OUT.rank<r>.pt``: for each variant the final trainable parameters, the privatized gradient of
+the first step, (clipped sum + noise) / expected batch size (``.grad`` after the noise), and the DP
+loss released at every step (default loss release).
 """
 
 from __future__ import annotations
@@ -35,14 +36,17 @@ def train(ctx: DistContext, steps: int, sigma: float, noise_off: bool) -> dict:
     if noise_off:
         run.optimizer.noise_multiplier = 0.0
     first_grads: dict[str, torch.Tensor] = {}
+    released: list[float] = []
 
-    def keep_first_grads(step: int, total: int, loss: float, epsilon: float | None) -> None:
+    def keep_first_grads(step: int, total: int, loss: float | None, epsilon: float | None) -> None:
+        released.append(run.optimizer.released_loss)
         if step == 1:
             first_grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
 
     train_loop(run, on_progress=keep_first_grads)
     params = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    return {"params": params, "first_grads": first_grads, "expected_batch": run.sample_rate * len(rows)}
+    return {"params": params, "first_grads": first_grads, "expected_batch": run.sample_rate * len(rows),
+            "released": released}
 
 
 def main() -> None:

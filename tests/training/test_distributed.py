@@ -1,6 +1,7 @@
 """Two gloo processes (``torchrun``) against one process, on tiny Llama: with the noise off the
-training runs agree; with it on, the noise of a step is drawn once (variance σ²C²/B², not 2σ²C²/B²)
-and every rank applies the same update."""
+training runs agree (clipped sums and the released loss sums alike); with it on, the noise of a
+step is drawn once (variance σ²C²/B², not 2σ²C²/B²) and every rank applies the same update and
+releases the same DP loss."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def test_two_processes_without_noise_equal_one_process(runs):
     # coordinates, so the weights are compared at 1e-4 — far below one step (1e-2) in any direction.
     for name, value in single["params"].items():
         torch.testing.assert_close(double["params"][name], value, rtol=0, atol=1e-4)
+    # noise-free released losses: the clamped loss sums, all-reduced over ranks, / expected batch size
+    assert len(single["released"]) == 3 and all(x > 0 for x in single["released"])
+    assert double["released"] == pytest.approx(single["released"], rel=1e-5)
 
 
 def test_ranks_apply_identical_noisy_updates(runs):
@@ -48,6 +52,8 @@ def test_ranks_apply_identical_noisy_updates(runs):
     for name in rank0["params"]:
         assert torch.equal(rank0["params"][name], rank1["params"][name])
         assert torch.equal(rank0["first_grads"][name], rank1["first_grads"][name])
+    assert rank0["released"] == rank1["released"]
+    assert rank0["released"] != runs["two"][0]["off"]["released"]  # the DP losses carry noise
 
 
 def test_noise_is_drawn_once_per_step(runs):

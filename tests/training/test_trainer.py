@@ -9,12 +9,14 @@ from torch.utils.data import DataLoader
 from transformers import TrainingArguments, default_data_collator
 
 from privlm.dpsgd.engine import PrivacyEngine
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
 from privlm.privacy import dpsgd_epsilon
 from privlm.resources.tiny import build_tiny_model
 from privlm.training.trainer import PrivacyArguments, PrivateTrainer
 
 LR, SIGMA, CLIP, SEED = 0.05, 0.8, 0.5, 11
+SIGMA_EFF = SIGMA / (1 + 0.2**2) ** 0.5  # accounted: gradient + DP loss (default α = 0.2) share the noise
 
 
 @pytest.fixture(autouse=True)
@@ -60,26 +62,49 @@ def test_trainer_matches_the_engine_driven_by_hand(tmp_path):
     optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
     private, optimizer, loader = engine.make_private(
         reference, optimizer, DataLoader(rows, batch_size=8, collate_fn=default_data_collator),
-        noise_multiplier=SIGMA, max_grad_norm=CLIP, loss_reduction="mean")
+        noise_multiplier=SIGMA, max_grad_norm=CLIP, loss_reduction="mean", loss_release=LossRelease(10.0, 0.2))
+    released = []
     for _ in range(2):
         for batch in loader:
             optimizer.zero_grad()
             private.clipped_backward(batch)
             optimizer.step()
+            released.append(optimizer.released_loss)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=name)
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), build_tiny_model("tiny-llama", seed=0)[0].parameters()))
-    assert trainer.epsilon() == pytest.approx(dpsgd_epsilon(SIGMA, 8 / 24, 6, 1e-5), rel=1e-9)
+    assert trainer.epsilon() == pytest.approx(dpsgd_epsilon(SIGMA_EFF, 8 / 24, 6, 1e-5), rel=1e-9)
+    assert trainer.released_losses == pytest.approx(released, rel=1e-6)
+
+
+def test_trainer_logs_only_the_released_dp_loss(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path, logging_steps=2), train_dataset=_rows(tokenizer),
+                             privacy=_privacy())
+    output = trainer.train()
+    history = trainer.state.log_history
+    assert not any(key in logs for logs in history for key in ("loss", "train_loss"))
+    released = trainer.released_losses
+    assert [logs["dp_loss"] for logs in history if "dp_loss" in logs] == pytest.approx(
+        [sum(released[i : i + 2]) / 2 for i in (0, 2, 4)])
+    assert output.training_loss == pytest.approx(sum(released) / len(released))
+    assert "train_loss" not in output.metrics
+
+    quiet = PrivateTrainer(model=build_tiny_model("tiny-llama", seed=0)[0], args=_args(tmp_path, logging_steps=2),
+                           train_dataset=_rows(tokenizer), privacy=_privacy(loss_noise_fraction=0.0))
+    quiet.train()
+    assert not any("loss" in key for logs in quiet.state.log_history for key in logs)
+    assert quiet.epsilon() == pytest.approx(dpsgd_epsilon(SIGMA, 8 / 24, 6, 1e-5), rel=1e-9)
 
 
 def test_trainer_stops_when_the_budget_is_spent(tmp_path):
     model, tokenizer = build_tiny_model("tiny-llama", seed=0)
-    budget = dpsgd_epsilon(SIGMA, 8 / 24, 4, 1e-5) * 1.0001  # enough for 4 steps, not for 5
+    budget = dpsgd_epsilon(SIGMA_EFF, 8 / 24, 4, 1e-5) * 1.0001  # enough for 4 steps, not for 5
     trainer = PrivateTrainer(model=model, args=_args(tmp_path, num_train_epochs=3), train_dataset=_rows(tokenizer),
                              privacy=_privacy(target_epsilon=budget))
     trainer.train()
     assert trainer.state.global_step == trainer.engine.steps == 4
-    assert trainer.epsilon() <= budget < dpsgd_epsilon(SIGMA, 8 / 24, 5, 1e-5)
+    assert trainer.epsilon() <= budget < dpsgd_epsilon(SIGMA_EFF, 8 / 24, 5, 1e-5)
 
 
 def test_trainer_calibrates_sigma_for_its_planned_steps(tmp_path):
