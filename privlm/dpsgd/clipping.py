@@ -42,7 +42,8 @@ def clip_factors(sq_norms: Tensor, max_grad_norm: float) -> Tensor:
 @dataclass
 class ClipStats:
     """What one micro-batch produced: per-sample losses, squared norms (estimated in randomized modes)
-    and clip factors, all (B,) and detached."""
+    and clip factors, all (B,) and detached. Plain statistics of private examples: never log them; the
+    DP loss is ``DPOptimizer.released_loss``."""
 
     losses: Tensor
     sq_norms: Tensor

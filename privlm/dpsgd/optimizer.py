@@ -8,7 +8,8 @@ micro-batches of the logical batch, plus noise drawn once, divided by the expect
 With a :class:`~privlm.dpsgd.loss_release.LossRelease`, the same step also releases a DP training loss
 :attr:`DPOptimizer.released_loss` = (Σ_i clamp(ℓ_i, 0, L) + N(0, σ²L²/α²)) / (q·N): the loss coordinate of
 the joint Gaussian mechanism described there, its noise drawn from the same generator right after the
-gradient noise (so the gradient noise is the same with and without the release). The engine accounts
+step's gradient noise (one extra draw per step: later steps' noise differs from a run without the
+release, their distribution does not). The engine accounts
 the step at σ/√(1+α²); a ``DPOptimizer`` built by hand must be accounted that way too.
 """
 
