@@ -7,7 +7,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from privlm.cli import main
 from privlm.resources.datasets import load_dataset
@@ -15,14 +14,6 @@ from privlm.resources.datasets import load_dataset
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
 BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models run much faster on one intra-op thread when the 2 cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:

@@ -6,18 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from privlm.cli import main
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models run much faster on one intra-op thread when the 2 cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run(argv: list[str]) -> int:
