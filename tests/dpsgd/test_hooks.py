@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from dpsgd_harness import tiny_model
 from torch import nn
 
