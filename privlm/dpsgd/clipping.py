@@ -17,7 +17,7 @@ C·n_i/n̂_i, which the randomized-clipping accountant covers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

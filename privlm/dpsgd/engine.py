@@ -38,7 +38,7 @@ from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.optimizer import DPOptimizer
-from privlm.dpsgd.sampling import batch_size, physical_batches, poisson_loader
+from privlm.dpsgd.sampling import physical_batches, poisson_loader
 from privlm.errors import UserError
 from privlm.privacy import PoissonGaussianStep, PrivacyAccountant, calibrate_noise_multiplier
 

@@ -29,7 +29,8 @@ from privlm.evaluation.config import ExperimentConfig
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.methods import MethodContext, get_method
-from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic, write_text_atomic
+from privlm.atomic import write_text_atomic
+from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.evaluation.report import write_report
 from privlm.evaluation.sampling import per_class_indices, subsample
 from privlm.resources.datasets import load_dataset

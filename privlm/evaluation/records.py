@@ -9,33 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 from privlm.evaluation.scoring import Example
-
-
-def write_text_atomic(path: str | Path, chunks: str | Iterable[str]) -> None:
-    """Write ``chunks`` to ``path`` through a temp file, fsync and ``os.replace``: ``path`` is either
-    its old content or complete. The file gets the usual permissions (0666 minus the umask)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for chunk in [chunks] if isinstance(chunks, str) else chunks:
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, object]]) -> None:

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from privlm.evaluation.config import ExperimentConfig  # noqa: E402
 from privlm.evaluation.methods import get_method  # noqa: E402
-from privlm.evaluation.records import write_text_atomic  # noqa: E402
+from privlm.atomic import write_text_atomic  # noqa: E402
 
 REFERENCE = "full-pool"
 

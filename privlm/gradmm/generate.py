@@ -21,7 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.gradmm.admm import run_admm
-from privlm.gradmm.atomic import write_text_atomic
+from privlm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss

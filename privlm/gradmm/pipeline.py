@@ -25,7 +25,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.gradmm.atomic import write_text_atomic
+from privlm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.gaussian import gaussian_noise_multiplier
@@ -74,13 +75,8 @@ class Release:
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temp file + ``os.replace``): a reader never sees half a release."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"targets": self.targets.contiguous(), "metadata": self.metadata()}, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save({"targets": self.targets.contiguous(), "metadata": self.metadata()}, tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> Release:

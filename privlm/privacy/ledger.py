@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 from privlm.privacy.accountant import DEFAULT_DISCRETIZATION, Method, PrivacyAccountant
 from privlm.privacy.events import Event, GaussianRelease, PoissonGaussianStep, event_from_dict
@@ -117,17 +117,7 @@ class Ledger:
                     f"{len(self)} here); load it and append instead of overwriting"
                 )
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, text)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Ledger":

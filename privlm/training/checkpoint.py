@@ -67,20 +67,6 @@ def load_trainable_state(module: nn.Module, weights: dict[str, torch.Tensor]) ->
             p.copy_(weights[name])
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoint folders of ``run_dir``, oldest first."""
     found = [p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX) :].isdigit()]

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
+from privlm.atomic import write_text_atomic
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
@@ -323,7 +324,7 @@ def _trim_metrics(path: Path, step: int) -> None:
         return
     kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
             and json.loads(line).get("step", 0) <= step]
-    ckpt.write_text_atomic(path, "".join(line + "\n" for line in kept))
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def append_metrics(run_dir: Path | None, record: dict[str, Any]) -> None:

@@ -54,14 +54,6 @@ def _cli(args: list[str]) -> list[str]:
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faster on a shared CPU
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize(
     "flags, fragment",
     [

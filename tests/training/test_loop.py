@@ -19,14 +19,6 @@ from privlm.training.loop import TrainConfig, prepare, steps_within_budget, trai
 TEXTS = tuple(f"text {i}: " + "the film was great " * (1 + i % 3) for i in range(12))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _reference_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
     acc = pld_privacy_accountant.PLDAccountant()
     acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)

@@ -19,14 +19,6 @@ LR, SIGMA, CLIP, SEED = 0.05, 0.8, 0.5, 11
 SIGMA_EFF = SIGMA / (1 + 0.2**2) ** 0.5  # accounted: gradient + DP loss (default α = 0.2) share the noise
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _rows(tokenizer, n: int = 24) -> list[dict]:
     rows = []
     for i in range(n):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import privlm.gradmm.atomic as atomic
+import privlm.atomic as atomic
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch) -> None:
@@ -21,3 +21,15 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch) -> None:
     monkeypatch.undo()
     atomic.write_text_atomic(path, "new\n")
     assert path.read_text() == "new\n"
+
+
+def test_exception_while_writing_leaves_no_file_and_no_temporary(tmp_path) -> None:
+    path = tmp_path / "sub" / "out.bin"
+
+    def chunks():
+        yield "half"
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        atomic.write_text_atomic(path, chunks())
+    assert not path.exists() and list(path.parent.iterdir()) == []

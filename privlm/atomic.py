@@ -1,0 +1,45 @@
+"""Atomic files: written to a temporary file in the same folder, fsync'd, then renamed into place.
+
+A reader (or a resumed run) sees the old file, no file, or the complete new file — never a half-written
+one, whatever happens to the writer (exception, kill -9). Every writer of outputs, ledgers, releases and
+checkpoints in privlm goes through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on normal exit fsync it and ``os.replace`` it onto ``path``.
+
+    On an exception the temporary file is removed and ``path`` is untouched. The final file gets the
+    usual permissions (0666 minus the umask). Creates the parent folder if needed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], chunks: str | Iterable[str]) -> None:
+    """Write ``chunks`` (a string or an iterable of strings, UTF-8) to ``path`` atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        for chunk in [chunks] if isinstance(chunks, str) else chunks:
+            handle.write(chunk)
