@@ -8,7 +8,7 @@ accumulated before the noise is added (once per logical step).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 import torch
@@ -40,7 +40,7 @@ def take_rows(batch: Any, start: int, stop: int) -> Any:
     """Rows ``start:stop`` (dim 0) of a batch: a tensor, or a dict / list / tuple of them."""
     if isinstance(batch, torch.Tensor):
         return batch[start:stop]
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # dict, or a tokenizer's BatchEncoding
         return {k: take_rows(v, start, stop) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
         return type(batch)(take_rows(v, start, stop) for v in batch)
@@ -51,10 +51,10 @@ def batch_size(batch: Any) -> int:
     """Number of rows (dim 0) of a batch (the first tensor found)."""
     if isinstance(batch, torch.Tensor):
         return batch.shape[0]
-    values = batch.values() if isinstance(batch, dict) else batch
-    for value in values:
-        return batch_size(value)
-    raise TypeError("empty batch structure")
+    if isinstance(batch, (Mapping, list, tuple)):
+        for value in batch.values() if isinstance(batch, Mapping) else batch:
+            return batch_size(value)
+    raise TypeError(f"cannot find the rows of a batch of type {type(batch).__name__}")
 
 
 def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:

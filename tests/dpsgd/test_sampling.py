@@ -41,3 +41,20 @@ def test_physical_batches_cover_the_logical_batch_in_order():
     assert [batch_size(p) for p in parts] == [3, 3, 1]
     assert torch.equal(torch.cat([p["input_ids"] for p in parts]), batch["input_ids"])
     assert list(physical_batches({"input_ids": torch.zeros(0, 2)}, 3)) == []
+
+
+def test_tokenizer_batch_encoding_is_split_like_a_dict():
+    from privlm.resources.tiny import tiny_tokenizer
+
+    encoded = tiny_tokenizer()(["a b c", "d", "e f"], padding=True, return_tensors="pt")  # a BatchEncoding
+    assert batch_size(encoded) == 3
+    parts = list(physical_batches(encoded, 2))
+    assert [batch_size(p) for p in parts] == [2, 1]
+    assert torch.equal(torch.cat([p["input_ids"] for p in parts]), encoded["input_ids"])
+
+
+def test_unsplittable_batch_is_refused():
+    import pytest
+
+    with pytest.raises(TypeError, match="str"):
+        batch_size("not a batch")
