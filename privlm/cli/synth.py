@@ -23,7 +23,13 @@ SPLIT_SEED = 0  # the private set is the train split of the dataset's standard s
 
 
 def private_examples(data: str, per_class: int | None) -> Callable[[], list[tuple[str, int]]]:
-    """A loader of the private examples: the train split, the first ``per_class`` of each class."""
+    """A loader of the private examples: the train split, the first ``per_class`` of each class.
+
+    Unit of privacy: this list *is* the private dataset of the guarantee (add/remove one of its
+    examples, sensitivity C). The selection is by position, so if a larger file is regarded as the
+    private dataset, adding one record there can also push another out of the first ``per_class``
+    (replace-one, sensitivity 2C): the stated ε is then for replace-one adjacency of that larger
+    file, not add/remove. Cut the file yourself, or pass no ``--private-per-class``, to protect the whole file."""
 
     def load() -> list[tuple[str, int]]:
         from privlm.resources.datasets import load_dataset
