@@ -29,7 +29,7 @@ def private_examples(data: str, per_class: int | None) -> Callable[[], list[tupl
     examples, sensitivity C). The selection is by position, so if a larger file is regarded as the
     private dataset, adding one record there can also push another out of the first ``per_class``
     (replace-one, sensitivity 2C): the stated ε is then for replace-one adjacency of that larger
-    file, not add/remove. Cut the file yourself, or pass no ``--private-per-class``, to protect the whole file."""
+    file, not add/remove. The same holds for the seeded train split itself."""
 
     def load() -> list[tuple[str, int]]:
         from privlm.resources.datasets import load_dataset
