@@ -28,8 +28,8 @@ def private_examples(data: str, per_class: int | None) -> Callable[[], list[tupl
     Unit of privacy: this list *is* the private dataset of the guarantee (add/remove one of its
     examples, sensitivity C). The selection is by position, so if a larger file is regarded as the
     private dataset, adding one record there can also push another out of the first ``per_class``
-    (replace-one, sensitivity 2C): the stated ε is then for replace-one adjacency of that larger
-    file, not add/remove. The same holds for the seeded train split itself."""
+    (sensitivity up to 2C), which the stated ε does not cover. The same holds for the seeded train
+    split itself: ε is for the set read, as the README says."""
 
     def load() -> list[tuple[str, int]]:
         from privlm.resources.datasets import load_dataset
