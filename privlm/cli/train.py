@@ -26,7 +26,10 @@ def train_command(
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
     norm_mode: str = typer.Option("mixed", "--norm-mode", help=f"Per-sample norms: {', '.join(NORM_MODES)}."),
     probes: int = typer.Option(32, "--probes", help="Probes k (hutchinson) or m (hutchpp)."),
-    bookkeeping: bool = typer.Option(False, "--bookkeeping", help="Clipped sum without a second backward."),
+    bookkeeping: bool = typer.Option(
+        True, "--bookkeeping/--second-backward",
+        help="Clipped sum from stored activations (default; every released use of a weight is clipped) "
+             "or by a second backward."),
     max_length: int = typer.Option(128, "--max-length", help="T: tokens per example (longer texts are cut)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Expected logical batch size B (Poisson rate B/N)."),
     physical_batch_size: int | None = typer.Option(None, "--physical-batch-size", help="Micro-batch cap (memory)."),

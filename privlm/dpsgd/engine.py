@@ -76,7 +76,11 @@ class PrivacyEngine:
     """DP-SGD with per-sample norms in ``norm_mode`` (exact, ghost, mixed, hutchinson, hutchpp).
 
     ``probes``: k for ``hutchinson`` (default 32), m for ``hutchpp``. ``bookkeeping``: clipped sum from
-    stored activations/backprops (no second backward). ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
+    stored activations/backprops (no second backward; the default). Assumption of the second-backward
+    path (``bookkeeping=False``): every use of a trainable parameter goes through a hooked module call;
+    a weight also used functionally (e.g. ``F.linear(x, layer.weight)``) would enter the clipped sum
+    without entering the norm, so its per-sample contribution could exceed C. Book-keeping releases
+    only the hooked uses, so it stays within C. ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
     reproducible sampling, probes and noise (independent streams); None draws them from the OS."""
 
     def __init__(

@@ -67,6 +67,17 @@ def load_trainable_state(module: nn.Module, weights: dict[str, torch.Tensor]) ->
             p.copy_(weights[name])
 
 
+FINISHED = "FINISHED"
+
+
+def retire_checkpoints(run_dir: Path) -> None:
+    """After the release is saved: delete every checkpoint (each holds the noise, probe and sampler RNG
+    states, which would let anyone remove the noise from the released weights) and mark the run finished."""
+    (run_dir / FINISHED).write_text("training finished; checkpoints (with RNG states) were deleted\n")
+    for path in checkpoints(run_dir):
+        shutil.rmtree(path)
+
+
 def checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoint folders of ``run_dir``, oldest first."""
     found = [p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and p.name[len(PREFIX) :].isdigit()]

@@ -82,7 +82,7 @@ class TrainConfig:
     private: bool = True
     norm_mode: str = "mixed"
     probes: int = 32
-    bookkeeping: bool = False
+    bookkeeping: bool = True
     max_length: int = 128
     batch_size: int = 16
     epochs: float = 1.0
@@ -306,7 +306,11 @@ def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int =
         if found or (run_dir / "privacy.json").exists():
             raise UserError(f"{run_dir} already holds a training run; pass --resume to continue it or choose a new --out")
         return None
+    if (run_dir / ckpt.FINISHED).exists():
+        raise UserError(f"{run_dir} holds a finished run (its checkpoints were deleted); choose a new --out")
     if not found:
+        if (run_dir / "privacy.json").exists():
+            raise UserError(f"{run_dir} has a privacy ledger but no checkpoint to resume from; choose a new --out")
         return None
     state = ckpt.load_checkpoint(found[-1])
     if state.meta.get("config") != _json_roundtrip(config.resume_key()) or state.meta.get("world") != world:

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.resources.models import load_model
-from privlm.training.checkpoint import replace_folder
+from privlm.training.checkpoint import replace_folder, retire_checkpoints
 from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
 from privlm.training.distributed import barrier, init_from_env
 from privlm.training.evaluate import test_metrics
@@ -105,6 +105,7 @@ def fine_tune(
     }
     if run.ctx.is_main:
         summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0))
+        retire_checkpoints(run_dir)  # they hold the noise and sampling RNG states: never beside the release
         summary["test"] = test_metrics(session.module, session.tokenizer, session.data, config.max_length,
                                        max_examples=max_test)
         append_metrics(run_dir, {"step": result.steps, "test": summary["test"]})

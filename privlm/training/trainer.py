@@ -59,7 +59,7 @@ class PrivacyArguments:
     max_grad_norm: float = 1.0
     norm_mode: str = "mixed"
     probes: int = 32
-    bookkeeping: bool = False
+    bookkeeping: bool = True
     accountant: str = "pld"
     physical_batch_size: int | None = None
     loss_fn: LossFn | None = None

@@ -128,6 +128,7 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     assert killed_at < 36 and not (out / "model").exists()
     assert sum(e.count for e in Ledger.load(checkpoint / "privacy.json")) == killed_at
 
+    assert _train([*RUN, "--data", data, "--out", str(out), "--resume", "--lr", "1e-2"]) == 2  # other settings
     result = subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--resume", "--json"]),
                             check=True, capture_output=True, timeout=300, text=True, env=ENV)
     summary = json.loads(result.stdout)
@@ -162,5 +163,13 @@ def test_an_existing_run_is_never_overwritten_or_resumed_with_other_settings(dat
     assert "--resume" in capsys.readouterr().err
     other = [*RUN, "--data", data, "--out", str(uninterrupted), "--resume", "--lr", "1e-2"]
     assert _train(other) == 2
-    assert "other settings" in capsys.readouterr().err
+    assert "finished run" in capsys.readouterr().err
     assert (uninterrupted / "privacy.json").read_text() == before
+
+
+def test_a_finished_run_folder_holds_no_rng_state(uninterrupted):
+    """Checkpoints hold the noise/sampling generator states (the seed is in them): once the release is
+    saved they are deleted, so sharing the run folder never lets anyone subtract the noise."""
+    assert (uninterrupted / "model" / "model.safetensors").exists()
+    assert not list(uninterrupted.glob("checkpoint-*")) and (uninterrupted / "FINISHED").exists()
+    assert not [p for p in uninterrupted.rglob("*") if p.suffix == ".pt"]
