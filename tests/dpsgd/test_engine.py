@@ -60,7 +60,8 @@ def test_exact_modes_give_the_standard_epsilon():
     engine, _, _, _ = _train("ghost")
     ((event, _),) = engine.accountant.events
     assert event.clipping == "exact"
-    assert engine.epsilon(1e-5) == pytest.approx(_dp_accounting_epsilon(0.5, 1.0, 2, 1e-5), rel=1e-2)
+    reference = _dp_accounting_epsilon(0.5, 1.0, 2, 1e-5)
+    assert reference * (1 - 1e-6) <= engine.epsilon(1e-5) <= reference * (1 + 1e-2)  # never below the reference
 
 
 def test_bad_arguments_are_user_errors():

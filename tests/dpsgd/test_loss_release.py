@@ -125,7 +125,7 @@ def test_steps_are_accounted_at_the_effective_multiplier(norm_mode):
     assert with_release.epsilon(1e-5) > without.epsilon(1e-5)
     if norm_mode == "ghost":
         reference = _dp_accounting_epsilon(0.5, sigma / math.sqrt(1 + fraction**2), 2, 1e-5)
-        assert with_release.epsilon(1e-5) == pytest.approx(reference, rel=1e-2)
+        assert reference * (1 - 1e-6) <= with_release.epsilon(1e-5) <= reference * (1 + 1e-2)
 
 
 def test_target_epsilon_calibrates_the_effective_multiplier():
