@@ -36,7 +36,7 @@ from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
 from privlm.dpsgd.estimators import os_seeded_generator
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
-from privlm.dpsgd.norms import NORM_MODES
+from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES
 from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.dpsgd.sampling import physical_batches, poisson_loader
 from privlm.errors import UserError
@@ -108,7 +108,7 @@ class PrivacyEngine:
     @property
     def clipping_kind(self) -> str:
         """The accountant's clipping kind for this norm mode."""
-        return self.norm_mode if self.norm_mode in ("hutchinson", "hutchpp") else "exact"
+        return self.norm_mode if self.norm_mode in RANDOMIZED_MODES else "exact"
 
     @property
     def _event_probes(self) -> int | None:

@@ -23,7 +23,6 @@ the same code on the same dataset order with the same seed (checked by :func:`ch
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +71,6 @@ def context() -> DistContext:
 def shard_of(indices: list[int], ctx: DistContext) -> list[int]:
     """The indices this rank owns (``i % world == rank``)."""
     return [i for i in indices if i % ctx.world == ctx.rank] if ctx.enabled else indices
-
-
-def sharded(batches: Iterator[list[int]], ctx: DistContext) -> Iterator[list[int]]:
-    """This rank's part of every Poisson-sampled logical batch of the full dataset."""
-    for indices in batches:
-        yield shard_of(indices, ctx)
 
 
 def all_reduce_clipped_sums(clipper: PerSampleClipper, ctx: DistContext) -> None:
