@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from privlm.errors import UserError
@@ -22,10 +22,10 @@ TEXT, LABEL = "text", "label"
 _INTEGER = re.compile(r"[0-9]+")
 
 
-def read_jsonl(path: str | Path) -> Corpus:
-    """One JSON object per line with ``text`` and ``label``; blank lines are skipped."""
+def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a UTF-8 JSONL file; :class:`UserError` names
+    the file and line of anything that is not a JSON object."""
     path = Path(path)
-    texts, labels, lines = [], [], []
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -35,6 +35,14 @@ def read_jsonl(path: str | Path) -> Corpus:
             raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
         if not isinstance(record, dict):
             raise UserError(f"{path}:{number}: expected a JSON object with '{TEXT}' and '{LABEL}'")
+        yield number, record
+
+
+def read_jsonl(path: str | Path) -> Corpus:
+    """One JSON object per line with ``text`` and ``label``; blank lines are skipped."""
+    path = Path(path)
+    texts, labels, lines = [], [], []
+    for number, record in jsonl_records(path):
         for column in (TEXT, LABEL):
             if column not in record:
                 raise UserError(f"{path}:{number}: missing '{column}'")

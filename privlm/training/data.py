@@ -14,7 +14,6 @@ JSONL file may hold texts without labels (``jsonl:PATH`` with a ``text`` field p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from privlm.errors import UserError
 from privlm.evaluation.prompts import EncodedOption, collate, encode_option, pad_token_id
 from privlm.resources.corpus import Example
 from privlm.resources.datasets import load_dataset
+from privlm.resources.files import jsonl_records
 from privlm.resources.splits import groups_of_identical, stratified_split
 from privlm.resources.verbalizers import Verbalizer
 
@@ -81,19 +81,9 @@ def _unlabelled_jsonl(name: str) -> list[str] | None:
     if not name.startswith("jsonl:"):
         return None
     path = Path(name[len("jsonl:") :])
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from err
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"].strip():
+    for number, record in jsonl_records(path):
+        if not isinstance(record.get("text"), str) or not record["text"].strip():
             raise UserError(f"{path}:{number}: expected a JSON object with a non-empty 'text'")
         records.append(record)
     if not records:
