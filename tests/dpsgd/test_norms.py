@@ -70,3 +70,15 @@ def test_randomized_modes_average_to_reference(cases, mode):
         clipper.capture.remove()
     se = draws.std(0) / 60**0.5
     assert ((draws.mean(0) - expected).abs() <= 4 * se + 1e-9 * expected).all()
+
+
+def test_half_precision_factors_are_normed_in_float32():
+    from privlm.dpsgd.norms.factors import OuterFactor, sq_norms
+
+    gen = torch.Generator().manual_seed(0)
+    left, right = torch.randn(3, 5, 7, generator=gen), torch.randn(3, 5, 4, generator=gen)
+    half = [OuterFactor(left.to(torch.bfloat16), right.to(torch.bfloat16), rows=7)]
+    got = sq_norms(half, "exact", 1, gen)
+    reference = torch.einsum("btr,btc->brc", left.to(torch.bfloat16).double(), right.to(torch.bfloat16).double())
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), reference.pow(2).sum((1, 2)), rtol=1e-5, atol=0)

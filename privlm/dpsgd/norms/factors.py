@@ -13,7 +13,7 @@ project all uses with the same probe matrix). Batch dimension 0 indexes samples 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Union
 
 import torch
@@ -171,8 +171,23 @@ def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, generator
     raise ValueError(f"unknown norm mode {mode!r}")
 
 
+def _at_least_float32(factor: Factor) -> Factor:
+    """The factor with float16/bfloat16 tensors cast to float32 (token ids untouched)."""
+
+    def up(t: Tensor) -> Tensor:
+        return t.float() if t.is_floating_point() and torch.finfo(t.dtype).bits < 32 else t
+
+    if isinstance(factor, DenseFactor):
+        return DenseFactor(up(factor.per_sample))
+    return replace(factor, left=up(factor.left), right=up(factor.right))
+
+
 def sq_norms(factors: list[Factor], mode: str, probes: int, generator: torch.Generator) -> Tensor:
-    """Per-sample squared gradient norm (B,) of one parameter from the factors of all its uses."""
+    """Per-sample squared gradient norm (B,) of one parameter from the factors of all its uses.
+
+    Computed in at least float32: in a half-precision model a norm rounded down by ~1e-2 would let the
+    clipped gradient exceed C by as much."""
+    factors = [_at_least_float32(f) for f in factors]
     if all(isinstance(f, DenseFactor) for f in factors):
         total = sum(f.per_sample for f in factors)
         return total.reshape(total.shape[0], -1).pow(2).sum(1)
