@@ -1,7 +1,8 @@
 """The ``privlm`` command line.
 
-Each command lives in its own module in this package and exposes ``register(app)``; modules are
-discovered here so that adding a command never edits a shared list. Every command turns
+Each command lives in its own module in this package, named after the command, and exposes
+``register(app)``; modules are discovered here so that adding a command never edits a shared list, and
+only the invoked command's module is imported. Every command turns
 :class:`privlm.errors.UserError` into a one-line message on stderr and exit code 2.
 """
 
@@ -29,20 +30,26 @@ def _root() -> None:
     """Differentially private fine-tuning (DP-SGD-RC) and private synthetic text (GRADMM)."""
 
 
-def _register_commands() -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        module.register(app)
+_registered: set[str] = set()
 
 
-_register_commands()
+def _register_commands(argv: list[str]) -> None:
+    """Register the command named by ``argv`` only (each module is named after its command), or all of
+    them for ``--help`` and unknown names: a command never pays for the others' imports (torch,
+    transformers, dp-accounting)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name in [first] if first in names else names:
+        if name not in _registered:
+            importlib.import_module(f"{__name__}.{name}").register(app)
+            _registered.add(name)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``privlm`` script: bad input exits with code 2 and one line, no traceback."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        _register_commands(argv)
         app(args=argv, standalone_mode=False)
     except UserError as err:
         typer.echo(f"error: {err}", err=True)
