@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from privlm.dpsgd.estimators import os_seeded_generator
+from privlm.randomness import os_seeded_generator
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
 from privlm.dpsgd.norms import NORM_MODES, Factor, sq_norms, weighted_sum
 from privlm.errors import UserError

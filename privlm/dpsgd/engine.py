@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
-from privlm.dpsgd.estimators import os_seeded_generator
+from privlm.randomness import os_seeded_generator
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES

@@ -15,7 +15,6 @@ One probe matrix is shared by all samples of a batch and all uses of a parameter
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 import torch
@@ -34,12 +33,6 @@ class SampleOperator(Protocol):
 
     def left(self, y: Tensor) -> Tensor:
         """``M_i Y_i`` (B, rows, k) for Y (B, cols, k)."""
-
-
-def os_seeded_generator(device: torch.device | str = "cpu") -> torch.Generator:
-    """A generator seeded from the operating system's randomness (independent of data and of torch's global RNG)."""
-    seed = int.from_bytes(os.urandom(8), "little") % 2**63
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def gaussian_probes(op: SampleOperator, k: int, generator: torch.Generator) -> Tensor:

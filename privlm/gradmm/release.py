@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
+from privlm.randomness import os_seeded_generator
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.gaussian import gaussian_noise_multiplier
 
@@ -173,7 +173,7 @@ def add_gaussian_noise(sums: torch.Tensor, std: float) -> torch.Tensor:
     distributed = dist.is_available() and dist.is_initialized()
     noisy = sums.clone()
     if not distributed or dist.get_rank() == 0:
-        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        gen = os_seeded_generator()
         noisy += std * torch.randn(sums.shape, generator=gen, dtype=sums.dtype)
     if distributed:
         dist.broadcast(noisy, src=0)

@@ -32,6 +32,7 @@ from torch import nn
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.errors import UserError
+from privlm.randomness import os_seed
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def shared_seed(seed: int | None, ctx: DistContext) -> int | None:
     from the OS on rank 0 and broadcast, so that all ranks sample and draw noise identically."""
     if seed is not None or not ctx.enabled:
         return seed
-    value = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+    value = torch.tensor([os_seed()], dtype=torch.int64)
     dist.broadcast(value, src=0)
     return int(value.item())
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,6 +41,7 @@ from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
 from privlm.errors import UserError
+from privlm.randomness import os_seed
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
 from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.training import checkpoint as ckpt
@@ -173,11 +173,6 @@ class LoopResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _os_seed() -> int:
-    """A seed from the OS (the global torch generator is left alone)."""
-    return int.from_bytes(os.urandom(8), "little") % 2**63
-
-
 def prepare(
     module: nn.Module,
     rows: Sequence[Any],
@@ -214,7 +209,7 @@ def prepare(
         event = engine.event
     else:
         sample_rate = min(1.0, config.batch_size / len(rows))
-        generator = torch.Generator().manual_seed(seed if seed is not None else _os_seed())
+        generator = torch.Generator().manual_seed(seed if seed is not None else os_seed())
     total = math.ceil(config.epochs * math.ceil(1 / sample_rate))
     budget = total
     if event is not None and config.noise_multiplier is not None and config.epsilon is not None:

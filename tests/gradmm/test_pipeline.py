@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import privlm.gradmm.generate as generate
-import privlm.gradmm.release as release_module
+import privlm.randomness as randomness
 from privlm.errors import UserError
 from privlm.gradmm.config import make_config
 from privlm.gradmm.pipeline import RunPaths, run_synthesis
@@ -48,7 +48,7 @@ def _run(lm, out: Path, load_private, **kwargs):
 def reference(lm, tmp_path_factory) -> tuple[Path, bytes]:
     out = tmp_path_factory.mktemp("ref") / "synth.jsonl"
     with pytest.MonkeyPatch.context() as mp:  # a fixed noise seed, so this test file is deterministic
-        mp.setattr(release_module.os, "urandom", lambda n: bytes(range(n)))
+        mp.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))
         result = _run(lm, out, lambda: list(PRIVATE))
     assert len(result.rows) > 0, "the reference run must produce examples for the comparisons to mean anything"
     return out, out.read_bytes()
