@@ -6,16 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from privlm.cli import main
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
+from cli_helpers import run
 
 
 def test_rotten_tomatoes_json(capsys: pytest.CaptureFixture[str]) -> None:

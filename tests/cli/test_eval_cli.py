@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
+from cli_helpers import exit_code as run
 
-from privlm.cli import main
 from privlm.resources.datasets import load_dataset
 
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
@@ -24,14 +24,6 @@ def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:
             words = rng.sample(GOOD if label else BAD, 2)
             row = {"text": f"the film is {words[0]} and {words[1]}", "label": ["bad", "great"][label] if names else label}
             handle.write(json.dumps(row) + "\n")
-
-
-def run(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
 
 
 def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,17 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from privlm.cli import main
-
-
-
-def run(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
+from cli_helpers import exit_code as run
 
 
 def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,21 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import run
 from huggingface_hub import constants
 
-from privlm.cli import main
 from privlm.resources import smollm2
 from privlm.resources.cache import CACHE_ENV
 from privlm.resources.models import count_parameters
 from privlm.resources.tiny import build_tiny_model
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def test_tiny_model_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import exit_code
 from safetensors.torch import load_file
 
-from privlm.cli import main
 from privlm.privacy import Ledger
 
 WORDS = ["great", "bad", "warm", "dull", "funny", "slow", "sharp", "wooden", "moving", "boring"]
@@ -40,11 +40,7 @@ def data(tmp_path_factory) -> str:
 
 
 def _train(args: list[str]) -> int:
-    try:
-        main(["train", *args])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return exit_code(["train", *args])
 
 
 def _cli(args: list[str]) -> list[str]:
