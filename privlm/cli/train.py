@@ -37,6 +37,8 @@ def train_command(
     lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
     clip: float = typer.Option(1.0, "--clip", help="Per-sample clipping norm C."),
     lora: int = typer.Option(0, "--lora", help="LoRA rank R (0: full fine-tuning)."),
+    lora_layers: int | None = typer.Option(
+        None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."),
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
     seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
@@ -60,7 +62,7 @@ def train_command(
     config = TrainConfig(
         task=task, epsilon=epsilon, delta=delta, private=not no_dp, norm_mode=norm_mode, probes=probes,
         bookkeeping=bookkeeping, max_length=max_length, batch_size=batch_size, epochs=epochs, lr=lr,
-        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, seed=seed,
+        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, lora_layers=lora_layers, seed=seed,
         checkpoint_every=checkpoint_every, loss_bound=loss_bound, loss_noise_fraction=loss_noise_fraction,
     )
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))

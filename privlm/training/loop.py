@@ -90,6 +90,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     physical_batch_size: int | None = None
     lora: int = 0
+    lora_layers: int | None = None
     seed: int | None = None
     accountant: str = "pld"
     loss_bound: float = 10.0

@@ -6,6 +6,7 @@ writes the run folder and evaluates).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.pytorch_utils import Conv1D
 
 from privlm.errors import UserError
 from privlm.resources.models import load_model
@@ -27,11 +29,31 @@ SPLIT_SEED = 0  # the datasets' standard seeded splits, whatever the training se
 LORA_ALPHA = 16
 
 
-def with_lora(model: PreTrainedModel, rank: int, seed: int | None) -> torch.nn.Module:
-    """LoRA adapters of rank ``rank`` on all linear layers (base frozen); ``rank == 0``: train everything."""
+_BLOCK = re.compile(r"\.(?:layers|h)\.(\d+)\.")
+
+
+def top_block_linears(model: PreTrainedModel, blocks: int) -> list[str]:
+    """Names of the linear layers (``nn.Linear``, GPT-2 ``Conv1D``) inside the last ``blocks`` decoder blocks."""
+    found = [(int(m.group(1)), name) for name, module in model.named_modules()
+             if isinstance(module, (torch.nn.Linear, Conv1D)) and (m := _BLOCK.search(name))]
+    if not found:
+        raise UserError(f"{type(model).__name__}: no decoder blocks named '.layers.N.' or '.h.N.' to restrict LoRA to")
+    depth = max(i for i, _ in found) + 1
+    if not 1 <= blocks <= depth:
+        raise UserError(f"--lora-layers must be in 1..{depth} (the model's decoder blocks), got {blocks}")
+    return [name for i, name in found if i >= depth - blocks]
+
+
+def with_lora(model: PreTrainedModel, rank: int, seed: int | None, blocks: int | None = None) -> torch.nn.Module:
+    """LoRA adapters of rank ``rank`` on all linear layers (base frozen), or only on those of the last
+    ``blocks`` decoder blocks — the backward pass then stops there, which makes a step much cheaper;
+    ``rank == 0``: train everything."""
     if rank == 0:
+        if blocks is not None:
+            raise UserError("--lora-layers needs --lora R > 0")
         return model.requires_grad_(True)
-    config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    targets = "all-linear" if blocks is None else top_block_linears(model, blocks)
+    config = LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=targets)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)  # peft draws the A matrices from the global generator
@@ -74,7 +96,7 @@ def set_up(model_name: str, data_name: str, config: TrainConfig, max_train: int 
     if max_train is not None:
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
-    module = with_lora(model, config.lora, config.seed)
+    module = with_lora(model, config.lora, config.seed, config.lora_layers)
     module.train()
     run = prepare(module, rows, make_collate(tokenizer), config, ctx)
     return Session(model_name, data_name, config, module, tokenizer, data, run)

@@ -1,5 +1,5 @@
 """Zero-shot reference for results/bbc_news: the untrained SmolLM2 scored like the trained cells
-(same prompts, T = 64, the first 100 test articles). Run: .venv/bin/python results/bbc_news/zero_shot.py"""
+(same prompts, T = 256, all test articles). Run: .venv/bin/python results/bbc_news/zero_shot.py"""
 
 import json
 import time
@@ -12,7 +12,7 @@ from privlm.training.run import SPLIT_SEED
 
 start = time.perf_counter()
 model, tokenizer = load_model("smollm2-135m")
-metrics = test_metrics(model, tokenizer, load_task_data("bbc-news", "classify", SPLIT_SEED), 64, max_examples=100)
+metrics = test_metrics(model, tokenizer, load_task_data("bbc-news", "classify", SPLIT_SEED), 256)
 summary = {"cell": "zero-shot", "test": metrics, "wall_s": round(time.perf_counter() - start, 1)}
 Path(__file__).with_name("zero-shot.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 print(summary)

@@ -60,6 +60,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faste
         (["--batch-size", "0"], "--batch-size"),
         (["--loss-noise-fraction", "-1"], "--loss-noise-fraction"),
         (["--loss-bound", "0"], "loss bound"),
+        (["--lora", "4", "--lora-layers", "99"], "--lora-layers must be in 1.."),
+        (["--lora-layers", "1"], "needs --lora"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
