@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -17,10 +18,14 @@ def experiment_command(
     config_path: Path = typer.Argument(..., metavar="CONFIG", help="TOML experiment file (see experiments/)."),
     out: Path = typer.Option(..., "--out", help="Output folder: results.jsonl, sets/, report.md, report.html."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run; finished cells are kept."),
+    only: list[str] | None = typer.Option(
+        None, "--only", help="Run only this method's cells now (repeatable); the others wait for a later --resume."),
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
     config = load_config(config_path)
+    command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
+    command += [arg for method in only or () for arg in ("--only", method)]
     start = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, disable=as_json) as progress:
@@ -32,7 +37,7 @@ def experiment_command(
             steps=lambda total: progress.update(steps, total=total, completed=0),
             step=lambda step, loss: progress.update(steps, completed=step),
         )
-        rows = run_experiment(config, out, resume=resume, hooks=hooks)
+        rows = run_experiment(config, out, resume=resume, hooks=hooks, only=only, command=shlex.join(command))
     elapsed = time.perf_counter() - start
     if as_json:
         print_json({"config_hash": config.hash, "out": str(out), "wall_time_s": round(elapsed, 2), "rows": rows})

@@ -19,6 +19,8 @@ Example (``experiments/rotten_tomatoes.toml``)::
     preset = "demo"
     [methods.random]
     [methods.full-pool]              # ignores n_per_class: trains on the whole pool
+    [methods."gradmm@top50"]         # NAME@VARIANT: method NAME again, with other parameters (ablations)
+    top_k = 50
 
 The configuration hash (SHA-256 of its canonical JSON) tags every results row, so a resume never
 mixes rows of two different configurations.

@@ -18,7 +18,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,12 +71,24 @@ def _existing_rows(log: ResultsLog, config: ExperimentConfig, resume: bool) -> d
 
 
 def run_experiment(
-    config: ExperimentConfig, out: str | Path, *, resume: bool = False, hooks: Hooks | None = None
+    config: ExperimentConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    hooks: Hooks | None = None,
+    only: Collection[str] | None = None,
+    command: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every unfinished cell of ``config`` into ``out``; returns all rows, in grid order."""
+    """Run every unfinished cell of ``config`` into ``out`` — or only those of the methods in ``only``
+    (same configuration, same hash: a way to order a long grid) — and write the report of all finished
+    cells (``command`` is quoted in it); returns the finished rows, in grid order."""
     hooks = hooks or Hooks()
     out = Path(out)
     _check_methods(config)
+    names = [m.name for m in config.methods]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
     log = ResultsLog(out / "results.jsonl")
     done = _existing_rows(log, config, resume)
     write_text_atomic(out / "config.json", json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n")
@@ -98,7 +110,7 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done:
+        if cell.key in done or (only is not None and cell.method not in only):
             continue
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
@@ -130,6 +142,6 @@ def run_experiment(
         log.append(row)
         done[cell.key] = row
     hooks.cell(len(cells), len(cells), "report")
-    rows = [done[c.key] for c in cells]
-    write_report(out, rows, config)
+    rows = [done[c.key] for c in cells if c.key in done]
+    write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows

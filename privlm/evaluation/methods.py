@@ -64,9 +64,12 @@ def register_method(name: str, method: Method) -> None:
 
 
 def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise UserError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}")
-    return METHODS[name]
+    """The method registered as ``name``; ``NAME@VARIANT`` (e.g. ``gradmm@top50``, an ablation with its
+    own parameters in the same grid) is method ``NAME``."""
+    base = name.split("@", 1)[0]
+    if base not in METHODS:
+        raise UserError(f"unknown method {base!r}; known: {', '.join(sorted(METHODS))}")
+    return METHODS[base]
 
 
 def _sampling(params: dict[str, Any]) -> Sampling:

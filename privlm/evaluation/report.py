@@ -63,14 +63,15 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
-    """For every ε-method entry: does it beat the best baseline (other methods, not full-pool) at its n?"""
+    """For every ε-method entry: does it beat the best baseline (the methods without ε, not full-pool) at its n?"""
     lines = []
     for entry in summary:
         if not get_method(entry["method"]).takes_epsilon:
             continue
         rivals = [
             e for e in summary
-            if e["n_per_class"] == entry["n_per_class"] and e["method"] not in (entry["method"], REFERENCE)
+            if e["n_per_class"] == entry["n_per_class"] and e["method"] != REFERENCE
+            and not get_method(e["method"]).takes_epsilon
         ]
         if not rivals:
             continue
@@ -151,8 +152,16 @@ def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     return head, body
 
 
-def write_report(out: str | Path, rows: Sequence[dict[str, Any]], config: ExperimentConfig) -> None:
-    """Write ``report.md``, ``plots/*.png`` and ``report.html`` (images embedded) into ``out``."""
+def write_report(
+    out: str | Path,
+    rows: Sequence[dict[str, Any]],
+    config: ExperimentConfig,
+    *,
+    total_cells: int | None = None,
+    command: str | None = None,
+) -> None:
+    """Write ``report.md``, ``plots/*.png`` and ``report.html`` (images embedded) into ``out``;
+    ``total_cells`` (the grid's size) makes an unfinished grid say so, ``command`` is quoted."""
     out = Path(out)
     summary = summarize(rows)
     plots = {"accuracy_vs_n": plot_accuracy_vs_n(summary), "accuracy_vs_epsilon": plot_accuracy_vs_epsilon(summary)}
@@ -167,8 +176,11 @@ def write_report(out: str | Path, rows: Sequence[dict[str, Any]], config: Experi
     facts = [
         f"model `{config.model}`, dataset `{config.dataset}`, private pool {config.pool_per_class} per class, "
         f"n per class {list(config.n_per_class)}, seeds {list(config.seeds)}, δ={config.delta:g}",
-        f"config hash `{config.hash}`; {len(rows)} cells; sum of cell wall times {total:.0f} s ({total / 3600:.2f} h)",
+        f"config hash `{config.hash}`; {len(rows)} cells"
+        + ("" if total_cells in (None, len(rows)) else f" of {total_cells} (UNFINISHED: the other cells are not run yet)")
+        + f"; sum of cell wall times {total:.0f} s ({total / 3600:.2f} h)",
         f"machine: {machine}",
+        *([f"command: `{command}`"] if command else []),
         f"fine-tuning: {config.finetune}; test examples: {rows[0]['n_test'] if rows else 0}",
     ]
     head, body = _table(summary)

@@ -1,4 +1,4 @@
-"""``privlm experiment`` on a tiny grid: results, report, resume; bad config exits 2."""
+"""``privlm experiment`` on a tiny grid: results, report, ``--only`` then resume; bad config exits 2."""
 
 from __future__ import annotations
 
@@ -18,11 +18,17 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
                     'seeds = [0]\ntest_size = 10\nvalidation_size = 4\n[finetune]\npreset = "tiny"\n'
                     'grid = [{epochs = 1}, {epochs = 2, lr = 1e-2}]\n[methods.random]\n[methods.herding]\n')
     out = tmp_path / "out"
-    assert run(["experiment", str(toml), "--out", str(out), "--json"]) == 0
+    assert run(["experiment", str(toml), "--out", str(out), "--only", "random", "--json"]) == 0
+    assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
+    assert "(UNFINISHED" in (out / "report.md").read_text()
+    assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "kcenter"]) == 2
+    assert "--only: ['kcenter'] not among" in capsys.readouterr().err
+    assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert [r["method"] for r in first["rows"]] == ["random", "herding"]
     assert all(r["selected"]["epochs"] in (1, 2) and len(r["grid"]) == 2 for r in first["rows"])
     assert (out / "report.md").exists() and (out / "report.html").exists()
+    assert "command: `privlm experiment" in (out / "report.md").read_text()
     assert run(["experiment", str(toml), "--out", str(out)]) == 2
     assert "pass --resume" in capsys.readouterr().err
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0

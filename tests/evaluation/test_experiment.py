@@ -108,7 +108,13 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
         run_experiment(config, tmp_path / "resumed")
 
     count["n"] = -1000  # no more crashes; count the cells that are redone
-    resumed = run_experiment(config, tmp_path / "resumed", resume=True)
+    first_five = {json.loads(line)["cell"] for line in (tmp_path / "resumed" / "results.jsonl").read_text().splitlines()}
+    partial = run_experiment(config, tmp_path / "resumed", resume=True, only=["random"])
+    assert [r["cell"] for r in partial] == [c.key for c in cells if c.key in first_five or c.method == "random"]
+    assert f"{len(partial)} cells of {len(cells)} (UNFINISHED" in (tmp_path / "resumed" / "report.md").read_text()
+    with pytest.raises(UserError, match="--only: \\['randm'\\] not among"):
+        run_experiment(config, tmp_path / "resumed", resume=True, only=["randm"])
+    resumed = run_experiment(config, tmp_path / "resumed", resume=True, command="privlm experiment exp.toml")
     assert count["n"] == -1000 + len(cells) - 5
     # The sixth cell's training set was cached before the crash and is not made again.
     assert CALLS == calls_uninterrupted
@@ -117,7 +123,8 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
         assert name.read_text() == (tmp_path / "resumed" / "sets" / name.name).read_text()
 
     report = (tmp_path / "resumed" / "report.md").read_text()
-    assert "first-eps (ε=1)" in report and "best baseline" in report
+    assert "first-eps (ε=1)" in report and "best baseline" in report and "UNFINISHED" not in report
+    assert "command: `privlm experiment exp.toml`" in report
     page = (tmp_path / "resumed" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "src=\"http" not in page
     assert {p.name for p in (tmp_path / "resumed" / "plots").iterdir()} == {"accuracy_vs_n.png", "accuracy_vs_epsilon.png"}
@@ -164,3 +171,21 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
     toml.write_text(base + "n_per_class = [2]\n[methods.magic]\n")
     with pytest.raises(UserError, match="unknown method 'magic'"):
         run_experiment(load_config(toml), tmp_path / "out")
+
+
+def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    toml.write_text(
+        f'model = "tiny-llama"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\nseeds = [0]\n'
+        'test_size = 8\n[finetune]\npreset = "tiny"\nepochs = 1\n'
+        '[methods.first-eps]\n[methods."first-eps@dp"]\nepsilons = [1.0]\n[methods.random]\n'
+    )
+    rows = run_experiment(load_config(toml), tmp_path / "out")
+    assert [r["cell"] for r in rows] == ["first-eps_n2_seed0_epsnone", "first-eps@dp_n2_seed0_eps1", "random_n2_seed0_epsnone"]
+    assert CALLS == ["2/0/None", "2/0/1.0"]
+    verdicts = (tmp_path / "out" / "report.md").read_text().split("## Against the best baseline")[1]
+    assert verdicts.count("the best baseline, random") == 2  # an ε-method is never another one's baseline
+    toml.write_text(toml.read_text() + '[methods."magic@x"]\n')
+    with pytest.raises(UserError, match="unknown method 'magic'"):
+        run_experiment(load_config(toml), tmp_path / "out2")
