@@ -27,6 +27,7 @@ class SynthConfig:
     max_private_tokens: int = 64  # real texts are truncated to this many tokens before the verbalizer
     private_per_class: int | None = None  # None: every private training example
     oversample: float = 2.0  # candidates generated per kept example, before filtering
+    label_filter: bool = True  # drop candidates the public few-shot classifier labels differently
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:

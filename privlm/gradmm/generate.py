@@ -156,5 +156,8 @@ def synthesize(
     if distributed:
         dist.barrier()
     candidates = [c for k, j in jobs for c in _load_batch(batch_dir / f"class{k}_batch{j}.json")]
-    predicted = few_shot_labels(model, tokenizer, release.prompt, [c.text for c in candidates])
+    if config.label_filter:
+        predicted = few_shot_labels(model, tokenizer, release.prompt, [c.text for c in candidates])
+    else:
+        predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     return select(candidates, predicted, per_class, n_classes)

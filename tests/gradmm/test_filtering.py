@@ -1,0 +1,54 @@
+"""Filtering: label disagreements are dropped, classes rebalanced, survivors ranked by matching loss;
+``label_filter = False`` (the ablation) keeps every candidate and never asks the few-shot classifier."""
+
+from __future__ import annotations
+
+import pytest
+
+import privlm.gradmm.generate as generate
+from privlm.gradmm.filtering import Candidate, few_shot_context, select
+from privlm.gradmm.prompt import build_prompt
+from privlm.resources.tiny import build_tiny_model
+from privlm.gradmm.config import make_config
+from privlm.gradmm.pipeline import run_synthesis
+
+PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
+           ("I loved every minute of it", 1), ("one of the worst films of the year", 0)]
+
+
+def _cand(text: str, label: int, loss: float) -> Candidate:
+    return Candidate(ids=(1,), text=text, label=label, match_loss=loss)
+
+
+def test_select_drops_disagreements_rebalances_and_ranks_by_loss() -> None:
+    cands = [_cand("a", 0, 0.3), _cand("b", 0, 0.1), _cand("c", 0, 0.2), _cand("d", 1, 0.5), _cand("e", 1, 0.4),
+             _cand("f", 1, 0.05)]
+    predicted = [0, 0, 0, 1, 1, 0]  # "f" (class 1, best loss) is predicted 0: dropped
+    kept = select(cands, predicted, per_class=3, n_classes=2)
+    assert [c.text for c in kept] == ["b", "c", "e", "d"]  # class 1 has 2 survivors, so each class keeps 2
+    assert [c.text for c in select(cands, [c.label for c in cands], 1, 2)] == ["b", "f"]
+    assert select(cands, [1, 1, 1, 1, 1, 1], 3, 2) == []  # a class without survivors empties the set
+
+
+def test_few_shot_context_is_public_and_interleaved() -> None:
+    _, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+    lines = few_shot_context(prompt).splitlines()
+    assert len(lines) == 4 and lines[0].endswith(" It was bad") and lines[1].endswith(" It was great")
+    assert not any(text in few_shot_context(prompt) for text, _ in PRIVATE)
+
+
+def test_label_filter_off_keeps_every_candidate(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("few_shot_labels called with label_filter off")
+
+    monkeypatch.setattr(generate, "few_shot_labels", refuse)
+    config = make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=2, top_k=8, seed=1,
+                         oversample=1.0, label_filter=False)
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+    result = run_synthesis(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
+                           out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
+    assert [r["label"] for r in result.rows] == [0, 0, 0, 1, 1, 1]
+    losses = [r["match_loss"] for r in result.rows]
+    assert losses[:3] == sorted(losses[:3]) and losses[3:] == sorted(losses[3:])
