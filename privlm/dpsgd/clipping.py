@@ -12,7 +12,9 @@ loss release (:mod:`privlm.dpsgd.loss_release`).
 Assumption behind the guarantee: the per-sample loss ℓ_i depends only on sample i (no batch
 statistics, e.g. BatchNorm; dimension 0 of every hooked layer indexes samples). Then g_i computed
 here is ∇ℓ_i and ‖c_i g_i‖ ≤ C whenever n̂_i is the exact norm; with a randomized mode ‖c_i g_i‖ ≤
-C·n_i/n̂_i, which the randomized-clipping accountant covers.
+C·n_i/n̂_i, which the randomized-clipping accountant covers. The second backward additionally assumes
+that every use of a trainable parameter is a hooked layer call; the first micro-batch checks it and a
+parameter used outside its layer (functionally) is refused. Book-keeping needs no such assumption.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class PerSampleClipper:
         self.summed_grads: dict[nn.Parameter, Tensor] = {}
         self.loss_bound = loss_bound
         self.summed_loss = torch.zeros((), dtype=torch.float64)
+        self._uses_checked = False
 
     def _forward_backward(self, batch: Any, keep_graph: bool) -> tuple[Tensor, dict, Tensor]:
         with self.capture.recording() as calls, record_function("privlm.forward"):
@@ -118,6 +121,8 @@ class PerSampleClipper:
         """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads` (and, with a loss bound L,
         ``Σ_i clamp(ℓ_i, 0, L)`` to :attr:`summed_loss`)."""
         losses, factors, total = self._forward_backward(batch, keep_graph=not self.bookkeeping)
+        if not self.bookkeeping and not self._uses_checked:
+            self._check_every_use_is_hooked(losses, factors, torch.ones_like(total))
         c = clip_factors(total.detach(), self.max_grad_norm)
         with record_function("privlm.clipped_sum"):
             if self.bookkeeping:
@@ -136,6 +141,26 @@ class PerSampleClipper:
             clamped = torch.nan_to_num(losses.detach().double(), nan=bound, posinf=bound, neginf=0.0).clamp(0, bound)
             self.summed_loss = self.summed_loss + clamped.sum().cpu()
         return ClipStats(losses.detach(), total.detach(), c)
+
+    def _check_every_use_is_hooked(self, losses: Tensor, factors: dict[nn.Parameter, list[Factor]], ones: Tensor) -> None:
+        """The second backward's assumption, checked on the first micro-batch: ∇Σℓ_i must equal the sum of
+        the hooked calls' per-sample factors for every parameter. A use outside a hooked call (e.g.
+        ``F.linear(x, layer.weight)``) would enter the second-backward clipped sum without entering the
+        norms, so it is refused by name. (A use that appears only for other inputs is not seen here.)"""
+        full = torch.autograd.grad(losses.sum(), self.params, retain_graph=True, allow_unused=True)
+        names = {p: name for name, p in self.model.named_parameters()}
+        for p, g in zip(self.params, full):
+            if g is None:
+                continue
+            hooked = weighted_sum(factors[p], ones, p.shape) if p in factors else torch.zeros_like(g)
+            gap = float((g.double() - hooked.double()).norm())
+            if gap > 1e-3 * float(g.double().norm()) + 1e-12:
+                raise UserError(
+                    f"trainable parameter {names[p]} is used outside its layer's forward call (e.g. "
+                    f"F.linear(x, layer.weight)): with a second backward that use would be released unclipped; "
+                    "use book-keeping (the default) or route every use through the layer"
+                )
+        self._uses_checked = True
 
     def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:
         """The accumulated clipped sums (zeros for parameters no sample touched); resets the accumulator."""

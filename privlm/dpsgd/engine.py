@@ -79,8 +79,9 @@ class PrivacyEngine:
     stored activations/backprops (no second backward; the default). Assumption of the second-backward
     path (``bookkeeping=False``): every use of a trainable parameter goes through a hooked module call;
     a weight also used functionally (e.g. ``F.linear(x, layer.weight)``) would enter the clipped sum
-    without entering the norm, so its per-sample contribution could exceed C. Book-keeping releases
-    only the hooked uses, so it stays within C. ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
+    without entering the norm, so its per-sample contribution could exceed C (the first micro-batch is
+    checked and such a parameter refused by name; a use that only some inputs trigger would not be seen).
+    Book-keeping releases only the hooked uses, so it stays within C. ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
     reproducible sampling, probes and noise (independent streams); None draws them from the OS."""
 
     def __init__(

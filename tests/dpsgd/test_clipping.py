@@ -8,6 +8,7 @@ from dpsgd_harness import padded_batch, reference_clipped_sum, reference_grads, 
 
 from privlm.dpsgd.clipping import PerSampleClipper, clip_factors
 from privlm.dpsgd.losses import causal_lm_losses
+from privlm.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +72,32 @@ def test_clipped_norm_never_exceeds_c_in_exact_modes(cases):
     norms = reference_sq_norms(one_by_one).sqrt()
     stats, _ = _clipped(model, batch, c, norm_mode="ghost")
     assert (stats.factors * norms <= c * (1 + 1e-9)).all()
+
+
+class _FunctionalReuse(torch.nn.Module):
+    """A Linear whose weight is also used outside the layer's own call (the second backward's blind spot)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) + torch.nn.functional.linear(2 * x, self.lin.weight)
+
+
+def _squared_outputs(model, x):
+    return model(x).pow(2).sum(1)
+
+
+def test_second_backward_refuses_a_weight_used_outside_its_layer():
+    torch.manual_seed(0)
+    model, x = _FunctionalReuse(), torch.randn(5, 4, dtype=torch.float64)
+    clipper = PerSampleClipper(model, _squared_outputs, max_grad_norm=0.1, bookkeeping=False)
+    with pytest.raises(UserError, match="lin.weight is used outside its layer"):
+        clipper.clipped_backward(x)
+    # Book-keeping releases only the hooked call: every per-sample contribution stays within C.
+    clipper = PerSampleClipper(model, _squared_outputs, max_grad_norm=0.1, bookkeeping=True)
+    stats = clipper.clipped_backward(x)
+    assert (stats.factors < 1).all()
+    summed = clipper.pop_summed_grads()
+    assert float(torch.cat([g.flatten() for g in summed.values()]).norm()) <= 5 * 0.1 * (1 + 1e-9)
