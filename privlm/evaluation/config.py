@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -39,6 +40,13 @@ from privlm.errors import UserError
 from privlm.evaluation.finetune import FinetuneConfig, preset
 
 NO_DP = "none"
+FULL_POOL = "full-pool"
+_METHOD_NAME = re.compile(r"[A-Za-z0-9_-]+(@[A-Za-z0-9._-]+)?")
+
+
+def base_name(name: str) -> str:
+    """The registered method behind a method table's name: ``gradmm@top50`` → ``gradmm``."""
+    return name.split("@", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ class ExperimentConfig:
         """The grid in run order: method, ε, n, seed (``full-pool`` uses ``n = pool_per_class`` once)."""
         grid = []
         for method in self.methods:
-            sizes = (self.pool_per_class,) if method.name == "full-pool" else self.n_per_class
+            sizes = (self.pool_per_class,) if base_name(method.name) == FULL_POOL else self.n_per_class
             for eps in method.epsilons:
                 for n in sizes:
                     grid.extend(Cell(method.name, n, seed, eps) for seed in self.seeds)
@@ -140,6 +148,11 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         raise UserError(f"{source}: [methods] must name at least one method table")
     methods = []
     for name, table in data["methods"].items():
+        if not _METHOD_NAME.fullmatch(name):
+            raise UserError(
+                f"{source}: method table name {name!r} must be NAME or NAME@VARIANT "
+                "(letters, digits, '_', '-'; the variant may also hold '.'): it names files"
+            )
         params = dict(table)
         epsilons = params.pop("epsilons", [NO_DP])
         if not isinstance(epsilons, list) or not epsilons:

@@ -17,6 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.evaluation.baselines import Sampling, few_shot, zero_shot
+from privlm.evaluation.config import FULL_POOL, base_name
 from privlm.evaluation.coresets import select_per_class
 from privlm.evaluation.scoring import Example
 
@@ -66,7 +67,7 @@ def register_method(name: str, method: Method) -> None:
 def get_method(name: str) -> Method:
     """The method registered as ``name``; ``NAME@VARIANT`` (e.g. ``gradmm@top50``, an ablation with its
     own parameters in the same grid) is method ``NAME``."""
-    base = name.split("@", 1)[0]
+    base = base_name(name)
     if base not in METHODS:
         raise UserError(f"unknown method {base!r}; known: {', '.join(sorted(METHODS))}")
     return METHODS[base]
@@ -110,4 +111,4 @@ register_method(
 )
 for _kind in ("random", "herding", "k-center"):
     register_method(_kind, Method(_coreset(_kind), NON_PRIVATE + f" ({_kind} coreset of real examples)"))
-register_method("full-pool", Method(_full_pool, NON_PRIVATE + " (the whole pool; upper reference)"))
+register_method(FULL_POOL, Method(_full_pool, NON_PRIVATE + " (the whole pool; upper reference)"))

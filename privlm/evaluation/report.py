@@ -24,11 +24,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from privlm.evaluation.config import ExperimentConfig  # noqa: E402
+from privlm.evaluation.config import FULL_POOL, ExperimentConfig, base_name  # noqa: E402
 from privlm.evaluation.methods import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 
-REFERENCE = "full-pool"
 
 
 def _label(method: str, epsilon: float | None, takes_epsilon: bool) -> str:
@@ -70,7 +69,7 @@ def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
             continue
         rivals = [
             e for e in summary
-            if e["n_per_class"] == entry["n_per_class"] and e["method"] != REFERENCE
+            if e["n_per_class"] == entry["n_per_class"] and base_name(e["method"]) != FULL_POOL
             and not get_method(e["method"]).takes_epsilon
         ]
         if not rivals:
@@ -96,14 +95,14 @@ def plot_accuracy_vs_n(summary: Sequence[dict[str, Any]]) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in dict.fromkeys(e["label"] for e in summary):
         points = sorted((e for e in summary if e["label"] == label), key=lambda e: e["n_per_class"])
-        if points[0]["method"] == REFERENCE:
+        if base_name(points[0]["method"]) == FULL_POOL:
             ax.axhline(points[0]["accuracy_mean"], color="black", linestyle="--", label=f"{label} (n={points[0]['n_per_class']})")
             continue
         ax.errorbar(
             [e["n_per_class"] for e in points], [e["accuracy_mean"] for e in points],
             yerr=[e["accuracy_std"] for e in points], marker="o", capsize=3, label=label,
         )
-    ax.set_xticks(sorted({e["n_per_class"] for e in summary if e["method"] != REFERENCE}))
+    ax.set_xticks(sorted({e["n_per_class"] for e in summary if base_name(e["method"]) != FULL_POOL}))
     ax.set_xlabel("training examples per class (n)")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
@@ -172,12 +171,13 @@ def write_report(
         tmp.write_bytes(png)
         os.replace(tmp, out / "plots" / f"{name}.png")
     total = sum(r["wall_time_s"] for r in rows)
+    unfinished = total_cells not in (None, len(rows))
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.release()}"
     facts = [
         f"model `{config.model}`, dataset `{config.dataset}`, private pool {config.pool_per_class} per class, "
         f"n per class {list(config.n_per_class)}, seeds {list(config.seeds)}, δ={config.delta:g}",
         f"config hash `{config.hash}`; {len(rows)} cells"
-        + ("" if total_cells in (None, len(rows)) else f" of {total_cells} (UNFINISHED: the other cells are not run yet)")
+        + (f" of {total_cells} (UNFINISHED: the other cells are not run yet)" if unfinished else "")
         + f"; sum of cell wall times {total:.0f} s ({total / 3600:.2f} h)",
         f"machine: {machine}",
         *([f"command: `{command}`"] if command else []),
@@ -188,8 +188,9 @@ def write_report(
     md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in body]
+    verdict_title = "Against the best baseline" + (" (PROVISIONAL: the grid is unfinished)" if unfinished else "")
     if found:
-        md += ["", "## Against the best baseline", "", *[f"- {line}" for line in found]]
+        md += ["", f"## {verdict_title}", "", *[f"- {line}" for line in found]]
     md += ["", *[f"![{name}](plots/{name}.png)" for name in plots], ""]
     write_text_atomic(out / "report.md", "\n".join(md))
     cells = "".join(
@@ -205,7 +206,7 @@ def write_report(
         "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style></head><body>"
         "<h1>Experiment report</h1><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"
         "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells + "</table>"
-        + ("<h2>Against the best baseline</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in found) + "</ul>" if found else "")
+        + (f"<h2>{html.escape(verdict_title)}</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in found) + "</ul>" if found else "")
         + images + "</body></html>"
     )
     write_text_atomic(out / "report.html", page)

@@ -14,7 +14,8 @@ from privlm.errors import UserError
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """ADMM, projection, release and filtering settings."""
+    """ADMM, projection, release and filtering settings. A new field must default to the behaviour from
+    before it existed: resuming a run saved earlier fills the missing field with its default."""
 
     length: int = 24  # synthetic tokens per sequence (between the public prefix and the verbalizer)
     batch: int = 10  # sequences optimized jointly (one class per batch)

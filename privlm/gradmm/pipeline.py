@@ -118,6 +118,8 @@ def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
 
 def _check_manifest(path: Path, settings: dict) -> None:
     saved = json.loads(path.read_text())
+    if isinstance(saved.get("config"), dict):  # a run saved before a setting existed used its default
+        saved["config"] = {**SynthConfig().to_dict(), **saved["config"]}
     for key in sorted(set(saved) | set(settings)):
         if saved.get(key) != settings.get(key):
             raise UserError(

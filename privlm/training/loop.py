@@ -115,6 +115,8 @@ class TrainConfig:
         for name in ("batch_size", "checkpoint_every", "log_every", "max_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.lora_layers is not None and (self.lora < 1 or self.lora_layers < 1):
+            raise UserError(f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})")
         if not (self.epochs > 0 and self.lr > 0 and self.max_grad_norm > 0 and self.lora >= 0):
             raise UserError(
                 f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
@@ -309,8 +311,13 @@ def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int =
             raise UserError(f"{run_dir} has a privacy ledger but no checkpoint to resume from; choose a new --out")
         return None
     state = ckpt.load_checkpoint(found[-1])
-    if state.meta.get("config") != _json_roundtrip(config.resume_key()) or state.meta.get("world") != world:
-        raise UserError(f"{found[-1]} was written with other settings; resume with the same options (and world size)")
+    saved, now = state.meta.get("config") or {}, _json_roundtrip(config.resume_key())
+    differing = [f"{key}: {saved.get(key)!r} then, {now.get(key)!r} now" for key in sorted(set(saved) | set(now))
+                 if saved.get(key) != now.get(key)]
+    if state.meta.get("world") != world:
+        differing.append(f"world size: {state.meta.get('world')} then, {world} now")
+    if differing:
+        raise UserError(f"{found[-1]} was written with other settings ({'; '.join(differing)}); resume with the same options")
     return state
 
 

@@ -61,7 +61,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faste
         (["--loss-noise-fraction", "-1"], "--loss-noise-fraction"),
         (["--loss-bound", "0"], "loss bound"),
         (["--lora", "4", "--lora-layers", "99"], "--lora-layers must be in 1.."),
-        (["--lora-layers", "1"], "needs --lora"),
+        (["--lora-layers", "1"], "--lora-layers needs --lora R > 0"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
@@ -111,7 +111,7 @@ def _ledger_steps(ledger: Ledger) -> list[int]:
     return steps
 
 
-def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp_path):
+def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp_path, capsys):
     out = tmp_path / "run"
     proc = subprocess.Popen(_cli([*RUN, "--data", data, "--out", str(out), "--json"]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
@@ -127,6 +127,7 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     assert sum(e.count for e in Ledger.load(checkpoint / "privacy.json")) == killed_at
 
     assert _train([*RUN, "--data", data, "--out", str(out), "--resume", "--lr", "1e-2"]) == 2  # other settings
+    assert "(lr: 0.005 then, 0.01 now)" in capsys.readouterr().err
     result = subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--resume", "--json"]),
                             check=True, capture_output=True, timeout=300, text=True, env=ENV)
     summary = json.loads(result.stdout)

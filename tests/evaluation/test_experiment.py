@@ -157,6 +157,7 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
         base + "n_per_class = [2]\n[finetune]\ngrid = [{lr = 1e-3}]\n[methods.random]\n": "needs validation_size",
         base + "n_per_class = [2]\nvalidation_size = 4\n[finetune]\ngrid = [{lx = 1}]\n[methods.random]\n": "bad",
         "model = ": "not valid TOML",
+        base + 'n_per_class = [2]\n[methods."random@a/b"]\n': "must be NAME or NAME@VARIANT",
     }
     for text, message in cases.items():
         toml.write_text(text)
@@ -189,3 +190,10 @@ def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only
     toml.write_text(toml.read_text() + '[methods."magic@x"]\n')
     with pytest.raises(UserError, match="unknown method 'magic'"):
         run_experiment(load_config(toml), tmp_path / "out2")
+
+
+def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> None:
+    toml = tmp_path / "exp.toml"
+    toml.write_text('model = "tiny-llama"\ndataset = "x"\npool_per_class = 4\nn_per_class = [2, 3]\nseeds = [0, 1]\n'
+                    '[methods."full-pool@again"]\n')
+    assert [c.key for c in load_config(toml).cells()] == ["full-pool@again_n4_seed0_epsnone", "full-pool@again_n4_seed1_epsnone"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import privlm.gradmm.generate as generate
-from privlm.gradmm.filtering import Candidate, few_shot_context, select
+from privlm.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_shot_context, select
 from privlm.gradmm.prompt import build_prompt
 from privlm.resources.tiny import build_tiny_model
 from privlm.gradmm.config import make_config
@@ -30,12 +30,15 @@ def test_select_drops_disagreements_rebalances_and_ranks_by_loss() -> None:
     assert select(cands, [1, 1, 1, 1, 1, 1], 3, 2) == []  # a class without survivors empties the set
 
 
-def test_few_shot_context_is_public_and_interleaved() -> None:
+def test_few_shot_context_is_our_public_demonstrations_interleaved() -> None:
     _, tokenizer = build_tiny_model("tiny-llama", seed=0)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
     lines = few_shot_context(prompt).splitlines()
-    assert len(lines) == 4 and lines[0].endswith(" It was bad") and lines[1].endswith(" It was great")
-    assert not any(text in few_shot_context(prompt) for text, _ in PRIVATE)
+    expected = [f"{text} It was {word}" for pair in zip(PUBLIC_FEW_SHOT["bad"], PUBLIC_FEW_SHOT["great"])
+                for text, word in zip(pair, ("bad", "great"))]
+    assert lines == expected  # only our own demonstrations, class by class in turn
+    unknown = build_prompt(tokenizer, " It was ", ["meh", "great"], ["negative", "positive"])
+    assert few_shot_context(unknown) == ""  # no demonstrations for a label word: zero-shot, never real examples
 
 
 def test_label_filter_off_keeps_every_candidate(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

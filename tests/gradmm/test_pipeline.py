@@ -147,3 +147,20 @@ def test_resume_with_other_settings_is_refused(lm, reference, tmp_path) -> None:
             model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=PER_CLASS, config=CONFIG,
             dp=True, epsilon=8.0, delta=1e-5, resume=True,
         )
+
+
+def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(lm, reference, tmp_path) -> None:
+    import json
+
+    out = tmp_path / "synth.jsonl"
+    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
+    manifest = RunPaths(out).manifest
+    saved = json.loads(manifest.read_text())
+    del saved["config"]["label_filter"]  # as written before label_filter was added (its default: True)
+    manifest.write_text(json.dumps(saved))
+    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
+    assert out.read_bytes() == reference[1]
+    saved["config"]["label_filter"] = False  # an explicit other value is still refused
+    manifest.write_text(json.dumps(saved))
+    with pytest.raises(UserError, match="config"):
+        _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
