@@ -29,6 +29,7 @@ class SynthConfig:
     private_per_class: int | None = None  # None: every private training example
     oversample: float = 2.0  # candidates generated per kept example, before filtering
     label_filter: bool = True  # drop candidates the public few-shot classifier labels differently
+    class_context: bool = False  # start and project each class after its own public demonstrations only
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -48,11 +48,14 @@ class Candidate:
     match_loss: float
 
 
-def few_shot_context(prompt: Prompt) -> str:
-    """The demonstrations, interleaved by class; empty (zero-shot) unless every label word has some."""
+def few_shot_context(prompt: Prompt, only: int | None = None) -> str:
+    """The demonstrations, interleaved by class; empty (zero-shot) unless every label word has some.
+    ``only=k``: the demonstrations of class k alone (empty if it has none)."""
     shots = [PUBLIC_FEW_SHOT.get(word.strip().lower(), ()) for word in prompt.label_words]
     if not all(shots):
         return ""
+    if only is not None:
+        shots = [s if k == only else () for k, s in enumerate(shots)]
     lines = []
     for round_ in range(max(len(s) for s in shots)):
         for k, examples in enumerate(shots):

@@ -71,11 +71,12 @@ def make_objective(
     return objective
 
 
-def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt) -> tuple[int, ...]:
+def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label: int | None = None) -> tuple[int, ...]:
     """What the LM conditions on when projecting and sampling: the document prefix followed by our
     public few-shot demonstrations (:func:`~privlm.gradmm.filtering.few_shot_context`), so the
-    decoded text reads like the task's domain. Public; the matching itself sees ``prefix + text + suffix``."""
-    demos = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
+    decoded text reads like the task's domain — with ``label``, only that class's demonstrations, so it
+    also reads like the class. Public; the matching itself sees ``prefix + text + suffix``."""
+    demos = tokenizer.encode(few_shot_context(prompt, only=label), add_special_tokens=False)
     return (*prompt.prefix_ids, *demos)
 
 
@@ -143,12 +144,20 @@ def synthesize(
     jobs = [(k, j) for j in range(batches_per_class(per_class, config)) for k in range(n_classes)]
     distributed = dist.is_available() and dist.is_initialized()
     mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
-    projector = Projector(model, tokenizer, projection_context(tokenizer, release.prompt), config.top_k)
+    projectors: dict[int | None, Projector] = {}
+
+    def projector_for(label: int) -> Projector:
+        key = label if config.class_context else None
+        if key not in projectors:
+            context = projection_context(tokenizer, release.prompt, key)
+            projectors[key] = Projector(model, tokenizer, context, config.top_k)
+        return projectors[key]
+
     for k, j in mine:
         path = batch_dir / f"class{k}_batch{j}.json"
         if not path.exists():
             cands = generate_batch(
-                model, tokenizer, release, projector, k, config, batch_seed(config.seed, k, j), on_step
+                model, tokenizer, release, projector_for(k), k, config, batch_seed(config.seed, k, j), on_step
             )
             write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
         if on_batch is not None:

@@ -37,6 +37,7 @@ def test_few_shot_context_is_our_public_demonstrations_interleaved() -> None:
     expected = [f"{text} It was {word}" for pair in zip(PUBLIC_FEW_SHOT["bad"], PUBLIC_FEW_SHOT["great"])
                 for text, word in zip(pair, ("bad", "great"))]
     assert lines == expected  # only our own demonstrations, class by class in turn
+    assert few_shot_context(prompt, only=1).splitlines() == expected[1::2]  # class "great" alone
     unknown = build_prompt(tokenizer, " It was ", ["meh", "great"], ["negative", "positive"])
     assert few_shot_context(unknown) == ""  # no demonstrations for a label word: zero-shot, never real examples
 
@@ -55,3 +56,23 @@ def test_label_filter_off_keeps_every_candidate(monkeypatch: pytest.MonkeyPatch,
     assert [r["label"] for r in result.rows] == [0, 0, 0, 1, 1, 1]
     losses = [r["match_loss"] for r in result.rows]
     assert losses[:3] == sorted(losses[:3]) and losses[3:] == sorted(losses[3:])
+
+
+def test_class_context_starts_each_class_after_its_own_demonstrations(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    contexts = []
+    real = generate.Projector
+
+    def recording(model, tokenizer, context_ids, top_k):
+        contexts.append(tokenizer.decode(list(context_ids)))
+        return real(model, tokenizer, context_ids, top_k)
+
+    monkeypatch.setattr(generate, "Projector", recording)
+    config = make_config("demo", length=4, batch=3, outer_steps=1, inner_steps=1, top_k=8, seed=1,
+                         oversample=1.0, label_filter=False, class_context=True)
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+    result = run_synthesis(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
+                           out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
+    assert len(contexts) == 2 and len(result.rows) == 6
+    assert "It was bad" in contexts[0] and "It was great" not in contexts[0]
+    assert "It was great" in contexts[1] and "It was bad" not in contexts[1]
