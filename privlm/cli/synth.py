@@ -160,6 +160,9 @@ def register(app: typer.Typer) -> None:
         label_filter: bool = typer.Option(
             True, "--label-filter/--no-label-filter",
             help="drop candidates our public few-shot classifier labels differently (off: rank by matching loss only)"),
+        class_context: bool = typer.Option(
+            False, "--class-context",
+            help="start and project each class after its own public demonstrations (default: all classes')"),
         seed: int | None = typer.Option(None, "--seed", help="seed of the synthetic batches (not of the noise)"),
         resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished batches"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
@@ -168,7 +171,7 @@ def register(app: typer.Typer) -> None:
         check_privacy_args(epsilon, delta, no_dp)
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
-            inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
+            inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter, class_context=class_context,
         )
         from privlm.resources.models import load_model
 
