@@ -22,8 +22,10 @@ Example (``experiments/rotten_tomatoes.toml``)::
     [methods."gradmm@top50"]         # NAME@VARIANT: method NAME again, with other parameters (ablations)
     top_k = 50
 
-The configuration hash (SHA-256 of its canonical JSON) tags every results row, so a resume never
-mixes rows of two different configurations.
+The configuration hash (SHA-256 of its canonical JSON) tags every results row, and so do two finer
+hashes: of the shared settings, and of the shared settings plus one method's parameters. A resume keeps
+every row whose method hash still holds (adding seeds, sizes, ε values or methods keeps the finished
+cells), reruns the cells of a method whose parameters changed, and refuses rows whose shared settings differ.
 """
 
 from __future__ import annotations
@@ -42,6 +44,27 @@ from privlm.evaluation.finetune import FinetuneConfig, preset
 NO_DP = "none"
 FULL_POOL = "full-pool"
 _METHOD_NAME = re.compile(r"[A-Za-z0-9_-]+(@[A-Za-z0-9._-]+)?")
+
+
+CELL_INDEPENDENT = ("hash", "methods", "n_per_class", "seeds")  # a cell's result does not depend on these lists
+
+
+def digest(value: Any) -> str:
+    """SHA-256 (first 16 hex digits) of ``value``'s canonical JSON."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def shared_hash(config: dict[str, Any]) -> str:
+    """Hash of a configuration's shared settings (model, data, pool, splits, fine-tuning, δ, ...), from its
+    dict form (``ExperimentConfig.to_dict()`` or a saved ``config.json``): not the grid's lists."""
+    return digest({k: v for k, v in config.items() if k not in CELL_INDEPENDENT})
+
+
+def method_hash(config: dict[str, Any], name: str) -> str:
+    """Hash of what method ``name``'s cells depend on: the shared settings and the method's parameters
+    (not its list of ε values: each cell has its own ε)."""
+    spec = next(m for m in config["methods"] if m["name"] == name)
+    return digest({"shared": shared_hash(config), "name": name, "params": spec["params"]})
 
 
 def base_name(name: str) -> str:
@@ -97,8 +120,16 @@ class ExperimentConfig:
     @property
     def hash(self) -> str:
         """SHA-256 (first 16 hex digits) of the canonical JSON form."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return digest(self.to_dict())
+
+    @property
+    def shared_hash(self) -> str:
+        """Hash of the settings every cell shares (see :func:`shared_hash`)."""
+        return shared_hash(self.to_dict())
+
+    def method_hash(self, name: str) -> str:
+        """Hash of what one method's cells depend on (see :func:`method_hash`)."""
+        return method_hash(self.to_dict(), name)
 
     def finetune_config(self, seed: int) -> FinetuneConfig:
         """The fine-tuning preset with this config's overrides and the cell's seed."""

@@ -1,11 +1,14 @@
 """Run an experiment grid with per-cell caching and resume; the report is written at the end.
 
-``DIR/config.json`` — the configuration and its hash; ``DIR/sets/<cell>.jsonl`` — each cell's training
+``DIR/config.json`` — the configuration and its hash (``DIR/configs/<hash>.json``: every one the
+folder has run); ``DIR/sets/<cell>.jsonl`` — each cell's training
 set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
 space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably. A resumed run skips every cell
-that already has a row and reproduces the others exactly (everything is seeded); rows of another
-configuration (a different hash) make it stop with an error instead of mixing results.
+that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
+method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
+method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``);
+rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
 
 Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``);
 the membership non-members are as many other train examples; validation and test are seeded subsets
@@ -25,7 +28,7 @@ from typing import Any
 
 import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
-from privlm.evaluation.config import ExperimentConfig
+from privlm.evaluation.config import ExperimentConfig, method_hash, shared_hash
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.methods import MethodContext, get_method
@@ -60,14 +63,63 @@ def _check_methods(config: ExperimentConfig) -> None:
             )
 
 
-def _existing_rows(log: ResultsLog, config: ExperimentConfig, resume: bool) -> dict[str, dict[str, Any]]:
+def _saved_configs(out: Path) -> dict[str, dict[str, Any]]:
+    """Every configuration this folder has run, by hash: ``configs/<hash>.json`` and ``config.json``."""
+    paths = [*sorted((out / "configs").glob("*.json")), out / "config.json"]
+    saved = [json.loads(p.read_text()) for p in paths if p.exists()]
+    return {str(c["hash"]): c for c in saved if "hash" in c}
+
+
+def _row_hashes(row: dict[str, Any], saved: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+    """A row's (shared hash, method hash): its own fields, or — for a row written before they existed —
+    derived from the saved configuration it was made with."""
+    if "shared_hash" in row and "method_hash" in row:
+        return str(row["shared_hash"]), str(row["method_hash"])
+    previous = saved.get(str(row.get("config_hash")))
+    if previous is None:
+        return None
+    return shared_hash(previous), method_hash(previous, str(row["method"]))
+
+
+def _existing_rows(
+    log: ResultsLog, config: ExperimentConfig, resume: bool, saved: dict[str, dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """The finished rows still valid for ``config`` by cell key, and the keys of cells to rerun because
+    their method's parameters changed. Rows of cells no longer in the grid are left out."""
     rows = log.read()
     if rows and not resume:
         raise UserError(f"{log.path} already has {len(rows)} rows; pass --resume to continue, or use a new --out")
-    foreign = {r.get("config_hash") for r in rows} - {config.hash}
-    if foreign:
-        raise UserError(f"{log.path} holds rows of another configuration (hash {sorted(map(str, foreign))}); use a new --out")
-    return {r["cell"]: r for r in rows}
+    grid = {c.key: c for c in config.cells()}
+    done: dict[str, dict[str, Any]] = {}
+    stale: set[str] = set()
+    for row in rows:
+        if row.get("config_hash") == config.hash:
+            hashes = (config.shared_hash, config.method_hash(str(row["method"])))
+        else:
+            hashes = _row_hashes(row, saved)
+        if hashes is None or hashes[0] != config.shared_hash:
+            raise UserError(
+                f"{log.path} holds rows made with other shared settings (model, data, pool, splits, fine-tuning, "
+                f"δ; configuration hash {row.get('config_hash')}); use a new --out"
+            )
+        key = str(row["cell"])
+        if key not in grid:
+            continue
+        if hashes[1] == config.method_hash(grid[key].method):
+            done[key] = row
+            stale.discard(key)
+        elif key not in done:
+            stale.add(key)
+    return done, stale
+
+
+def _set_aside(out: Path, key: str) -> None:
+    """Move a stale cell's cached set and scratch folder to ``out/stale/`` (kept, never reused)."""
+    target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
+    for source in (out / "sets" / f"{key}.jsonl", out / "work" / key):
+        if source.exists():
+            target.mkdir(parents=True, exist_ok=True)
+            source.rename(target / source.name)
 
 
 def run_experiment(
@@ -90,8 +142,15 @@ def run_experiment(
     if unknown:
         raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
     log = ResultsLog(out / "results.jsonl")
-    done = _existing_rows(log, config, resume)
-    write_text_atomic(out / "config.json", json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n")
+    done, stale = _existing_rows(log, config, resume, _saved_configs(out))
+    if stale:
+        hooks.phase(f"{len(stale)} cell(s) were made with other method parameters and will be rerun")
+        for key in sorted(stale):
+            _set_aside(out, key)
+    saved_config = json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n"
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
+    write_text_atomic(out / "config.json", saved_config)
 
     train = load_dataset(config.dataset, split="train", seed=config.data_seed)
     pool_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed)
@@ -134,7 +193,8 @@ def run_experiment(
             members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
         )
         row = {
-            "config_hash": config.hash, "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
+            "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
+            "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
             "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
             "privacy": method.privacy, **scores,
             "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),

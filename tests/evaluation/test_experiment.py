@@ -133,9 +133,28 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     assert all(r["privacy"].startswith("NON-PRIVATE") for r in few)
     assert all(0 <= r["mia_advantage"] <= 1 and 0 <= r["mia_auc"] <= 1 for r in full)
 
-    changed = parse_config({**_toml_dict(toml), "seeds": [0]}, "changed")
-    with pytest.raises(UserError, match="another configuration"):
-        run_experiment(changed, tmp_path / "resumed", resume=True)
+    # Rows are matched per method: fewer seeds keeps every remaining cell (no fine-tuning at all) ...
+    count["n"] = 0
+    fewer = parse_config({**_toml_dict(toml), "seeds": [0]}, "fewer")
+    assert without_timing(run_experiment(fewer, tmp_path / "resumed", resume=True)) == without_timing(
+        [r for r in full if r["seed"] == 0])
+    assert count["n"] == 0
+    # ... rows written before the per-method hashes existed are matched through the saved config.json ...
+    log = tmp_path / "resumed" / "results.jsonl"
+    log.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if not k.endswith("_hash") or k == "config_hash"}) + "\n"
+                           for line in log.read_text().splitlines()))
+    assert len(run_experiment(fewer, tmp_path / "resumed", resume=True)) == len(fewer.cells()) and count["n"] == 0
+    # ... a method whose parameters changed is rerun, alone, its old set kept aside ...
+    document = _toml_dict(toml)
+    document["methods"]["zero-shot"]["max_new_tokens"] = 5
+    retuned = parse_config({**document, "seeds": [0]}, "retuned")
+    rows = run_experiment(retuned, tmp_path / "resumed", resume=True)
+    assert count["n"] == 2  # zero-shot at n = 2 and 4, seed 0
+    assert [r["method_hash"] for r in rows if r["method"] == "zero-shot"] == [retuned.method_hash("zero-shot")] * 2
+    assert len(list((tmp_path / "resumed" / "stale").glob("zero-shot_n*_seed0_epsnone.*/zero-shot_n*.jsonl"))) == 2
+    # ... and other shared settings are refused.
+    with pytest.raises(UserError, match="other shared settings"):
+        run_experiment(parse_config({**document, "test_size": 10}, "shared"), tmp_path / "resumed", resume=True)
 
 
 def _toml_dict(path: Path) -> dict:
