@@ -171,7 +171,8 @@ def register(app: typer.Typer) -> None:
         check_privacy_args(epsilon, delta, no_dp)
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
-            inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter, class_context=class_context,
+            inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
+            class_context=class_context,
         )
         from privlm.resources.models import load_model
 

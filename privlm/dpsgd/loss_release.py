@@ -39,8 +39,14 @@ class LossRelease:
             raise UserError(f"loss bound must be a finite number > 0, got {self.bound!r}")
         if not (math.isfinite(self.fraction) and self.fraction > 0):
             raise UserError(
-                f"loss noise fraction must be a finite number > 0 (omit the release to switch it off), got {self.fraction!r}"
+                f"loss noise fraction must be a finite number > 0 (0, or no release, releases no loss), got {self.fraction!r}"
             )
+
+    @classmethod
+    def optional(cls, bound: float, fraction: float) -> LossRelease | None:
+        """The release for settings where ``fraction == 0`` means "release no loss" (None); a negative or
+        otherwise invalid setting is a :class:`UserError`."""
+        return None if fraction == 0 else cls(bound, fraction)
 
     @property
     def sensitivity_factor(self) -> float:

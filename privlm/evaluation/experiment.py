@@ -90,14 +90,13 @@ def _existing_rows(
     if rows and not resume:
         raise UserError(f"{log.path} already has {len(rows)} rows; pass --resume to continue, or use a new --out")
     grid = {c.key: c for c in config.cells()}
+    shared, methods = config.shared_hash, {m.name: config.method_hash(m.name) for m in config.methods}
+    saved = {**saved, config.hash: {"hash": config.hash, **config.to_dict()}}
     done: dict[str, dict[str, Any]] = {}
     stale: set[str] = set()
     for row in rows:
-        if row.get("config_hash") == config.hash:
-            hashes = (config.shared_hash, config.method_hash(str(row["method"])))
-        else:
-            hashes = _row_hashes(row, saved)
-        if hashes is None or hashes[0] != config.shared_hash:
+        hashes = _row_hashes(row, saved)
+        if hashes is None or hashes[0] != shared:
             raise UserError(
                 f"{log.path} holds rows made with other shared settings (model, data, pool, splits, fine-tuning, "
                 f"δ; configuration hash {row.get('config_hash')}); use a new --out"
@@ -105,7 +104,7 @@ def _existing_rows(
         key = str(row["cell"])
         if key not in grid:
             continue
-        if hashes[1] == config.method_hash(grid[key].method):
+        if hashes[1] == methods[grid[key].method]:
             done[key] = row
             stale.discard(key)
         elif key not in done:
@@ -148,7 +147,6 @@ def run_experiment(
         for key in sorted(stale):
             _set_aside(out, key)
     saved_config = json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n"
-    (out / "configs").mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
     write_text_atomic(out / "config.json", saved_config)
 

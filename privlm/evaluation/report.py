@@ -29,7 +29,6 @@ from privlm.evaluation.methods import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 
 
-
 def _label(method: str, epsilon: float | None, takes_epsilon: bool) -> str:
     if not takes_epsilon:
         return method

@@ -50,7 +50,7 @@ class Candidate:
 
 def few_shot_context(prompt: Prompt, only: int | None = None) -> str:
     """The demonstrations, interleaved by class; empty (zero-shot) unless every label word has some.
-    ``only=k``: the demonstrations of class k alone (empty if it has none)."""
+    ``only=k``: the demonstrations of class k alone (under the same condition)."""
     shots = [PUBLIC_FEW_SHOT.get(word.strip().lower(), ()) for word in prompt.label_words]
     if not all(shots):
         return ""

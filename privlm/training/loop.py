@@ -125,9 +125,7 @@ class TrainConfig:
 
     def loss_release(self) -> LossRelease | None:
         """The DP loss release of a private run (None when switched off or not private)."""
-        if not self.private or self.loss_noise_fraction == 0:
-            return None
-        return LossRelease(self.loss_bound, self.loss_noise_fraction)
+        return LossRelease.optional(self.loss_bound, self.loss_noise_fraction) if self.private else None
 
     def resume_key(self) -> dict[str, Any]:
         """The settings a resumed run must share with the interrupted one."""

@@ -70,9 +70,12 @@ class PrivacyArguments:
 
     def loss_release(self) -> LossRelease | None:
         """The DP loss release (None when ``loss_noise_fraction`` is 0)."""
-        if not self.loss_noise_fraction >= 0:
-            raise UserError(f"loss_noise_fraction must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}")
-        return None if self.loss_noise_fraction == 0 else LossRelease(self.loss_bound, self.loss_noise_fraction)
+        return LossRelease.optional(self.loss_bound, self.loss_noise_fraction)
+
+
+def _mean(values: list[float]) -> float | None:
+    """Mean of released DP losses (post-processing); None when none was released."""
+    return sum(values) / len(values) if values else None
 
 
 class _BudgetCallback(TrainerCallback):
@@ -115,12 +118,11 @@ class PrivateTrainer(Trainer):
             raise UserError("PrivateTrainer cannot resume a Trainer checkpoint; use `privlm train --resume`")
         self.privacy.loss_release()  # refuse a bad loss release before any training
         output = super().train(**kwargs)
-        released = self.released_losses
-        dp_loss = sum(released) / len(released) if released else float("nan")
+        dp_loss = _mean(self.released_losses)
         metrics = {k: v for k, v in output.metrics.items() if k != "train_loss"}
-        if released:
+        if dp_loss is not None:
             metrics["train_dp_loss"] = dp_loss
-        return TrainOutput(output.global_step, dp_loss, metrics)
+        return TrainOutput(output.global_step, float("nan") if dp_loss is None else dp_loss, metrics)
 
     def get_train_dataloader(self) -> DataLoader:
         """The engine's Poisson loader; makes model and optimizer private on first use."""
@@ -166,12 +168,13 @@ class PrivateTrainer(Trainer):
         """The Trainer's logs without its plain ``loss``/``train_loss``, plus ``dp_loss`` (mean released
         DP loss of the steps since the last log) and ε spent so far."""
         logs = {k: v for k, v in logs.items() if k not in ("loss", "train_loss")}
-        released, window = self.released_losses, self.released_losses[self._logged_upto :]
-        if "train_runtime" in logs and released:  # the end-of-training summary
-            logs["train_dp_loss"] = sum(released) / len(released)
-        elif window:
-            logs["dp_loss"] = sum(window) / len(window)
-            self._logged_upto = len(released)
+        if "train_runtime" in logs:  # the end-of-training summary: the whole run
+            run_mean = _mean(self.released_losses)
+            if run_mean is not None:
+                logs["train_dp_loss"] = run_mean
+        elif (window_mean := _mean(self.released_losses[self._logged_upto :])) is not None:
+            logs["dp_loss"] = window_mean
+            self._logged_upto = len(self.released_losses)
         if self.engine is not None:
             logs = {**logs, "epsilon": round(self.epsilon(), 4)}
         super().log(logs, *args, **kwargs)

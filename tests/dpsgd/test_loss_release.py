@@ -142,3 +142,10 @@ def test_target_epsilon_calibrates_the_effective_multiplier():
 def test_bad_settings_are_user_errors(bound, fraction):
     with pytest.raises(UserError, match="loss"):
         LossRelease(bound, fraction)
+
+
+def test_optional_release_is_off_at_fraction_zero_and_refuses_negative_fractions():
+    assert LossRelease.optional(10.0, 0.0) is None
+    assert LossRelease.optional(10.0, 0.3) == LossRelease(10.0, 0.3)
+    with pytest.raises(UserError, match="loss noise fraction"):
+        LossRelease.optional(10.0, -0.1)
