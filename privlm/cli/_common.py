@@ -11,6 +11,13 @@ console = Console(stderr=False)
 err_console = Console(stderr=True)
 
 
+def log_when_detached(text: str) -> None:
+    """A timestamped line on stderr when it is not a terminal (``nohup … > log``), where progress bars
+    do not draw: long runs then still say what they are doing."""
+    if not err_console.is_terminal:
+        err_console.log(text)
+
+
 def print_json(obj: Any) -> None:
     """Print one JSON object on stdout (machine-readable output of ``--json``)."""
     print(json.dumps(obj, indent=2, sort_keys=True, default=str))

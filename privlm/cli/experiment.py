@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privlm.cli._common import console, err_console, print_json
+from privlm.cli._common import console, err_console, log_when_detached, print_json
 from privlm.evaluation.config import load_config
 from privlm.evaluation.experiment import Hooks, run_experiment
 
@@ -31,9 +31,14 @@ def experiment_command(
     with Progress(*columns, console=err_console, disable=as_json) as progress:
         cells = progress.add_task("cells", total=len(config.cells()))
         steps = progress.add_task("steps", total=None)
+
+        def phase(text: str) -> None:
+            progress.update(steps, description=text, completed=0)
+            log_when_detached(text)
+
         hooks = Hooks(
             cell=lambda done, total, key: progress.update(cells, completed=done, description=f"cells ({key})"),
-            phase=lambda text: progress.update(steps, description=text, completed=0),
+            phase=phase,
             steps=lambda total: progress.update(steps, total=total, completed=0),
             step=lambda step, loss: progress.update(steps, completed=step),
         )

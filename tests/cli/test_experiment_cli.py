@@ -1,4 +1,5 @@
-"""``privlm experiment`` on a tiny grid: results, report, ``--only`` then resume; bad config exits 2."""
+"""``privlm experiment`` on a tiny grid: results, report, ``--only`` then resume, phase lines in a log;
+bad config exits 2."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "kcenter"]) == 2
     assert "--only: ['kcenter'] not among" in capsys.readouterr().err
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0
-    first = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    first = json.loads(captured.out)
+    assert "herding_n2_seed0_epsnone: fine-tuning on" in captured.err  # stderr is no terminal here: phases are logged
     assert [r["method"] for r in first["rows"]] == ["random", "herding"]
     assert all(r["selected"]["epochs"] in (1, 2) and len(r["grid"]) == 2 for r in first["rows"])
     assert (out / "report.md").exists() and (out / "report.html").exists()
