@@ -53,26 +53,40 @@ def target_structure(targets: torch.Tensor, label_tokens: tuple[int, ...]) -> di
     }
 
 
+def _row_losses(hidden: torch.Tensor, probs: torch.Tensor, label_token: int, target: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
+    """Per-example ``1 − cos`` restricted to the vocabulary rows ``rows`` (bool, V) of the LM-head gradient."""
+    resid = probs.clone()
+    resid[:, label_token] -= 1.0
+    resid, target = resid[:, rows], target[rows]
+    inner = (resid * (hidden @ target.T)).sum(dim=1)
+    return (1.0 - inner / (resid.norm(dim=1) * hidden.norm(dim=1) * target.norm())).numpy()
+
+
 @torch.no_grad()
 def class_signal(model, tokenizer, prompt, targets: torch.Tensor, texts: list[tuple[str, int]], max_tokens: int) -> dict:
-    """Per-example matching losses of real held-out texts against each class target (see module docstring)."""
-    losses = np.zeros((len(texts), len(prompt.label_token_ids)))
-    for i, (text, _) in enumerate(texts):
-        hidden = last_hidden_from_ids(model, [encode_text(tokenizer, prompt, text, max_tokens)]).float()
-        logits = head_logits(model, hidden).float()
-        for c, token in enumerate(prompt.label_token_ids):
-            losses[i, c] = per_example_matching_loss(hidden, logits, token, targets[c].float()).item()
+    """Per-example matching losses of real held-out texts against each class target (see module docstring),
+    over all vocabulary rows (GRADMM's objective), the label-token rows only, and the other rows only."""
+    hidden = torch.cat([last_hidden_from_ids(model, [encode_text(tokenizer, prompt, t, max_tokens)]) for t, _ in texts]).float()
+    probs = torch.softmax(head_logits(model, hidden).float(), dim=-1)
+    targets = targets.float()
+    labels = torch.zeros(targets.shape[1], dtype=torch.bool)
+    labels[list(prompt.label_token_ids)] = True
     truth = np.array([k for _, k in texts])
-    out = {}
-    for c in range(losses.shape[1]):
-        own = (truth == c).astype(int)
-        other = losses[:, [j for j in range(losses.shape[1]) if j != c]].min(axis=1)
-        out[f"class_{c}"] = {
-            "mean_loss_own_class": float(losses[own == 1, c].mean()),
-            "mean_loss_other_class": float(losses[own == 0, c].mean()),
-            "auc_low_loss_is_own_class": float(roc_auc_score(own, -losses[:, c])),
-            "auc_contrastive": float(roc_auc_score(own, other - losses[:, c])),
-        }
+    out: dict = {}
+    for name, rows in (("all_rows", torch.ones_like(labels)), ("label_rows", labels), ("other_rows", ~labels)):
+        losses = np.stack([_row_losses(hidden, probs, tok, targets[c], rows) for c, tok in enumerate(prompt.label_token_ids)], 1)
+        if name == "all_rows":  # the library's objective, computed independently
+            lib = per_example_matching_loss(hidden, head_logits(model, hidden).float(), prompt.label_token_ids[0], targets[0])
+            assert np.allclose(lib.numpy(), losses[:, 0], atol=1e-4)
+        for c in range(losses.shape[1]):
+            own = (truth == c).astype(int)
+            other = np.delete(losses, c, axis=1).min(axis=1)
+            out.setdefault(name, {})[f"class_{c}"] = {
+                "mean_loss_own_class": float(losses[own == 1, c].mean()),
+                "mean_loss_other_class": float(losses[own == 0, c].mean()),
+                "auc_low_loss_is_own_class": float(roc_auc_score(own, -losses[:, c])),
+                "auc_contrastive": float(roc_auc_score(own, other - losses[:, c])),
+            }
     return out
 
 
