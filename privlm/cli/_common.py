@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 console = Console(stderr=False)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, log_path=False)
 
 
 def log_when_detached(text: str) -> None:

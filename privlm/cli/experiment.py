@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from pathlib import Path
@@ -10,8 +11,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from privlm.cli._common import console, err_console, log_when_detached, print_json
+from privlm.errors import UserError
 from privlm.evaluation.config import load_config
 from privlm.evaluation.experiment import Hooks, run_experiment
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` as ``(K, N)``; :class:`UserError` for anything else (range checked by the runner)."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if match is None:
+        raise UserError(f"--shard must look like K/N, e.g. 0/2 (got {text!r})")
+    return int(match[1]), int(match[2])
 
 
 def experiment_command(
@@ -20,12 +30,17 @@ def experiment_command(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run; finished cells are kept."),
     only: list[str] | None = typer.Option(
         None, "--only", help="Run only this method's cells now (repeatable); the others wait for a later --resume."),
+    shard: str = typer.Option(
+        "0/1", "--shard", metavar="K/N",
+        help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid."),
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
     config = load_config(config_path)
+    shard_k_n = parse_shard(shard)
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
     command += [arg for method in only or () for arg in ("--only", method)]
+    command += ["--shard", shard] if shard_k_n != (0, 1) else []
     start = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, disable=as_json) as progress:
@@ -42,7 +57,9 @@ def experiment_command(
             steps=lambda total: progress.update(steps, total=total, completed=0),
             step=lambda step, loss: progress.update(steps, completed=step),
         )
-        rows = run_experiment(config, out, resume=resume, hooks=hooks, only=only, command=shlex.join(command))
+        rows = run_experiment(
+            config, out, resume=resume, hooks=hooks, only=only, shard=shard_k_n, command=shlex.join(command)
+        )
     elapsed = time.perf_counter() - start
     if as_json:
         print_json({"config_hash": config.hash, "out": str(out), "wall_time_s": round(elapsed, 2), "rows": rows})

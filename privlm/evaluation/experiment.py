@@ -128,13 +128,19 @@ def run_experiment(
     resume: bool = False,
     hooks: Hooks | None = None,
     only: Collection[str] | None = None,
+    shard: tuple[int, int] = (0, 1),
     command: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every unfinished cell of ``config`` into ``out`` — or only those of the methods in ``only``
-    (same configuration, same hash: a way to order a long grid) — and write the report of all finished
-    cells (``command`` is quoted in it); returns the finished rows, in grid order."""
+    (same configuration, same hash: a way to order a long grid), and with ``shard=(k, n)`` only the
+    cells whose grid index is ``k`` mod ``n`` (so ``n`` processes sharing ``out`` split the grid) —
+    then write the report of all finished cells, including those other shards finished meanwhile
+    (``command`` is quoted in it); returns the finished rows, in grid order."""
     hooks = hooks or Hooks()
     out = Path(out)
+    index_k, shards = shard
+    if not (shards >= 1 and 0 <= index_k < shards):
+        raise UserError(f"--shard must be K/N with 0 <= K < N (got {index_k}/{shards})")
     _check_methods(config)
     names = [m.name for m in config.methods]
     unknown = sorted(set(only or ()) - set(names))
@@ -167,7 +173,7 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done or (only is not None and cell.method not in only):
+        if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
             continue
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
@@ -200,6 +206,7 @@ def run_experiment(
         log.append(row)
         done[cell.key] = row
     hooks.cell(len(cells), len(cells), "report")
+    done = {**_existing_rows(log, config, True, _saved_configs(out))[0], **done}  # other shards' rows too
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows

@@ -1,12 +1,14 @@
 """JSONL files of the evaluation: training sets (text, label rows) and the append-only results log.
 
 Whole files are written atomically (temp file in the same folder, then ``os.replace``); the results log
-is appended one flushed, fsync'd line at a time, and a torn last line left by a crash is dropped
-when the log is read for a resume.
+is appended one flushed, fsync'd line at a time, and a torn last line left by a crash is cut off
+when the log is read for a resume. Reads and appends hold an exclusive ``flock`` on the log, so
+several processes (``privlm experiment --shard``) can share one folder on a local file system.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -66,26 +68,29 @@ class ResultsLog:
         self.path = Path(path)
 
     def read(self) -> list[dict[str, object]]:
-        """Complete rows; a torn last line (a crash mid-write) is removed from the file."""
+        """Complete rows; a torn last line (a crash mid-write) is cut off the file."""
         if not self.path.exists():
             return []
-        text = self.path.read_text(encoding="utf-8")
-        lines = text.split("\n")
-        complete, torn = lines[:-1], lines[-1]
+        with open(self.path, "rb+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            data = handle.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            if len(complete) < len(data):
+                handle.truncate(len(complete))
+                os.fsync(handle.fileno())
         rows = []
-        for number, line in enumerate(complete, start=1):
+        for number, line in enumerate(complete.decode("utf-8").splitlines(), start=1):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise UserError(f"{self.path}:{number}: corrupt results row ({err.msg})") from err
-        if torn:
-            write_jsonl_atomic(self.path, rows)
         return rows
 
     def append(self, row: dict[str, object]) -> None:
         """Append one row durably."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
             handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

@@ -37,6 +37,8 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == first["rows"]
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    assert run(["experiment", str(toml), "--out", str(out), "--resume", "--shard", "1of2"]) == 2
+    assert "--shard must look like K/N, e.g. 0/2 (got '1of2')" in capsys.readouterr().err
     toml.write_text("model = 1\n")
     assert run(["experiment", str(toml), "--out", str(out)]) == 2
     assert f"{toml}: missing key 'dataset'" in capsys.readouterr().err

@@ -157,6 +157,30 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
         run_experiment(parse_config({**document, "test_size": 10}, "shared"), tmp_path / "resumed", resume=True)
 
 
+def test_shards_split_the_grid_and_each_reports_every_finished_cell(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(head.replace("n_per_class = [2, 4]", "n_per_class = [2]") + "[methods.random]\n[methods.herding]\n")
+    config = load_config(toml)
+    keys = [c.key for c in config.cells()]
+    full = run_experiment(config, tmp_path / "full")
+    out = tmp_path / "sharded"
+    inner: list[list[dict]] = []
+
+    def run_other_shard_meanwhile(text: str) -> None:  # shard 1/2 runs to the end while shard 0/2 is busy
+        if not inner:
+            inner.append(run_experiment(config, out, resume=True, shard=(1, 2)))
+
+    rows = run_experiment(config, out, resume=True, shard=(0, 2), hooks=experiment.Hooks(phase=run_other_shard_meanwhile))
+    assert [r["cell"] for r in inner[0]] == keys[1::2]
+    assert without_timing(rows) == without_timing(full)  # shard 0/2 also reports the cells shard 1/2 finished
+    assert f"{len(keys)} cells" in (out / "report.md").read_text() and "UNFINISHED" not in (out / "report.md").read_text()
+    assert sorted(json.loads(line)["cell"] for line in (out / "results.jsonl").read_text().splitlines()) == sorted(keys)
+    with pytest.raises(UserError, match="--shard must be K/N with 0 <= K < N \\(got 2/2\\)"):
+        run_experiment(config, out, resume=True, shard=(2, 2))
+
+
 def _toml_dict(path: Path) -> dict:
     import tomllib
 
