@@ -61,7 +61,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
-    """For every ε-method entry: does it beat the best baseline (the methods without ε, not full-pool) at its n?"""
+    """For every ε-method entry: does it beat the best baseline (the methods without ε, not full-pool) at its
+    n? Compared by mean accuracy over seeds; a line says when the two mean 95% intervals overlap."""
     lines = []
     for entry in summary:
         if not get_method(entry["method"]).takes_epsilon:
@@ -75,9 +76,12 @@ def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
             continue
         best = max(rivals, key=lambda e: e["accuracy_mean"])
         beats = entry["accuracy_mean"] > best["accuracy_mean"]
+        lo, hi = sorted((entry, best), key=lambda e: e["accuracy_mean"])
+        overlap = lo["ci_high_mean"] >= hi["ci_low_mean"]
         lines.append(
             f"n={entry['n_per_class']}: {entry['label']} {entry['accuracy_mean']:.1%} "
-            f"{'beats' if beats else 'does NOT beat'} the best baseline, {best['label']} {best['accuracy_mean']:.1%}."
+            f"{'beats' if beats else 'does NOT beat'} the best baseline, {best['label']} {best['accuracy_mean']:.1%}"
+            + (" (within noise: the mean 95% intervals overlap)." if overlap else ".")
         )
     return lines
 
@@ -141,7 +145,7 @@ def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     body = []
     for e in sorted(summary, key=lambda e: (e["n_per_class"], -e["accuracy_mean"])):
         body.append([
-            e["label"], str(e["n_per_class"]), f"{e['n_train_mean']:g}", str(e["seeds"]),
+            e["label"], str(e["n_per_class"]), f"{e['n_train_mean']:.1f}".removesuffix(".0"), str(e["seeds"]),
             f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}", f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
             f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
             f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",

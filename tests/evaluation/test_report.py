@@ -1,0 +1,51 @@
+"""Report summary, verdicts against the best baseline, and the written files (no model needed)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
+
+from privlm.evaluation.config import parse_config
+from privlm.evaluation.report import summarize, verdicts, write_report
+
+
+def row(method: str, n: int, seed: int, accuracy: float, epsilon: float | None = None, n_train: int | None = None) -> dict:
+    return {
+        "method": method, "epsilon": epsilon, "n_per_class": n, "seed": seed, "accuracy": accuracy,
+        "ci_low": accuracy - 0.05, "ci_high": accuracy + 0.05, "n_train": 2 * n if n_train is None else n_train,
+        "n_test": 300, "privacy": "test", "wall_time_s": 10.0, "mia_advantage": 0.1, "mia_auc": 0.55,
+    }
+
+
+def test_summary_is_mean_and_sample_sd_over_seeds() -> None:
+    (entry,) = summarize([row("random", 5, s, a) for s, a in enumerate((0.6, 0.7, 0.8))])
+    assert entry["accuracy_mean"] == pytest.approx(0.7)
+    assert entry["accuracy_std"] == pytest.approx(0.1)  # ddof = 1
+    assert (entry["seeds"], entry["wall_time_s"]) == (3, 30.0)
+
+
+def test_verdicts_ignore_full_pool_and_say_when_intervals_overlap() -> None:
+    rows = [row("gradmm", 5, 0, 0.81, epsilon=1.0), row("random", 5, 0, 0.70), row("full-pool", 50, 0, 0.95),
+            row("gradmm", 10, 0, 0.72, epsilon=1.0), row("herding", 10, 0, 0.75), row("full-pool", 10, 0, 0.99)]
+    assert verdicts(summarize(rows)) == [
+        "n=5: gradmm (ε=1) 81.0% beats the best baseline, random 70.0%.",
+        "n=10: gradmm (ε=1) 72.0% does NOT beat the best baseline, herding 75.0% (within noise: the mean 95% intervals overlap).",
+    ]
+
+
+def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Path) -> None:
+    config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": 10,
+                           "n_per_class": [5], "seeds": [0, 1, 2], "methods": {"gradmm": {}, "random": {}}}, "test")
+    rows = [row("gradmm", 5, s, 0.6, n_train=n) for s, n in enumerate((9, 10, 9))] + [row("random", 5, 0, 0.7)]
+    write_report(tmp_path, rows, config, total_cells=6, command="privlm experiment x.toml --out y")
+    md = (tmp_path / "report.md").read_text()
+    assert "4 cells of 6 (UNFINISHED" in md and "(PROVISIONAL: the grid is unfinished)" in md
+    assert "| gradmm (no DP) | 5 | 9.3 | 3 | 60.0% ± 0.0% |" in md
+    assert "command: `privlm experiment x.toml --out y`" in md
+    html = (tmp_path / "report.html").read_text()
+    embedded = html.split('src="data:image/png;base64,')[1].split('"')[0]
+    assert base64.b64decode(embedded) == (tmp_path / "plots" / "accuracy_vs_n.png").read_bytes()
