@@ -115,6 +115,12 @@ def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
             f"(σ = {privacy['noise_multiplier']:.4f}, C = {privacy['clip']:g}); release {privacy['release_sha256'][:16]}"
             + (" (reused, no new privacy spent)" if result.reused_release else "")
         )
+        console.print(
+            f"[yellow]signal vs noise: each class target carries noise of norm ≈ {privacy['noise_norm_per_class']:,.0f}, "
+            f"and n private examples add at most n·C = n·{privacy['clip']:g}: with fewer than "
+            f"≈ {privacy['examples_per_class_to_match_noise']:,.0f} examples per class the target is mostly noise "
+            "and the text depends on it little.[/yellow]"
+        )
     else:
         console.print(f"[bold red]{privacy['warning']}[/bold red]")
     console.print(f"{len(result.rows)} examples in {out} (sidecar {RunPaths(out).sidecar}), {wall_s:.0f} s")

@@ -67,6 +67,18 @@ class Release:
             "meta": self.meta,
         }
 
+    def noise_norm(self) -> float | None:
+        """Expected L2 norm of the noise in one class target, ``σ·C·√(V·d)`` (public); ``None`` without DP.
+
+        A class's clipped sum of n examples has norm at most ``n·C``, so the signal can outweigh the noise
+        only when ``n ≳ σ·√(V·d)`` examples per class; with fewer, the target is mostly noise and the
+        generated text depends on it little. Measured: SmolLM2-135M (V·d = 28.3M), ε = 1 (σ = 3.73),
+        50 examples per class: noise norm 19,800, ``cos(DP target, no-DP target)`` ≈ 0.002.
+        """
+        if not self.dp:
+            return None
+        return float(self.noise_multiplier * self.clip * self.targets[0].numel() ** 0.5)
+
     def sha256(self) -> str:
         """Hash of the released tensor and its metadata (identifies the release in outputs and ledgers)."""
         digest = hashlib.sha256(json.dumps(self.metadata(), sort_keys=True).encode())

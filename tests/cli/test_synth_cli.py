@@ -95,13 +95,16 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     assert out.read_bytes() == ref.read_bytes() and len(out.read_bytes()) > 0
 
 
-def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path) -> None:
+def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, capsys) -> None:
     path = tmp_path / "d.jsonl"
     data = _write_data(path, ROWS)
     args = [*SMALL, "--data", data, "--per-class", "3", "--outer-steps", "2", "--inner-steps", "3",
             "--epsilon", "4", "--delta", "1e-5"]
     first = tmp_path / "first.jsonl"
     assert _synth([*args, "--out", str(first)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    noise = json.loads(RunPaths(first).sidecar.read_text())["examples_per_class_to_match_noise"]
+    assert f"with fewer than ≈ {noise:,.0f} examples per class the target is mostly noise" in shown
     _write_data(path, [("POISON " + t[::-1], "neg" if y == "pos" else "pos") for t, y in ROWS])
     second = tmp_path / "second.jsonl"
     RunPaths(second).workdir.mkdir()

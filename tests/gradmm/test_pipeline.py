@@ -64,6 +64,7 @@ def test_output_rows_and_sidecar(reference) -> None:
     privacy = json.loads((out.parent / "synth.privacy.json").read_text())
     assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] < 4.01 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
     assert len(privacy["release_sha256"]) == 64
+    assert privacy["examples_per_class_to_match_noise"] == pytest.approx(privacy["noise_norm_per_class"] / CONFIG.clip)
 
 
 def test_poisoning_private_data_after_the_release_leaves_output_bit_identical(lm, reference, tmp_path) -> None:

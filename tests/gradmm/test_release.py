@@ -64,6 +64,8 @@ def test_noise_std_matches_calibration_over_a_million_coordinates() -> None:
     assert release.noise_multiplier == sigma
     assert abs(float(noise.std()) / (sigma * clip) - 1) < 0.01
     assert abs(float(noise.mean())) < 0.01 * sigma * clip
+    for k in range(2):  # the public signal-to-noise statement: each class's noise has norm sigma * C * sqrt(V * d)
+        assert float(noise[k].norm()) == pytest.approx(release.noise_norm(), rel=0.01)
     # The calibration itself, checked with an independent accountant: sigma spends epsilon at delta.
     pld = dp_accounting.pld.PLDAccountant()
     pld.compose(dp_accounting.GaussianDpEvent(sigma))
@@ -83,7 +85,7 @@ def test_no_dp_release_is_the_plain_sum_and_says_so() -> None:
     release = draw_release(model, tokenizer, EXAMPLES, prompt, epsilon=None, delta=None, dp=False)
     plain = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=None, max_tokens=64)
     assert torch.equal(release.targets, plain)
-    assert not release.dp and release.epsilon is None and release.noise_multiplier is None
+    assert not release.dp and release.epsilon is None and release.noise_multiplier is None and release.noise_norm() is None
 
 
 def test_release_is_saved_when_drawn_and_loads_identically(tmp_path) -> None:
