@@ -12,7 +12,9 @@ Three measurements, written to JSON:
    the per-example loss ``1 − cos(S_c, g(text, label c))``: its mean on texts of class c and of the
    other class, the AUC with which a low loss picks out class c, and the AUC of the contrastive score
    ``loss_other − loss_own``.
-3. **ADMM trace** — one demo batch (class 0, seed 0, 12 tokens, top-k 10) optimised with Adam at
+3. **What survives DP** — releases drawn at ε = 1 and ε = 0.05 (δ = 1e-5, C = 1, as in the grid): the
+   cosine of each class target with the no-DP target, and the public noise norm ``σ·C·√(V·d)``.
+4. **ADMM trace** — one demo batch (class 0, seed 0, 12 tokens, top-k 10) optimised with Adam at
    ρ = 0.7 (the preset) and ρ = 0 (no coupling): matching-gradient and penalty-gradient norms, how far
    the embeddings move, and the matching loss of the start, of the continuous iterate and of its projection.
 
@@ -90,6 +92,21 @@ def class_signal(model, tokenizer, prompt, targets: torch.Tensor, texts: list[tu
     return out
 
 
+def dp_targets(model, tokenizer, pool, prompt, clean: torch.Tensor, max_tokens: int) -> dict:
+    """Per ε: σ, the expected noise norm per class, and ``cos(DP target, no-DP target)`` per class."""
+    out = {}
+    for epsilon in (1.0, 0.05):
+        release = draw_release(model, tokenizer, pool, prompt, epsilon=epsilon, delta=1e-5, max_tokens=max_tokens)
+        out[str(epsilon)] = {
+            "noise_multiplier": release.noise_multiplier, "noise_norm_per_class": release.noise_norm(),
+            "cos_with_no_dp_target": [
+                float(F.cosine_similarity(release.targets[c].flatten().float(), clean[c].flatten().float(), dim=0))
+                for c in range(len(clean))
+            ],
+        }
+    return out
+
+
 def admm_trace(objective, projector: Projector, start: torch.Tensor, rho: float, lr: float, steps: int) -> dict:
     """Adam on ``match + ρ/2‖x − z‖²`` from the start's embeddings (z = the start, one outer step)."""
     x0 = projector.embed(start)
@@ -144,6 +161,7 @@ def main() -> None:
                     "held_out_per_class": 50, "gradmm": config.to_dict()},
         "target_structure": target_structure(targets, prompt.label_token_ids),
         "class_signal_held_out": class_signal(model, tokenizer, prompt, targets, held_out, config.max_private_tokens),
+        "dp_targets": dp_targets(model, tokenizer, pool, prompt, targets, config.max_private_tokens),
         "admm": [admm_trace(objective, projector, start, rho, config.lr, steps) for rho in (config.rho, 0.0)],
         "start_texts": [tokenizer.decode(s).strip() for s in start[:3]],
     }
