@@ -9,6 +9,9 @@ that already has a row and reproduces the others exactly (everything is seeded).
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
 method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
+Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` runs): a cell is run under
+an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
+re-read before each cell, so a cell another process finished meanwhile is not run again.
 
 Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``);
 the membership non-members are as many other train examples; validation and test are seeded subsets
@@ -17,11 +20,13 @@ of their own splits. All cells share them.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +117,20 @@ def _existing_rows(
     return done, stale
 
 
+@contextlib.contextmanager
+def _claim(path: Path) -> Iterator[bool]:
+    """Hold an exclusive, non-blocking ``flock`` on ``path`` for the block: ``False`` when another live
+    process holds it. The kernel drops the lock when its process dies, so a crash leaves no stale claim."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
 def _set_aside(out: Path, key: str) -> None:
     """Move a stale cell's cached set and scratch folder to ``out/stale/`` (kept, never reused)."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
@@ -175,36 +194,43 @@ def run_experiment(
         hooks.cell(index, len(cells), cell.key)
         if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
             continue
-        spec = next(m for m in config.methods if m.name == cell.method)
-        method = get_method(cell.method)
-        start = time.perf_counter()
-        set_path = out / "sets" / f"{cell.key}.jsonl"
-        if not set_path.exists():
-            hooks.phase(f"{cell.key}: making the training set")
-            ctx = MethodContext(
-                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
-                label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
-                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+        with _claim(out / "work" / f"{cell.key}.lock") as mine:
+            if not mine:
+                hooks.phase(f"{cell.key}: another process is running this cell; skipped")
+                continue
+            done.update(_existing_rows(log, config, True, _saved_configs(out))[0])  # finished elsewhere meanwhile?
+            if cell.key in done:
+                continue
+            spec = next(m for m in config.methods if m.name == cell.method)
+            method = get_method(cell.method)
+            start = time.perf_counter()
+            set_path = out / "sets" / f"{cell.key}.jsonl"
+            if not set_path.exists():
+                hooks.phase(f"{cell.key}: making the training set")
+                ctx = MethodContext(
+                    model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
+                    label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
+                    delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+                )
+                write_jsonl_atomic(set_path, method.run(ctx))
+            generation_s = time.perf_counter() - start
+            train_set = read_training_set(set_path, train.label_names, allow_empty=True)
+            finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
+            hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
+            hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
+            scores = fit_and_score(
+                model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
+                members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
             )
-            write_jsonl_atomic(set_path, method.run(ctx))
-        generation_s = time.perf_counter() - start
-        train_set = read_training_set(set_path, train.label_names, allow_empty=True)
-        finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
-        hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
-        hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
-        scores = fit_and_score(
-            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
-            members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
-        )
-        row = {
-            "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
-            "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
-            "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
-            "privacy": method.privacy, **scores,
-            "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
-        }
-        log.append(row)
-        done[cell.key] = row
+            row = {
+                "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
+                "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
+                "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
+                "privacy": method.privacy, **scores,
+                "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
+            }
+            log.append(row)
+            done[cell.key] = row
     hooks.cell(len(cells), len(cells), "report")
     done = {**_existing_rows(log, config, True, _saved_configs(out))[0], **done}  # other shards' rows too
     rows = [done[c.key] for c in cells if c.key in done]

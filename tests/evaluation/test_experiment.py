@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import random
 from pathlib import Path
@@ -179,6 +180,44 @@ def test_shards_split_the_grid_and_each_reports_every_finished_cell(tmp_path: Pa
     assert sorted(json.loads(line)["cell"] for line in (out / "results.jsonl").read_text().splitlines()) == sorted(keys)
     with pytest.raises(UserError, match="--shard must be K/N with 0 <= K < N \\(got 2/2\\)"):
         run_experiment(config, out, resume=True, shard=(2, 2))
+
+
+def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
+                    + "[methods.random]\n[methods.herding]\n")
+    config = load_config(toml)
+    out = tmp_path / "out"
+    lock = out / "work" / "random_n2_seed0_epsnone.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a") as handle:  # "another process" is running the random cell
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        rows = run_experiment(config, out)
+    assert [r["cell"] for r in rows] == ["herding_n2_seed0_epsnone"]
+    assert "2 cells" not in (out / "report.md").read_text() and "UNFINISHED" in (out / "report.md").read_text()
+    rows = run_experiment(config, out, resume=True)  # the lock died with its holder
+    assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone", "herding_n2_seed0_epsnone"]
+
+
+def test_two_unsharded_runs_on_one_folder_run_each_cell_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(head.replace("n_per_class = [2, 4]", "n_per_class = [2]") + "[methods.random]\n[methods.herding]\n")
+    config = load_config(toml)
+    out, fits, real = tmp_path / "out", [], experiment.fit_and_score
+    monkeypatch.setattr(experiment, "fit_and_score", lambda *a, **k: fits.append(1) or real(*a, **k))
+    inner: list[list[dict]] = []
+
+    def second_run_meanwhile(text: str) -> None:  # runs while the first run holds its first cell
+        if not inner:
+            inner.append(run_experiment(config, out, resume=True))
+
+    rows = run_experiment(config, out, resume=True, hooks=experiment.Hooks(phase=second_run_meanwhile))
+    assert [r["cell"] for r in inner[0]] == [c.key for c in config.cells()][1:]  # it skipped the held cell
+    assert len(rows) == len(config.cells()) == len(fits)  # and the first run did not redo its cells
 
 
 def _toml_dict(path: Path) -> dict:
