@@ -33,7 +33,7 @@ from typing import Any
 
 import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
-from privlm.evaluation.config import ExperimentConfig, method_hash, shared_hash
+from privlm.evaluation.config import Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.methods import MethodContext, get_method
@@ -189,6 +189,45 @@ def run_experiment(
     model, tokenizer = load_model(config.model, seed=config.data_seed)
     features = functools.cache(lambda: last_token_features(model, tokenizer, [t for t, _ in pool]))
 
+    saved = _saved_configs(out)
+
+    def finished() -> dict[str, dict[str, Any]]:
+        """Every valid finished row in the log now, by cell key (other processes may have added some)."""
+        return _existing_rows(log, config, True, saved)[0]
+
+    def run_cell(cell: Cell) -> dict[str, Any]:
+        """Make (or reuse) the cell's training set, fine-tune, score and attack; returns the row, appended to the log."""
+        spec = next(m for m in config.methods if m.name == cell.method)
+        method = get_method(cell.method)
+        start = time.perf_counter()
+        set_path = out / "sets" / f"{cell.key}.jsonl"
+        if not set_path.exists():
+            hooks.phase(f"{cell.key}: making the training set")
+            ctx = MethodContext(
+                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
+                label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
+                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+            )
+            write_jsonl_atomic(set_path, method.run(ctx))
+        generation_s = time.perf_counter() - start
+        train_set = read_training_set(set_path, train.label_names, allow_empty=True)
+        finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
+        hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
+        hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
+        scores = fit_and_score(
+            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
+            members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
+        )
+        row = {
+            "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
+            "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
+            "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
+            "privacy": method.privacy, **scores,
+            "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
+        }
+        log.append(row)
+        return row
+
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
@@ -198,41 +237,11 @@ def run_experiment(
             if not mine:
                 hooks.phase(f"{cell.key}: another process is running this cell; skipped")
                 continue
-            done.update(_existing_rows(log, config, True, _saved_configs(out))[0])  # finished elsewhere meanwhile?
-            if cell.key in done:
-                continue
-            spec = next(m for m in config.methods if m.name == cell.method)
-            method = get_method(cell.method)
-            start = time.perf_counter()
-            set_path = out / "sets" / f"{cell.key}.jsonl"
-            if not set_path.exists():
-                hooks.phase(f"{cell.key}: making the training set")
-                ctx = MethodContext(
-                    model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
-                    label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
-                    delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
-                )
-                write_jsonl_atomic(set_path, method.run(ctx))
-            generation_s = time.perf_counter() - start
-            train_set = read_training_set(set_path, train.label_names, allow_empty=True)
-            finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
-            hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
-            hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
-            scores = fit_and_score(
-                model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
-                members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
-            )
-            row = {
-                "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
-                "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
-                "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
-                "privacy": method.privacy, **scores,
-                "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
-            }
-            log.append(row)
-            done[cell.key] = row
+            done = finished()  # a cell another process finished meanwhile is not run again
+            if cell.key not in done:
+                done[cell.key] = run_cell(cell)
     hooks.cell(len(cells), len(cells), "report")
-    done = {**_existing_rows(log, config, True, _saved_configs(out))[0], **done}  # other shards' rows too
+    done = finished()  # other processes' rows too
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows

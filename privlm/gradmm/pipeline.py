@@ -91,6 +91,7 @@ def privacy_statement(release: Release) -> dict:
     ledger = PrivacyAccountant()
     ledger.record(event)
     accounted = ledger.epsilon(release.delta)
+    noise_norm = release.noise_norm()
     return {
         "dp": True,
         "epsilon": max(release.epsilon, accounted),
@@ -101,9 +102,9 @@ def privacy_statement(release: Release) -> dict:
         "noise_multiplier": release.noise_multiplier,
         "noise_std": release.noise_multiplier * release.clip,
         "clip": release.clip,
-        "noise_norm_per_class": release.noise_norm(),
+        "noise_norm_per_class": noise_norm,
         # n·C ≤ noise norm below this many examples per class: the target is then mostly noise (Release.noise_norm)
-        "examples_per_class_to_match_noise": release.noise_norm() / release.clip,
+        "examples_per_class_to_match_noise": noise_norm / release.clip,
         "clipping": "per-sample L2 clipping of the last-position LM-head gradient (closed form, rank one)",
         "mechanism": "Gaussian, one release per class (disjoint classes, parallel composition), "
         "add/remove-one adjacency, sensitivity C; generation and filtering are post-processing",
