@@ -46,17 +46,35 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from privlm.dpsgd.clipping import PerSampleClipper  # noqa: E402
 from privlm.dpsgd.losses import causal_lm_losses  # noqa: E402
 from privlm.dpsgd.optimizer import DPOptimizer  # noqa: E402
+from privlm.randomness import SecureRandom  # noqa: E402
 
 FULL_T = (256, 512, 1024, 2048, 4096)
 QUICK_T = (256, 1024)
-PRIVATE_MODES = {  # name: (norm_mode, probes, bookkeeping)
-    "exact": ("exact", 32, True),
-    "ghost": ("ghost", 32, True),
-    "mixed": ("mixed", 32, True),
-    "hutchinson": ("hutchinson", 32, True),
-    "hutchinson-2nd-backward": ("hutchinson", 32, False),
-    "hutchpp": ("hutchpp", 32, True),
+PRIVATE_MODES = {  # name: (norm_mode, probes, bookkeeping, randomness)
+    "exact": ("exact", 32, True, "secure"),
+    "ghost": ("ghost", 32, True, "secure"),
+    "mixed": ("mixed", 32, True, "secure"),
+    "hutchinson": ("hutchinson", 32, True, "secure"),
+    "hutchinson-torch-rng": ("hutchinson", 32, True, "torch"),
+    "hutchinson-2nd-backward": ("hutchinson", 32, False, "secure"),
+    "hutchpp": ("hutchpp", 32, True, "secure"),
 }
+
+
+class TorchRandom:
+    """The generator privlm used before the audit (``torch.randn`` from a ``torch.Generator``, float32,
+    32 bits of seed), behind :class:`SecureRandom`'s interface: the reference the secure stream's cost is
+    measured against (``hutchinson-torch-rng``). Insecure; benchmark only."""
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def normal(self, shape, address, *, std=1.0, dtype=torch.float32, device="cpu"):
+        return torch.randn(shape, generator=self.generator, dtype=dtype).mul_(std).to(device)
+
+
+def _randomness(kind: str, seed: int):
+    return SecureRandom.from_seed(seed, "benchmark") if kind == "secure" else TorchRandom(seed)
 
 
 def smollm2_shaped(layers: int, tied: bool) -> LlamaForCausalLM:
@@ -148,14 +166,14 @@ def run_nonprivate(model, batch, steps):
     return _time_steps(step, steps), None
 
 
-def run_private(model, batch, steps, norm_mode, probes, bookkeeping):
+def run_private(model, batch, steps, norm_mode, probes, bookkeeping, randomness):
     clipper = PerSampleClipper(
         model, causal_lm_losses, max_grad_norm=1.0, norm_mode=norm_mode, probes=probes, bookkeeping=bookkeeping,
-        generator=torch.Generator().manual_seed(1),
+        randomness=_randomness(randomness, 1),
     )
     opt = DPOptimizer(
         torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0, expected_batch_size=1.0,
-        generator=torch.Generator().manual_seed(2),
+        randomness=_randomness(randomness, 2),
     )
 
     def step():
@@ -229,7 +247,7 @@ def profile_hutchinson(base, seq_len, batch_size) -> list[dict]:
     batch = _batch(seq_len, batch_size)
     clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32)
     opt = DPOptimizer(torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0,
-                      expected_batch_size=1.0, generator=torch.Generator().manual_seed(2))
+                      expected_batch_size=1.0, randomness=SecureRandom.from_seed(2, "benchmark"))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         opt.zero_grad()
         clipper.clipped_backward(batch)
@@ -277,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq-lens", type=int, nargs="*", default=None)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per mode (after one warm-up)")
+    parser.add_argument("--modes", nargs="*", default=None,
+                        help="only these modes (and the non-private references they are compared with)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: CPU time is not inflated by spin-waiting on a busy machine)")
     args = parser.parse_args(argv)
@@ -287,6 +307,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     tied, untied = smollm2_shaped(layers, tied=True), smollm2_shaped(layers, tied=False)
     names = ["nonprivate", *PRIVATE_MODES, "nonprivate-untied", "opacus-ghost"]
+    if args.modes:
+        unknown = set(args.modes) - set(names)
+        if unknown:
+            parser.error(f"unknown modes {sorted(unknown)}; known: {names}")
+        wanted = set(args.modes) | {"nonprivate"} | ({"nonprivate-untied"} if "opacus-ghost" in args.modes else set())
+        names = [n for n in names if n in wanted]
     rows, profile = [], None
     for seq_len in seq_lens:
         raw = {}

@@ -1,8 +1,9 @@
 """Atomic files: written to a temporary file in the same folder, fsync'd, then renamed into place.
 
 A reader (or a resumed run) sees the old file, no file, or the complete new file — never a half-written
-one, whatever happens to the writer (exception, kill -9). Every writer of outputs, ledgers, releases and
-checkpoints in privlm goes through here.
+one, whatever happens to the writer (exception, kill -9). After the rename the folder is fsync'd too, so
+the new file survives a crash of the machine: a write-ahead ledger saved here is durable before whatever
+it covers is written. Every writer of outputs, ledgers, releases and checkpoints in privlm goes through here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync_folder(path.parent)
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+    """Make a rename or creation inside ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a folder; the file itself was fsync'd
+    finally:
+        os.close(fd)
 
 
 def write_text_atomic(path: str | os.PathLike[str], chunks: str | Iterable[str]) -> None:

@@ -1,22 +1,210 @@
-"""Secret randomness for noise and probes: generators seeded from the operating system.
+"""Secret randomness for every privacy-relevant draw: DP noise, Poisson sampling, trace-estimator probes.
 
-Noise must never be reproducible from a user seed, the data or torch's global generator; every
-mechanism that is not explicitly seeded for a reproducible (and therefore non-private) run draws its
-generator here.
+A :class:`SecureRandom` is a 256-bit key and nothing else. Every draw is *addressed*: the bytes of
+draw ``address = (a, b, c)`` (three integers < 2³²) are the ChaCha20 keystream (RFC 8439, OpenSSL
+through the ``cryptography`` package) under the key with the 96-bit nonce ``a‖b‖c``, from block 0.
+So a draw depends on the key and its address only — not on how many draws came before — which makes
+resume exact (the key and the step are the whole state), lets every rank of a distributed run draw the
+same probes or noise without any shared counter, and means one empty micro-batch or rank cannot shift
+later draws. One address serves at most 2³² ChaCha20 blocks (256 GiB); callers give every distinct
+draw of one key a distinct address (the step and a parameter index, see the call sites).
+
+Threat model (README, "Threat model and randomness"): the attacker sees every release (weights, DP
+losses, GRADMM targets, synthetic text, ledgers) and knows the code, the public model and every other
+example; the key never leaves the process that drew it except inside a run folder's checkpoints, which
+are as secret as the data. Under that model:
+
+- **Keys**: 32 bytes from ``os.urandom`` (the kernel CSPRNG), one independent key per stream
+  (sampler, probes, noise, each GRADMM release); none is derived from another or from a user seed.
+  Predicting a draw without the key is breaking ChaCha20.
+- **Uniforms** have 53 bits: ``u = (m + 1)·2⁻⁵³`` for a uniform 53-bit integer ``m`` (exact in float64),
+  so ``0 < u ≤ 1``.
+- **Gaussians** are computed in float64 by the Box–Muller transform of two such uniforms (the largest
+  attainable ``|z|`` is √(106 ln 2) = 8.57 instead of ≈ 5.8 for float32 uniforms; P(|Z| > 8.57) ≈ 10⁻¹⁷
+  is the mass the sampler truncates), then scaled and cast to the target dtype. Floating-point attacks
+  (Mironov 2012; Jin et al. 2022 for Gaussians) need the exact set of attainable outputs of
+  ``x + noise``; the released values are float32 sums ``fl32(x + fl32(σz))``, and each float32 rounding
+  cell (2⁻²⁴ relative) holds ≈ 2²⁹ attainable float64 values of σz, so the gaps of the float64 sampler
+  are below what a float32 output resolves and every float32 value near x + σz is attainable under x
+  and under x'. Residual assumption: a float64 model releases float64 sums, where the sampler's own
+  lattice is visible; that case is not proven safe, and the README says so.
+
+``--seed`` (reproducible experiments) builds keys by SHA-256 of the seed and the stream name: whoever
+knows the seed can regenerate the noise, so such a stream has ``private == False`` and every output it
+touches says ``"private_release": false``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+KEY_BYTES = 32
+_CHUNK = 1 << 16  # values per keystream chunk: 512 KiB buffers stay in cache (measured faster than 2**18, 2**20)
+_MANTISSA = (1 << 53) - 1
+_TWO_PI = 2 * math.pi
 
 
-def os_seed() -> int:
-    """A 63-bit seed from ``os.urandom`` (torch's global generator is left alone)."""
-    return int.from_bytes(os.urandom(8), "little") >> 1
+class SecureRandom:
+    """Addressed draws under one 256-bit ChaCha20 key (see module docstring).
+
+    ``private``: False when the key was derived from a user seed (the draws are then reproducible by
+    anyone who knows the seed, and nothing they protect is a private release)."""
+
+    def __init__(self, key: bytes, *, private: bool) -> None:
+        if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+            raise ValueError(f"a key must be {KEY_BYTES} bytes (256 bits), got {len(key) if isinstance(key, (bytes, bytearray)) else type(key).__name__}")
+        self._key = bytes(key)
+        self.private = private
+
+    @classmethod
+    def from_os(cls) -> SecureRandom:
+        """A fresh key from ``os.urandom``: the only way to make a stream for a private release."""
+        return cls(os.urandom(KEY_BYTES), private=True)
+
+    @classmethod
+    def from_seed(cls, seed: int, stream: str) -> SecureRandom:
+        """A reproducible, *non-private* stream: key = SHA-256(seed, stream name)."""
+        key = hashlib.sha256(f"privlm-seeded-stream\0{int(seed)}\0{stream}".encode()).digest()
+        return cls(key, private=False)
+
+    def __repr__(self) -> str:  # never print the key
+        return f"SecureRandom(private={self.private})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecureRandom) and other._key == self._key and other.private == self.private
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def state(self) -> dict:
+        """The whole state (the key, so: secret) for a checkpoint."""
+        return {"key": self._key.hex(), "private": self.private}
+
+    @classmethod
+    def from_state(cls, state: dict) -> SecureRandom:
+        """Inverse of :meth:`state`."""
+        return cls(bytes.fromhex(state["key"]), private=bool(state["private"]))
+
+    def key_tensor(self) -> torch.Tensor:
+        """The key as a (32,) uint8 tensor (to broadcast from rank 0)."""
+        return torch.frombuffer(bytearray(self._key), dtype=torch.uint8).clone()
+
+    @classmethod
+    def from_key_tensor(cls, tensor: torch.Tensor, *, private: bool) -> SecureRandom:
+        """Inverse of :meth:`key_tensor`."""
+        return cls(bytes(tensor.to(torch.uint8).cpu().tolist()), private=private)
+
+    def _keystream(self, address: Sequence[int], values: int = _CHUNK) -> _Keystream:
+        if len(address) > 3 or any(not 0 <= int(a) < 2**32 for a in address):
+            raise ValueError(f"an address is at most three integers in [0, 2^32), got {tuple(address)}")
+        words = [int(a) for a in address] + [0] * (3 - len(address))
+        nonce = (0).to_bytes(4, "little") + b"".join(w.to_bytes(4, "little") for w in words)
+        return _Keystream(Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor(), values)
+
+    def random_bytes(self, n: int, address: Sequence[int]) -> bytes:
+        """``n`` keystream bytes of draw ``address``."""
+        return self._keystream(address).encryptor.update(bytes(n))
+
+    def uniform(self, n: int, address: Sequence[int]) -> torch.Tensor:
+        """``n`` float64 uniforms ``(m + 1)·2⁻⁵³`` in (0, 1], ``m`` a uniform 53-bit integer."""
+        out = torch.empty(n, dtype=torch.float64)
+        stream = self._keystream(address, n)
+        for start in range(0, n, _CHUNK):
+            stop = min(n, start + _CHUNK)
+            out[start:stop] = stream.uniforms(stop - start)
+        return out
+
+    def normal(
+        self,
+        shape: Sequence[int] | torch.Size,
+        address: Sequence[int],
+        *,
+        std: float = 1.0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """N(0, std²) entries of ``shape``: float64 Box–Muller from 53-bit uniforms, scaled, then cast."""
+        shape = torch.Size(shape)
+        n = shape.numel()
+        out = torch.empty(n, dtype=dtype)
+        stream = self._keystream(address, n)
+        for start in range(0, n, _CHUNK):
+            stop = min(n, start + _CHUNK)
+            out[start:stop] = stream.normals(stop - start).mul_(std)
+        return out.reshape(shape).to(device)
 
 
-def os_seeded_generator(device: torch.device | str = "cpu") -> torch.Generator:
-    """A torch generator on ``device`` seeded with :func:`os_seed`."""
-    return torch.Generator(device=device).manual_seed(os_seed())
+class _Keystream:
+    """Consecutive chunks of one draw's keystream, through reused buffers (no per-chunk allocation)."""
+
+    def __init__(self, encryptor, values: int) -> None:
+        size = max(2, min(values + 1, _CHUNK))  # a draw of n normals needs 2⌈n/2⌉ uniforms
+        self.encryptor = encryptor
+        self._zeros = bytearray(8 * size)
+        self._bytes = bytearray(8 * size)
+        self._words = torch.frombuffer(self._bytes, dtype=torch.int64)
+        self._u = torch.empty(size, dtype=torch.float64)
+
+    def uniforms(self, n: int) -> torch.Tensor:
+        """``n ≤ _CHUNK`` float64 values ``(m + 1)·2⁻⁵³`` from the next ``8n`` keystream bytes (a view
+        into a buffer that the next call overwrites)."""
+        self.encryptor.update_into(memoryview(self._zeros)[: 8 * n], self._bytes)
+        words = self._words[:n].bitwise_and_(_MANTISSA)
+        return self._u[:n].copy_(words).add_(1.0).mul_(2.0**-53)
+
+    def normals(self, n: int) -> torch.Tensor:
+        """``n ≤ _CHUNK`` float64 standard normals (:func:`box_muller` of the next uniforms)."""
+        return box_muller(self.uniforms(2 * ((n + 1) // 2)))[:n]
+
+
+def box_muller(u: torch.Tensor) -> torch.Tensor:
+    """Standard normals from an even number of float64 uniforms in (0, 1], overwritten: with u₁ the first
+    half and u₂ the second, (r cos θ, r sin θ) for r = √(−2 ln u₁), θ = 2π u₂."""
+    pairs = u.numel() // 2
+    radius = u[:pairs].log_().mul_(-2.0).sqrt_()
+    angle = u[pairs:].mul_(_TWO_PI)
+    z = torch.empty(2 * pairs, dtype=torch.float64)
+    torch.mul(radius, torch.cos(angle), out=z[:pairs])
+    torch.mul(radius, angle.sin_(), out=z[pairs:])
+    return z
+
+
+STREAMS = ("sampler", "probes", "noise")
+
+
+@dataclass(frozen=True)
+class RunStreams:
+    """The three streams of a DP-SGD run, each with its own key: Poisson sampling, probes, noise."""
+
+    sampler: SecureRandom
+    probes: SecureRandom
+    noise: SecureRandom
+
+    @classmethod
+    def create(cls, seed: int | None = None) -> RunStreams:
+        """Three independent OS keys (``seed=None``: private), or three keys derived from ``seed``
+        (reproducible and *not* private)."""
+        if seed is None:
+            return cls(*(SecureRandom.from_os() for _ in STREAMS))
+        return cls(*(SecureRandom.from_seed(seed, name) for name in STREAMS))
+
+    @property
+    def private(self) -> bool:
+        """True when every key came from the OS (a private release is possible)."""
+        return all(getattr(self, name).private for name in STREAMS)
+
+    def state(self) -> dict:
+        """The keys (secret) for a checkpoint."""
+        return {name: getattr(self, name).state() for name in STREAMS}
+
+    @classmethod
+    def from_state(cls, state: dict) -> RunStreams:
+        """Inverse of :meth:`state`."""
+        return cls(*(SecureRandom.from_state(state[name]) for name in STREAMS))

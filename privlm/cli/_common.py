@@ -8,6 +8,11 @@ from typing import Any
 from rich.console import Console
 
 console = Console(stderr=False)
+LABELS_HELP = (
+    "Public class names of user data (jsonl:PATH, csv:PATH, hf:NAME), in class order: NAME,NAME,... or "
+    "NAME=WORD,... (WORD: the class's label word; default: the name). Required for user files: class names "
+    "are never read off the private rows. Rows may use a name or a class index 0..K-1."
+)
 err_console = Console(stderr=True, log_path=False)
 
 

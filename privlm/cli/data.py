@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from privlm.cli._common import console, print_json
+from privlm.cli._common import LABELS_HELP, console, print_json
 from privlm.resources.datasets import dataset_names, load_dataset
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
@@ -17,12 +17,13 @@ def show(
     name: str = typer.Argument(..., help=f"Dataset: {', '.join(dataset_names())}."),
     split: str = typer.Option("train", help="Split to preview: train, validation or test."),
     n: int = typer.Option(5, "--n", min=0, help="Number of examples to print."),
-    seed: int = typer.Option(0, help="Seed of the stratified split."),
+    seed: int = typer.Option(0, help="Seed of the split (stratified for built-ins, per row for user data)."),
+    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Show a dataset: examples, classes, verbalizer, split sizes and the first N examples of a split."""
-    full = load_dataset(name, seed=seed)
-    part = load_dataset(name, split=split, seed=seed)
+    full = load_dataset(name, seed=seed, labels=labels)
+    part = load_dataset(name, split=split, seed=seed, labels=labels)
     examples = [
         {"text": text, "label": label, "label_name": full.label_names[label]} for text, label in part.examples[:n]
     ]

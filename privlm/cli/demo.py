@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 from rich.panel import Panel
 
-from privlm.cli._common import console, print_json
+from privlm.cli._common import LABELS_HELP, console, print_json
 from privlm.cli.models import load_with_status
 from privlm.cli.synth import SPLIT_SEED, check_privacy_args, show_result, summary, synthesize_with_progress
 from privlm.evaluation.compare import synthetic_vs_random
@@ -48,6 +48,7 @@ def default_out(model: str, data: str) -> Path:
 def demo(
     model: str = typer.Option(DEFAULT_MODEL, help="Model name, local folder or hub id."),
     data: str = typer.Option(DEFAULT_DATASET, help="Private dataset: name, jsonl:PATH or csv:PATH."),
+    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
     per_class: int = typer.Option(10, "--per-class", help="Synthetic examples per class."),
     epsilon: float = typer.Option(DEMO_EPSILON, "--epsilon", help="Privacy budget of the whole output."),
     delta: float = typer.Option(DEMO_DELTA, "--delta"),
@@ -66,7 +67,7 @@ def demo(
     out = out if out is not None else default_out(model, data)
     out.parent.mkdir(parents=True, exist_ok=True)
     loaded, tokenizer, model_facts = load_with_status(model)
-    dataset = load_dataset(data)
+    dataset = load_dataset(data, labels=labels)
     data_facts = {
         "name": data,
         "num_examples": len(dataset),
@@ -83,12 +84,12 @@ def demo(
         ))
     result, _ = synthesize_with_progress(
         loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=True,
-        epsilon=epsilon, delta=delta, out=out, resume=True,
+        epsilon=epsilon, delta=delta, out=out, resume=True, labels=labels,
     )
     synth_wall_s = time.perf_counter() - start
     if not as_json:
         show_result(result, out, synth_wall_s)
-    comparison = _compare(loaded, tokenizer, model, data, result.rows, eval_test, quiet=as_json)
+    comparison = _compare(loaded, tokenizer, model, data, result.rows, eval_test, quiet=as_json, labels=labels)
     if as_json:
         print_json({
             "model": model_facts, "data": data_facts, "plan": list(PLAN), **summary(result, out, synth_wall_s),
@@ -97,15 +98,16 @@ def demo(
 
 
 def _compare(
-    model: object, tokenizer: object, model_name: str, data: str, rows: list[dict], eval_test: int, quiet: bool
+    model: object, tokenizer: object, model_name: str, data: str, rows: list[dict], eval_test: int, quiet: bool,
+    labels: object = None,
 ) -> dict[str, dict[str, object]] | None:
     """Fine-tune on the synthetic rows and on a random real train subset with the same class counts;
     score both on the first ``eval_test`` examples of the test split. The real subset is a non-private
     reference: nothing from it reaches the synthetic output, which was written before this runs."""
     if eval_test == 0 or not rows:
         return None
-    dataset = load_dataset(data, split="train", seed=SPLIT_SEED)
-    test = load_dataset(data, split="test", seed=SPLIT_SEED).examples[:eval_test]
+    dataset = load_dataset(data, split="train", seed=SPLIT_SEED, labels=labels)
+    test = load_dataset(data, split="test", seed=SPLIT_SEED, labels=labels).examples[:eval_test]
     config = preset("tiny" if model_name.startswith("tiny-") else "smollm2")
     synthetic = [(row["text"], int(row["label"])) for row in rows]
     with console.status(f"fine-tuning on {len(synthetic)} synthetic and {len(synthetic)} real examples, "

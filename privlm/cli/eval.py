@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privlm.cli._common import console, err_console, print_json
+from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.finetune import PRESETS, preset
 from privlm.evaluation.records import read_training_set
@@ -30,17 +30,18 @@ def eval_command(
     max_test: int | None = typer.Option(None, min=1, help="Score a seeded subset of this many test examples."),
     max_validation: int = typer.Option(200, min=1, help="Validation examples used by --select-epoch."),
     seed: int = typer.Option(0, help="Seed of the split, the subsets and fine-tuning."),
+    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Fine-tune MODEL on the training file (label-word loss) and score it on the test split of TEST."""
     overrides = {k: v for k, v in {"epochs": epochs, "lr": lr, "lora_rank": lora_rank}.items() if v is not None}
     config = preset(preset_name, seed=seed, **overrides)
-    test_set = load_dataset(test, split="test", seed=seed)
+    test_set = load_dataset(test, split="test", seed=seed, labels=labels)
     train_examples = read_training_set(train, test_set.label_names)
     test_examples = subsample(test_set.examples, max_test, seed)
     validation = None
     if select_epoch:
-        validation = subsample(load_dataset(test, split="validation", seed=seed).examples, max_validation, seed)
+        validation = subsample(load_dataset(test, split="validation", seed=seed, labels=labels).examples, max_validation, seed)
     start = time.perf_counter()
     model, tokenizer = load_model(model_name, seed=seed)
     steps = config.epochs * math.ceil(len(train_examples) / config.batch_size)

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.cli._common import console, err_console, print_json
+from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.errors import UserError
 from privlm.gradmm.config import PRESETS, SynthConfig, make_config
 from privlm.gradmm.generate import batches_per_class
@@ -22,21 +22,23 @@ from privlm.gradmm.prompt import build_prompt
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
 
 
-def private_examples(data: str, per_class: int | None) -> Callable[[], list[tuple[str, int]]]:
+def private_examples(data: str, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
     """A loader of the private examples: the train split, the first ``per_class`` of each class.
 
     Unit of privacy: this list *is* the private dataset of the guarantee (add/remove one of its
     examples, sensitivity C). The selection is by position, so if a larger file is regarded as the
     private dataset, adding one record there can also push another out of the first ``per_class``
-    (sensitivity up to 2C), which the stated ε does not cover. The same holds for the seeded train
-    split itself: ε is for the set read, as the README says."""
+    (sensitivity up to 2C), which the stated ε does not cover: ε is for the set read, as the README says.
+    The train split of user data is per row (a row's split depends on its own text only), so it adds
+    no such effect; the built-in data sets' stratified split does. ``labels``: the public class names
+    (``--labels``), never read off the rows."""
 
     def load() -> list[tuple[str, int]]:
         from privlm.resources.datasets import load_dataset
 
         taken: dict[int, int] = {}
         chosen = []
-        for text, label in load_dataset(data, split="train", seed=SPLIT_SEED).examples:
+        for text, label in load_dataset(data, split="train", seed=SPLIT_SEED, labels=labels).examples:
             if per_class is None or taken.get(label, 0) < per_class:
                 taken[label] = taken.get(label, 0) + 1
                 chosen.append((text, label))
@@ -58,10 +60,12 @@ def synthesize_with_progress(
     delta: float | None,
     out: Path,
     resume: bool,
+    labels: object = None,
 ) -> tuple[SynthResult, float]:
     """Read the dataset's public verbalizer, run the pipeline with rich progress bars.
 
-    Returns the result and the wall time in seconds (model loading excluded).
+    Returns the result and the wall time in seconds (model loading excluded). ``labels``: the public
+    class names (and words) of user data, ``--labels``.
     """
     from privlm.resources.datasets import load_dataset
 
@@ -70,7 +74,7 @@ def synthesize_with_progress(
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
-    dataset = load_dataset(data, split=None, seed=SPLIT_SEED)  # only its public verbalizer is used here
+    dataset = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels)  # only its public verbalizer is used
     model.requires_grad_(False)
     prompt = build_prompt(
         tokenizer, dataset.verbalizer.suffix, dataset.verbalizer.label_words, dataset.label_names
@@ -91,7 +95,7 @@ def synthesize_with_progress(
             progress.reset(steps, description="ADMM steps")
 
         result = run_synthesis(
-            model, tokenizer, prompt, private_examples(data, config.private_per_class),
+            model, tokenizer, prompt, private_examples(data, config.private_per_class, labels),
             out=out, per_class=per_class, config=config, dp=dp, epsilon=epsilon, delta=delta, resume=resume,
             settings={"model": model_name, "data": data},
             on_private_batch=lambda n: progress.advance(private, n),
@@ -149,6 +153,7 @@ def register(app: typer.Typer) -> None:
     def synth(
         model: str = typer.Option("smollm2-135m", "--model", help="registered name, local folder or hub id"),
         data: str = typer.Option(..., "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ..."),
+        labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
         per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
         out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ sidecar FILE.privacy.json)"),
         epsilon: float | None = typer.Option(None, "--epsilon", help="privacy budget ε of the whole output"),
@@ -185,7 +190,7 @@ def register(app: typer.Typer) -> None:
         loaded, tokenizer = load_model(model)
         result, wall_s = synthesize_with_progress(
             loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=not no_dp,
-            epsilon=epsilon, delta=delta, out=out, resume=resume,
+            epsilon=epsilon, delta=delta, out=out, resume=resume, labels=labels,
         )
         if json_out:
             print_json(summary(result, out, wall_s))

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from privlm.cli._common import console, err_console, print_json
+from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.errors import UserError
 from privlm.training.data import TASKS
@@ -21,6 +21,7 @@ def train_command(
     model: str = typer.Option("smollm2-135m", "--model", help="Registered name, local folder or hub id."),
     data: str = typer.Option(..., "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ..."),
     task: str = typer.Option("classify", "--task", help=f"One of {', '.join(TASKS)}."),
+    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -40,7 +41,9 @@ def train_command(
     lora_layers: int | None = typer.Option(
         None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."),
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
+    resume: bool = typer.Option(
+        False, "--resume",
+        help="Continue from the last checkpoint in --out (same settings, training data and model: checked)."),
     seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
     loss_bound: float = typer.Option(
         10.0, "--loss-bound", help="L: per-sample (mean token) losses are clamped to [0, L] for the DP loss."),
@@ -67,7 +70,7 @@ def train_command(
     )
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-    session = set_up(model, data, config, max_train)
+    session = set_up(model, data, config, max_train, labels)  # class names of user data: public input
     label = "DP loss" if config.private else "loss (not private)"
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{label} {{task.fields[loss]}}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
@@ -75,7 +78,9 @@ def train_command(
         bar = progress.add_task("training", total=None, loss="-", eps="-")
 
         def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
-            progress.update(bar, completed=step, total=total, loss="off" if loss is None else f"{loss:.4f}",
+            # the last logged loss (shown once the ledger covers it); "-" before the first log line
+            unset = "off" if config.private and config.loss_release() is None else "-"
+            progress.update(bar, completed=step, total=total, loss=unset if loss is None else f"{loss:.4f}",
                             eps="n/a (not private)" if eps is None else f"{eps:.3f}")
 
         summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
@@ -92,6 +97,8 @@ def train_command(
                f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}"
                + ("" if config.loss_release() is None else
                   f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"))
+    if config.private and not summary["private_release"]:
+        privacy += " — NOT a private release: --seed makes the noise reproducible"
     console.print(f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
                   f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]")
 

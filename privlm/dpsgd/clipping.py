@@ -15,10 +15,24 @@ here is ∇ℓ_i and ‖c_i g_i‖ ≤ C whenever n̂_i is the exact norm; with 
 C·n_i/n̂_i, which the randomized-clipping accountant covers. The second backward additionally assumes
 that every use of a trainable parameter is a hooked layer call; the first micro-batch checks it and a
 parameter used outside its layer (functionally) is refused. Book-keeping needs no such assumption.
+
+Probes of the randomized modes, and why they keep the proof. For logical step t and trainable parameter
+j, the probe matrix P_{t,j} is the draw at address (t, j) of the clipper's probe stream: *one* matrix
+per parameter for the whole logical step, the same for every micro-batch and — with the same key,
+broadcast from rank 0 — on every rank, drawn independently of the data. Given the probes of step t,
+example i's clipped gradient c_i(P_t) g_i is a function of example i alone; so adding or removing one
+example changes exactly one term of the step's clipped sum, by c(P_t)·g with norm ≤ C·max(1, n/n̂(P_t)),
+whatever the batch composition, the micro-batch cut or the shard an example lands in. Over the draw of
+P_t, n̂²/n² is distributed as Q_w = Σ_j w_j χ²_k/k for the added example's spectrum w, which is what the
+randomized-clipping accountant's envelope dominates (:mod:`privlm.privacy.randomized`; the revealed-scale
+analysis treats P_t as public). Probes drawn per micro-batch from one running stream would not do:
+adding an example shifts later examples into other micro-batches and so changes *their* probes and
+clip factors (a crafted ±e_i pair attack measured a true ε ≥ 13 against 5.5 accounted).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +41,10 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from privlm.randomness import os_seeded_generator
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
 from privlm.dpsgd.norms import NORM_MODES, Factor, sq_norms, weighted_sum
 from privlm.errors import UserError
+from privlm.randomness import SecureRandom
 
 LossFn = Callable[[nn.Module, Any], Tensor]
 
@@ -55,9 +69,10 @@ class ClipStats:
 class PerSampleClipper:
     """Clips per-sample gradients of ``model``'s trainable parameters and accumulates their sum.
 
-    ``loss_fn(model, batch)`` must return per-sample losses (B,). ``generator`` draws the probes of the
-    randomized modes (fresh every call, independent of the data). ``loss_bound``: accumulate the
-    clamped loss sum for the DP loss release (None: losses are not accumulated)."""
+    ``loss_fn(model, batch)`` must return per-sample losses (B,). ``randomness`` is the probe stream of
+    the randomized modes (default: a fresh OS key); :meth:`begin_step` selects the logical step whose
+    probes every following micro-batch uses (module docstring). ``loss_bound``: accumulate the clamped
+    loss sum for the DP loss release (None: losses are not accumulated)."""
 
     def __init__(
         self,
@@ -68,7 +83,7 @@ class PerSampleClipper:
         norm_mode: str = "mixed",
         probes: int = 32,
         bookkeeping: bool = True,
-        generator: torch.Generator | None = None,
+        randomness: SecureRandom | None = None,
         loss_bound: float | None = None,
     ) -> None:
         if norm_mode not in NORM_MODES:
@@ -81,9 +96,11 @@ class PerSampleClipper:
         self.norm_mode = norm_mode
         self.probes = probes
         self.bookkeeping = bookkeeping
-        self.generator = generator if generator is not None else os_seeded_generator()
+        self.randomness = randomness if randomness is not None else SecureRandom.from_os()
         self.capture = LayerCapture(model)
         self.params = trainable_parameters(model)
+        self._index = {p: j for j, p in enumerate(self.params)}
+        self.step = 0
         self.summed_grads: dict[nn.Parameter, Tensor] = {}
         self.loss_bound = loss_bound
         self.summed_loss = torch.zeros((), dtype=torch.float64)
@@ -107,10 +124,28 @@ class PerSampleClipper:
             factors = self.capture.factors(recorded, list(grads))
         return losses, factors, self.total_sq_norms(factors, losses.shape[0])
 
+    def begin_step(self, step: int) -> None:
+        """Use the probes of logical step ``step`` (≥ 1) for every micro-batch until the next call."""
+        if step < 1 or step >= 2**32:
+            raise ValueError(f"a step index is in [1, 2^32), got {step}")
+        self.step = step
+
+    def probe_matrix(self, param: nn.Parameter, columns: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """N(0, 1) probes (rows × ``columns``) of ``param`` for the current step: the draw at address
+        (step, parameter index). Every micro-batch of the step redraws exactly the same matrix (the draw
+        is a function of key and address), so none is kept alive between micro-batches."""
+        if self.step < 1:
+            raise RuntimeError("call begin_step(step) before estimating norms (DPOptimizer.zero_grad does)")
+        address = (self.step, self._index[param])
+        return self.randomness.normal((param.shape[0], columns), address, dtype=dtype, device=device)
+
     def total_sq_norms(self, factors: dict[nn.Parameter, list[Factor]], batch_size: int) -> Tensor:
         """n̂²_i = Σ over trainable parameters of their per-sample squared norms (B,), in the clipper's mode."""
         with record_function("privlm.norms"):
-            parts = [sq_norms(f, self.norm_mode, self.probes, self.generator) for f in factors.values()]
+            parts = [
+                sq_norms(f, self.norm_mode, self.probes, functools.partial(self.probe_matrix, p))
+                for p, f in factors.items()
+            ]
         return torch.stack(parts).sum(0) if parts else torch.zeros(batch_size)
 
     def sq_norms(self, batch: Any) -> Tensor:

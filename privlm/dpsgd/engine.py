@@ -33,7 +33,6 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
-from privlm.randomness import os_seeded_generator
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES
@@ -41,6 +40,7 @@ from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.dpsgd.sampling import physical_batches, poisson_loader
 from privlm.errors import UserError
 from privlm.privacy import PoissonGaussianStep, PrivacyAccountant, calibrate_noise_multiplier
+from privlm.randomness import RunStreams
 
 
 class PrivateModel(nn.Module):
@@ -65,13 +65,6 @@ class PrivateModel(nn.Module):
         return ClipStats(*(torch.cat([getattr(p, f) for p in parts]) for f in ("losses", "sq_norms", "factors")))
 
 
-def _generator(seed: int | None, stream: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """Stream ``stream`` of ``seed`` (reproducible), or a generator seeded from the OS when ``seed`` is None."""
-    if seed is None:
-        return os_seeded_generator(device)
-    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + stream) % 2**63)
-
-
 class PrivacyEngine:
     """DP-SGD with per-sample norms in ``norm_mode`` (exact, ghost, mixed, hutchinson, hutchpp).
 
@@ -81,8 +74,11 @@ class PrivacyEngine:
     a weight also used functionally (e.g. ``F.linear(x, layer.weight)``) would enter the clipped sum
     without entering the norm, so its per-sample contribution could exceed C (the first micro-batch is
     checked and such a parameter refused by name; a use that only some inputs trigger would not be seen).
-    Book-keeping releases only the hooked uses, so it stays within C. ``accountant``: ``"pld"`` or ``"rdp"``. ``seed``:
-    reproducible sampling, probes and noise (independent streams); None draws them from the OS."""
+    Book-keeping releases only the hooked uses, so it stays within C. ``accountant``: ``"pld"`` or ``"rdp"``.
+    Randomness (:mod:`privlm.randomness`): ``streams`` gives the sampler, probe and noise keys (a
+    distributed run broadcasts rank 0's); otherwise ``seed=None`` draws three independent keys from the
+    OS, and an integer ``seed`` derives them from it — reproducible, and then not a private release
+    (:attr:`private_release` is False)."""
 
     def __init__(
         self,
@@ -91,6 +87,7 @@ class PrivacyEngine:
         bookkeeping: bool = True,
         accountant: str = "pld",
         seed: int | None = None,
+        streams: RunStreams | None = None,
     ) -> None:
         if norm_mode not in NORM_MODES:
             raise UserError(f"norm_mode must be one of {', '.join(NORM_MODES)}, got {norm_mode!r}")
@@ -102,7 +99,9 @@ class PrivacyEngine:
         self.bookkeeping = bookkeeping
         self.accountant_method = accountant
         self.accountant = PrivacyAccountant(method=accountant)
-        self.seed = seed
+        if seed is not None and streams is not None:
+            raise UserError("give a seed or the streams, not both")
+        self.streams = streams if streams is not None else RunStreams.create(seed)
         self.steps = 0
         self._event: PoissonGaussianStep | None = None
 
@@ -110,6 +109,12 @@ class PrivacyEngine:
     def clipping_kind(self) -> str:
         """The accountant's clipping kind for this norm mode."""
         return self.norm_mode if self.norm_mode in RANDOMIZED_MODES else "exact"
+
+    @property
+    def private_release(self) -> bool:
+        """False when the randomness is reproducible from a seed: then nothing this engine trains is a
+        private release, whatever ε says."""
+        return self.streams.private
 
     @property
     def _event_probes(self) -> int | None:
@@ -164,7 +169,6 @@ class PrivacyEngine:
             clipping=self.clipping_kind,
             probes=self._event_probes,
         )
-        device = next(module.parameters()).device  # probes and noise are drawn where the parameters live
         clipper = PerSampleClipper(
             module,
             loss_fn or functools.partial(causal_lm_losses, reduction=loss_reduction),
@@ -172,7 +176,7 @@ class PrivacyEngine:
             norm_mode=self.norm_mode,
             probes=self.probes,
             bookkeeping=self.bookkeeping,
-            generator=_generator(self.seed, 1, device),
+            randomness=self.streams.probes,
             loss_bound=None if loss_release is None else loss_release.bound,
         )
         dp_optimizer = DPOptimizer(
@@ -180,7 +184,7 @@ class PrivacyEngine:
             clipper,
             noise_multiplier=noise_multiplier,
             expected_batch_size=sample_rate * len(dataset),
-            generator=_generator(self.seed, 2, device),
+            randomness=self.streams.noise,
             on_step=self._record_step,
             loss_release=loss_release,
         )
@@ -188,7 +192,7 @@ class PrivacyEngine:
             dataset,
             sample_rate,
             steps_per_epoch,
-            _generator(self.seed, 0),
+            self.streams.sampler,
             collate_fn=data_loader.collate_fn,
             num_workers=data_loader.num_workers,
         )

@@ -4,13 +4,13 @@ For a per-sample gradient matrix ``M_i`` (rows × cols), ``‖M_i‖²_F = tr(M_
 gives ``right(X) = M_iᵀ X`` (B, cols, k) and ``left(Y) = M_i Y_i`` (B, rows, k), so nothing of size
 rows × cols is ever formed per sample.
 
-Probes are Gaussian, drawn from the caller's ``torch.Generator`` (independent of the data) and fresh
-at every call. Both estimators are unbiased: E[estimate] = ‖M_i‖²_F. Hutchinson with k probes
+Probes are Gaussian N(0, 1) matrices given by the caller (drawn independently of the data; see
+:class:`privlm.dpsgd.clipping.PerSampleClipper` for which draw serves which samples). Both estimators are unbiased: E[estimate] = ‖M_i‖²_F. Hutchinson with k probes
 (entries N(0, 1/k)) has variance 2 Σ λ² / k, λ the eigenvalues of M_i M_iᵀ. Hutch++ (Meyer, Musco,
 Musco, Woodruff 2021) with m probes: a sketch of ⌊m/3⌋ probes, QR, the exact trace on the sketched
 head, and Hutchinson with m − 2⌊m/3⌋ ≥ ⌊m/3⌋ probes on the deflated tail. Conditional on the sketch the
 tail is a Hutchinson estimate, which is what the privacy accounting of ``hutchpp`` relies on.
-One probe matrix is shared by all samples of a batch and all uses of a parameter.
+One probe matrix serves all samples of a logical step and all uses of a parameter.
 """
 
 from __future__ import annotations
@@ -35,29 +35,36 @@ class SampleOperator(Protocol):
         """``M_i Y_i`` (B, rows, k) for Y (B, cols, k)."""
 
 
-def gaussian_probes(op: SampleOperator, k: int, generator: torch.Generator) -> Tensor:
-    """A (rows, k) matrix of N(0, 1) entries from ``generator``, in the operator's dtype and device."""
-    probes = torch.randn(op.rows, k, generator=generator, device=generator.device, dtype=op.dtype)
-    return probes.to(op.device)
+def probe_columns(mode: str, probes: int) -> int:
+    """Columns of the N(0, 1) matrix an estimator consumes: k for ``hutchinson``, the ⌊m/3⌋ sketch and
+    m − 2⌊m/3⌋ tail columns for ``hutchpp``."""
+    if mode == "hutchinson":
+        if probes < 1:
+            raise ValueError(f"hutchinson needs k >= 1 probes, got {probes}")
+        return probes
+    if mode == "hutchpp":
+        if probes < 3:
+            raise ValueError(f"hutchpp needs m >= 3 probes, got {probes}")
+        return probes - probes // 3
+    raise ValueError(f"{mode!r} is not a randomized norm mode")
 
 
-def hutchinson(op: SampleOperator, k: int, generator: torch.Generator) -> Tensor:
-    """Unbiased estimate (B,) of ``‖M_i‖²_F`` as ``‖M_iᵀ P‖²_F``, P (rows × k) with entries N(0, 1/k)."""
-    if k < 1:
-        raise ValueError(f"hutchinson needs k >= 1 probes, got {k}")
-    probes = gaussian_probes(op, k, generator).mul_(k**-0.5)
-    return op.right(probes).pow(2).sum((1, 2))
+def hutchinson(op: SampleOperator, probes: Tensor) -> Tensor:
+    """Unbiased estimate (B,) of ``‖M_i‖²_F`` as ``‖M_iᵀ P‖²_F``, P = ``probes``/√k (rows × k, N(0, 1) given)."""
+    return op.right(probes.to(op.dtype)).pow(2).sum((1, 2)) / probes.shape[1]
 
 
-def hutchpp(op: SampleOperator, m: int, generator: torch.Generator) -> Tensor:
-    """Unbiased Hutch++ estimate (B,) of ``‖M_i‖²_F`` with m ≥ 3 probes (see module docstring)."""
-    if m < 3:
-        raise ValueError(f"hutchpp needs m >= 3 probes, got {m}")
+def hutchpp(op: SampleOperator, m: int, probes: Tensor) -> Tensor:
+    """Unbiased Hutch++ estimate (B,) of ``‖M_i‖²_F`` with m ≥ 3 probes (see module docstring);
+    ``probes``: (rows × :func:`probe_columns`) N(0, 1), the first ⌊m/3⌋ columns the sketch."""
     k_sketch = m // 3
     k_tail = m - 2 * k_sketch
-    sketch = gaussian_probes(op, k_sketch, generator)
+    if probes.shape[1] != k_sketch + k_tail:
+        raise ValueError(f"hutchpp with m = {m} needs {k_sketch + k_tail} probe columns, got {probes.shape[1]}")
+    probes = probes.to(op.dtype)
+    sketch = probes[:, :k_sketch]
     q, _ = torch.linalg.qr(op.left(op.right(sketch)))
     head = op.right(q).pow(2).sum((1, 2))
-    tail_probes = gaussian_probes(op, k_tail, generator).mul_(k_tail**-0.5)
+    tail_probes = probes[:, k_sketch:]
     deflated = tail_probes - q @ (q.transpose(1, 2) @ tail_probes)
-    return head + op.right(deflated).pow(2).sum((1, 2))
+    return head + op.right(deflated).pow(2).sum((1, 2)) / k_tail

@@ -7,10 +7,14 @@ micro-batches of the logical batch, plus noise drawn once, divided by the expect
 
 With a :class:`~privlm.dpsgd.loss_release.LossRelease`, the same step also releases a DP training loss
 :attr:`DPOptimizer.released_loss` = (Σ_i clamp(ℓ_i, 0, L) + N(0, σ²L²/α²)) / (q·N): the loss coordinate of
-the joint Gaussian mechanism described there, its noise drawn from the same generator right after the
-step's gradient noise (one extra draw per step: later steps' noise differs from a run without the
-release, their distribution does not). The engine accounts
-the step at σ/√(1+α²); a ``DPOptimizer`` built by hand must be accounted that way too.
+the joint Gaussian mechanism described there. The engine accounts the step at σ/√(1+α²); a
+``DPOptimizer`` built by hand must be accounted that way too.
+
+Noise comes from a :class:`~privlm.randomness.SecureRandom` stream (its own OS key): step t's noise for
+trainable parameter j is the draw at address (t, j), the loss noise the draw at (t, J) with J the number
+of trainable parameters; float64 Box–Muller from 53-bit uniforms, scaled by σC and cast to the gradient's
+dtype. Draws are addressed, not sequential, so a resumed run or every rank of a distributed one draws
+exactly the same noise for a step, and no other draw can shift it.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import torch
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
+from privlm.randomness import SecureRandom
 
 
 class DPOptimizer:
     """Wraps ``optimizer``; ``on_step`` is called after each noisy step (the engine's accountant).
-    ``loss_release``: also release a DP loss per step (needs ``clipper.loss_bound == loss_release.bound``)."""
+    ``randomness``: the noise stream (module docstring). ``steps``: noisy steps taken so far (a resumed
+    run sets it). ``loss_release``: also release a DP loss per step (needs ``clipper.loss_bound ==
+    loss_release.bound``)."""
 
     def __init__(
         self,
@@ -35,7 +42,7 @@ class DPOptimizer:
         *,
         noise_multiplier: float,
         expected_batch_size: float,
-        generator: torch.Generator,
+        randomness: SecureRandom,
         on_step: Callable[[], None] | None = None,
         loss_release: LossRelease | None = None,
     ) -> None:
@@ -47,7 +54,9 @@ class DPOptimizer:
         self.clipper = clipper
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
-        self.generator = generator
+        self.randomness = randomness
+        self.steps = 0
+        clipper.begin_step(1)
         if loss_release is not None and clipper.loss_bound != loss_release.bound:
             raise ValueError(f"the clipper's loss bound {clipper.loss_bound} differs from the release's {loss_release.bound}")
         self.on_step = on_step
@@ -69,8 +78,11 @@ class DPOptimizer:
         self.optimizer.load_state_dict(state)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Start a logical batch: clear ``.grad`` and the clipper's accumulated clipped sums."""
+        """Start logical step ``steps + 1``: clear ``.grad`` and the clipper's accumulated clipped sums,
+        and select the step's probes (:meth:`step` selects them too, and a resumed run that sets
+        :attr:`steps` gets them here)."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
+        self.clipper.begin_step(self.steps + 1)
         self.clipper.summed_grads = {}
         self.clipper.pop_summed_loss()
         self.released_loss = None
@@ -87,13 +99,14 @@ class DPOptimizer:
         summed = float(self.clipper.pop_summed_loss())
         if self.loss_release is None:
             return None
-        noise = torch.randn((), generator=self.generator, device=self.generator.device, dtype=torch.float64)
-        return (summed + self.loss_release.loss_noise_std(self.noise_multiplier) * float(noise)) / self.expected_batch_size
+        address = (self.steps + 1, len(self.clipper.params))
+        noise = float(self.randomness.normal((), address, dtype=torch.float64))
+        return (summed + self.loss_release.loss_noise_std(self.noise_multiplier) * noise) / self.expected_batch_size
 
     def _add_noise(self, std: float) -> None:
-        for p, summed in self.clipper.pop_summed_grads().items():
-            noise = torch.randn(p.shape, generator=self.generator, device=self.generator.device, dtype=summed.dtype)
-            p.grad = summed.add_(noise.to(summed.device), alpha=std).div_(self.expected_batch_size)
+        for j, (p, summed) in enumerate(self.clipper.pop_summed_grads().items()):
+            noise = self.randomness.normal(p.shape, (self.steps + 1, j), std=std, dtype=summed.dtype, device=summed.device)
+            p.grad = summed.add_(noise).div_(self.expected_batch_size)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One private step: noise, update, then accounting (even for an empty logical batch); sets
@@ -102,6 +115,8 @@ class DPOptimizer:
             raise ValueError("closures are not supported: call model.clipped_backward(batch) before step()")
         self.privatize_grads()
         result = self.optimizer.step()
+        self.steps += 1
+        self.clipper.begin_step(self.steps + 1)  # also for loops that never call zero_grad (HF Trainer)
         if self.on_step is not None:
             self.on_step()
         return result

@@ -2,7 +2,9 @@
 
 Under Poisson sampling every example joins each logical batch independently with probability q, so
 batch sizes vary and may be zero; the privacy accounting of subsampled Gaussian steps assumes exactly
-this. A logical batch larger than memory is cut into physical micro-batches whose clipped sums are
+this. Inclusion is decided by 53-bit uniforms from a :class:`~privlm.randomness.SecureRandom` stream,
+the draw for step t at address (t,): which examples a step used is as secret as the key, and a resumed
+run (or every rank) draws the same batches. A logical batch larger than memory is cut into physical micro-batches whose clipped sums are
 accumulated before the noise is added (once per logical step).
 """
 
@@ -15,21 +17,27 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import default_collate
 
+from privlm.randomness import SecureRandom
+
 
 class PoissonBatchSampler(Sampler[list[int]]):
-    """``steps`` batches of indices in ``range(num_samples)``, each index included with prob. ``sample_rate``."""
+    """The batches of steps ``first_step … first_step + steps − 1``: indices in ``range(num_samples)``,
+    each included independently with probability ``sample_rate``."""
 
-    def __init__(self, num_samples: int, sample_rate: float, steps: int, generator: torch.Generator) -> None:
+    def __init__(
+        self, num_samples: int, sample_rate: float, steps: int, randomness: SecureRandom, first_step: int = 1
+    ) -> None:
         if not 0 < sample_rate <= 1:
             raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
         self.num_samples = num_samples
         self.sample_rate = sample_rate
         self.steps = steps
-        self.generator = generator
+        self.randomness = randomness
+        self.first_step = first_step
 
     def __iter__(self) -> Iterator[list[int]]:
-        for _ in range(self.steps):
-            keep = torch.rand(self.num_samples, generator=self.generator) < self.sample_rate
+        for step in range(self.first_step, self.first_step + self.steps):
+            keep = self.randomness.uniform(self.num_samples, (step,)) < self.sample_rate
             yield keep.nonzero().flatten().tolist()
 
     def __len__(self) -> int:
@@ -82,11 +90,11 @@ def poisson_loader(
     dataset: Dataset,
     sample_rate: float,
     steps: int,
-    generator: torch.Generator,
+    randomness: SecureRandom,
     collate_fn: Callable[[list], Any] | None = None,
     num_workers: int = 0,
 ) -> DataLoader:
     """A DataLoader yielding ``steps`` Poisson-sampled logical batches (possibly empty) of ``dataset``."""
-    sampler = PoissonBatchSampler(len(dataset), sample_rate, steps, generator)
+    sampler = PoissonBatchSampler(len(dataset), sample_rate, steps, randomness)
     collate = _EmptySafeCollate(collate_fn or default_collate, dataset)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

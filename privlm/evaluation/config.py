@@ -3,7 +3,7 @@
 Example (``experiments/rotten_tomatoes.toml``)::
 
     model = "smollm2-135m"
-    dataset = "rotten-tomatoes"
+    dataset = "rotten-tomatoes"  # or "jsonl:PATH" / "csv:PATH" with labels = [...] (below)
     pool_per_class = 50          # the private pool, drawn once from the train split
     n_per_class = [5, 10, 20]
     seeds = [0, 1, 2]
@@ -21,6 +21,12 @@ Example (``experiments/rotten_tomatoes.toml``)::
     [methods.full-pool]              # ignores n_per_class: trains on the whole pool
     [methods."gradmm@top50"]         # NAME@VARIANT: method NAME again, with other parameters (ablations)
     top_k = 50
+
+User data (``jsonl:``, ``csv:``, ``hf:`` without a ClassLabel column) needs its public class names,
+as ``privlm … --labels`` does: ``labels = ["negative", "positive"]`` (items may be ``"NAME=WORD"``) or
+``labels = {negative = "bad", positive = "great"}`` (name = label word, in class order). They are never
+read off the private rows (see :mod:`privlm.resources.labels`); for a built-in data set they may only
+repeat its names. A configuration without ``labels`` hashes as it did before the key existed.
 
 The configuration hash (SHA-256 of its canonical JSON) tags every results row, and so do two finer
 hashes: of the shared settings, and of the shared settings plus one method's parameters. A resume keeps
@@ -40,6 +46,7 @@ from typing import Any
 
 from privlm.errors import UserError
 from privlm.evaluation.finetune import FinetuneConfig, preset
+from privlm.resources.labels import LabelSpec, as_labels
 
 NO_DP = "none"
 FULL_POOL = "full-pool"
@@ -113,9 +120,14 @@ class ExperimentConfig:
     validation_size: int | None = None
     data_seed: int = 0
     mia: bool = True
+    labels: LabelSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Canonical dict form; ``labels`` only when given (older configurations keep their hashes)."""
+        data = asdict(self)
+        if self.labels is None:
+            del data["labels"]
+        return data
 
     @property
     def hash(self) -> str:
@@ -215,7 +227,14 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         validation_size=data.get("validation_size"),
         data_seed=int(data.get("data_seed", 0)),
         mia=bool(data.get("mia", True)),
+        labels=as_labels(data.get("labels"), f"{source}: labels"),
     )
+    if config.labels is None and config.dataset.startswith(("jsonl:", "csv:")):
+        raise UserError(
+            f"{source}: dataset {config.dataset!r} is user data: give its public class names, e.g. "
+            'labels = ["negative", "positive"] or labels = {negative = "bad", positive = "great"} '
+            "(never read off the private rows)"
+        )
     grid = config.finetune.get("grid", [])
     if not isinstance(grid, list) or not all(isinstance(entry, dict) for entry in grid):
         raise UserError(f"{source}: finetune.grid must be a list of tables, e.g. [{{lr = 1e-5}}, {{lr = 5e-5}}]")

@@ -175,16 +175,19 @@ def run_experiment(
     write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
     write_text_atomic(out / "config.json", saved_config)
 
-    train = load_dataset(config.dataset, split="train", seed=config.data_seed)
+    train = load_dataset(config.dataset, split="train", seed=config.data_seed, labels=config.labels)
     pool_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed)
     pool = [train.examples[i] for i in pool_idx]
     held_out_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed + 1, exclude=pool_idx)
     nonmembers = [train.examples[i] for i in held_out_idx]
     validation = None
     if config.validation_size is not None:
-        valid = load_dataset(config.dataset, split="validation", seed=config.data_seed)
+        valid = load_dataset(config.dataset, split="validation", seed=config.data_seed, labels=config.labels)
         validation = subsample(valid.examples, config.validation_size, config.data_seed)
-    test = subsample(load_dataset(config.dataset, split="test", seed=config.data_seed).examples, config.test_size, config.data_seed)
+    test = subsample(
+        load_dataset(config.dataset, split="test", seed=config.data_seed, labels=config.labels).examples,
+        config.test_size, config.data_seed,
+    )
     suffix, words = train.verbalizer.suffix, train.verbalizer.label_words
     model, tokenizer = load_model(config.model, seed=config.data_seed)
     features = functools.cache(lambda: last_token_features(model, tokenizer, [t for t, _ in pool]))

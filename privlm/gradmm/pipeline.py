@@ -2,9 +2,15 @@
 
 On disk, next to the output ``FILE.jsonl``:
 
+- ``FILE.jsonl.gradmm/privacy.json`` — the write-ahead ledger of the release (one Gaussian release at
+  the σ calibrated for (ε, δ)), saved durably (fsync'd, atomic) *before* the release is drawn, so no
+  release tensor, batch or text derived from it is ever on disk without a ledger that accounts for it.
+  A draw that dies before ``release.pt`` is written has left nothing outside the process; the redraw
+  under ``resume`` is covered by the same entry (not recorded twice);
 - ``FILE.jsonl.gradmm/release.pt`` — the DP release, saved the moment it is drawn and reused by
   ``resume=True`` (drawing it again would spend the privacy budget twice, so without ``resume`` an
-  existing release is an error, never silently replaced);
+  existing release is an error, never silently replaced). A resume reuses it without reading the
+  private data: nothing new about the data (whatever it is now) is computed, so it needs no data binding;
 - ``FILE.jsonl.gradmm/run.json`` — the public settings, which a resumed run must repeat exactly;
 - ``FILE.jsonl.gradmm/batches/`` — finished ADMM batches (atomic files);
 - ``FILE.jsonl`` and ``FILE.privacy.json`` — written through temp files and ``os.replace`` only
@@ -33,6 +39,8 @@ from privlm.gradmm.prompt import Prompt
 from privlm.gradmm.release import Release, draw_release
 from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.events import GaussianRelease
+from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.privacy.ledger import Ledger, LedgerEntry
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,10 @@ class RunPaths:
     @property
     def manifest(self) -> Path:
         return self.workdir / "run.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / "privacy.json"
 
     @property
     def batches(self) -> Path:
@@ -155,15 +167,36 @@ def obtain_release(
                 f"(drawing again would spend the privacy budget twice) or remove {paths.workdir}"
             )
         _check_manifest(paths.manifest, settings)
-        return Release.load(paths.release), True
+        release = Release.load(paths.release)
+        if release.dp:  # a release saved by an older privlm had no ledger beside it: account for it now
+            _write_ahead(paths, release.noise_multiplier)
+        return release, True
     paths.workdir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
+    if dp:  # write-ahead: the ledger is durable before the release (or anything from it) is written
+        _write_ahead(paths, gaussian_noise_multiplier(epsilon, delta) if epsilon is not None and delta is not None
+                     else None)
     release = draw_release(
         model, tokenizer, load_private(), prompt,
         epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, max_tokens=config.max_private_tokens,
         save_to=paths.release, meta={"settings": settings}, on_batch=on_private_batch,
     )
     return release, False
+
+
+def _write_ahead(paths: RunPaths, sigma: float | None) -> None:
+    """Make ``paths.ledger`` hold the release at noise multiplier ``sigma`` (rank 0 writes; fsync'd, atomic).
+
+    An entry already there for the same event (a draw that died before its release was saved) covers the
+    redraw: the lost draw never left the process. ``sigma=None`` (missing ε or δ) writes nothing and lets
+    :func:`draw_release` refuse the arguments."""
+    if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
+        return
+    entry = LedgerEntry(GaussianRelease(sigma), 1, f"GRADMM release for {paths.out.name}")
+    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
+    if entry not in ledger.entries:
+        ledger.append(entry)
+        ledger.save(paths.ledger)
 
 
 def run_synthesis(

@@ -10,9 +10,9 @@ to norm ``C`` *without forming it*, and per class ``c``::
 Guarantee: under add/remove-one adjacency an example changes exactly one class's sum by at most ``C``
 in L2, so the whole release (all classes together) is one Gaussian mechanism with sensitivity ``C``
 and is (ε, δ)-DP (classes compose in parallel). Assumptions: labels are part of the record (replace-one
-adjacency would need sensitivity √2·C, i.e. twice the ε budget); the noise comes from torch's Gaussian
-sampler seeded from ``os.urandom`` (floating-point side channels of the sampler are not addressed);
-no private count is released (cosine matching is scale-free). ``dp=False`` skips clipping and noise
+adjacency would need sensitivity √2·C, i.e. twice the ε budget); the noise comes from a fresh
+256-bit OS key through :class:`privlm.randomness.SecureRandom` (ChaCha20, float64 Box–Muller from 53-bit
+uniforms; its floating-point assumption is stated there); no private count is released (cosine matching is scale-free). ``dp=False`` skips clipping and noise
 and the release says so.
 
 Under ``torch.distributed`` each rank sums its shard of the examples, the clipped sums are all-reduced,
@@ -33,7 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
-from privlm.randomness import os_seeded_generator
+from privlm.randomness import SecureRandom
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.gaussian import gaussian_noise_multiplier
 
@@ -180,13 +180,12 @@ def clipped_class_sums(
 def add_gaussian_noise(sums: torch.Tensor, std: float) -> torch.Tensor:
     """``sums + N(0, std²)`` per coordinate, drawn once (rank 0, then broadcast under torch.distributed).
 
-    The generator is seeded from ``os.urandom``: the noise must not be reproducible from any user seed.
-    """
+    Every call draws a fresh key from the OS (:meth:`SecureRandom.from_os`) and forgets it: the noise is
+    reproducible from nothing, no user seed included."""
     distributed = dist.is_available() and dist.is_initialized()
     noisy = sums.clone()
     if not distributed or dist.get_rank() == 0:
-        gen = os_seeded_generator()
-        noisy += std * torch.randn(sums.shape, generator=gen, dtype=sums.dtype)
+        noisy += SecureRandom.from_os().normal(sums.shape, (0,), std=std, dtype=sums.dtype)
     if distributed:
         dist.broadcast(noisy, src=0)
     return noisy

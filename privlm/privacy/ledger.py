@@ -2,8 +2,10 @@
 
 File format (UTF-8 JSON)::
 
-    {"format": "privlm-ledger", "version": 1,
+    {"format": "privlm-ledger", "version": 1, "private_release": true,
      "entries": [{"event": {"kind": "poisson_gaussian_step", ...}, "count": 100, "label": "epoch 1"}, ...]}
+
+(``private_release`` is false for seeded runs; a file without it, from an older privlm, reads as true.)
 
 Guarantees: :meth:`Ledger.save` writes a temporary file in the same folder and ``os.replace``-s it, so a
 crash never leaves a half-written ledger; it refuses to overwrite a ledger file whose entries are not a
@@ -59,9 +61,12 @@ class LedgerEntry:
 
 
 class Ledger:
-    """Ordered, append-only list of :class:`LedgerEntry`."""
+    """Ordered, append-only list of :class:`LedgerEntry`. ``private_release`` is False when the noise
+    behind the entries is reproducible from a user seed (``--seed``): the ε is then what the mechanism
+    would give, not a guarantee anyone holds (whoever knows the seed removes the noise)."""
 
-    def __init__(self, entries: tuple[LedgerEntry, ...] | list[LedgerEntry] = ()) -> None:
+    def __init__(self, entries: tuple[LedgerEntry, ...] | list[LedgerEntry] = (), private_release: bool = True) -> None:
+        self.private_release = bool(private_release)
         self._entries: list[LedgerEntry] = []
         for entry in entries:
             self.append(entry)
@@ -104,7 +109,8 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form of the whole ledger."""
-        return {"format": FORMAT, "version": VERSION, "entries": [entry.to_dict() for entry in self._entries]}
+        return {"format": FORMAT, "version": VERSION, "private_release": self.private_release,
+                "entries": [entry.to_dict() for entry in self._entries]}
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically; refuse if the file on disk holds entries this ledger does not start with."""
@@ -139,4 +145,4 @@ class Ledger:
                 entries.append(LedgerEntry.from_dict(item))
             except UserError as err:
                 raise UserError(f"{path}: entry {index}: {err}") from err
-        return cls(entries)
+        return cls(entries, private_release=data.get("private_release", True) is not False)

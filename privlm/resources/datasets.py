@@ -9,8 +9,18 @@ Names:
   (:mod:`privlm.resources.files`);
 - ``hf:NAME``: a Hugging Face hub dataset, when ``datasets`` is installed and the machine is online.
 
-Splits are seeded and stratified, 80 / 10 / 10, and keep identical texts in one split
-(:mod:`privlm.resources.splits`).
+**Class names are public input.** For user data (``jsonl:``, ``csv:``, ``hf:`` without a ``ClassLabel``
+column) the class names, their order and optionally their label words are given by the user
+(``labels=``, i.e. ``--labels negative,positive`` or the TOML ``labels`` key; see
+:mod:`privlm.resources.labels`) and never read off the private rows, so the class list, the verbalizer
+and every ``label_name`` are the same whichever labels occur in the data; without them loading
+fails. Built-in data sets keep their own names and verbalizers; ``labels`` given for one must
+repeat its names in order (and its words, if any are given).
+
+Splits are seeded, 80 / 10 / 10, and keep identical texts in one split
+(:mod:`privlm.resources.splits`): built-in data sets are stratified by class; **user data is split row
+by row** (each row's split is a hash of its own text and the seed), so adding one row never moves
+another, and the sizes are only about 80 / 10 / 10.
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ from privlm.resources import sources, verbalizers
 from privlm.resources.corpus import Corpus, Example
 from privlm.resources.files import read_csv, read_jsonl
 from privlm.resources.hub import read_hub_dataset
-from privlm.resources.splits import SPLITS, check_split, groups_of_identical, stratified_split
+from privlm.resources.labels import LabelSpec, as_labels, missing_labels_error
+from privlm.resources.splits import SPLITS, check_split, groups_of_identical, per_row_split, stratified_split
 from privlm.resources.verbalizers import Verbalizer, generic_verbalizer
 
 DEFAULT_DATASET = "rotten-tomatoes"
@@ -35,7 +46,10 @@ BUILTIN: dict[str, tuple[Callable[[], Corpus], Verbalizer]] = {
     "tweets-3class": (sources.tweets_3class, verbalizers.TWEETS_3CLASS),
     "bbc-news": (sources.bbc_news, verbalizers.BBC_NEWS),
 }
-PREFIXES: dict[str, Callable[[str], Corpus]] = {"jsonl:": read_jsonl, "csv:": read_csv, "hf:": read_hub_dataset}
+PREFIXES: dict[str, Callable[[str, LabelSpec | None], Corpus]] = {
+    "jsonl:": read_jsonl, "csv:": read_csv, "hf:": read_hub_dataset,
+}
+NEEDS_LABELS = ("jsonl:", "csv:")  # hf: needs them unless its label column is a ClassLabel
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,8 @@ class Dataset:
 
     ``examples[i] = (text, label)``, ``0 <= label < len(label_names)``; ``verbalizer.label_words[k]``
     is the word of class ``k``. ``split_sizes`` gives the size of every split of the full corpus.
+    ``label_names`` and ``verbalizer`` are public: built in, or given by the user for user data (a
+    class may have no examples).
     """
 
     name: str
@@ -89,16 +105,25 @@ def dataset_names() -> list[str]:
     return sorted(BUILTIN) + [f"{prefix}PATH" for prefix in ("jsonl:", "csv:")] + ["hf:NAME"]
 
 
-def load_dataset(name: str, split: str | None = None, seed: int = 0) -> Dataset:
+def load_dataset(name: str, split: str | None = None, seed: int = 0, labels: object = None) -> Dataset:
     """Load dataset ``name``; ``split`` is ``"train"``, ``"validation"``, ``"test"`` or ``None`` (all).
+
+    ``labels``: the public class names (and optional words) — a :class:`LabelSpec` or any form
+    :func:`~privlm.resources.labels.as_labels` takes (``"neg,pos"``, ``"neg=bad,pos=great"``, a list,
+    a mapping name → word). Required for
+    ``jsonl:``/``csv:`` data and for ``hf:`` data without a ``ClassLabel`` column.
 
     The same ``(name, seed)`` gives the same split everywhere, and a text never appears in two
     splits. Bad names, files or contents raise :class:`UserError`.
     """
     check_split(split)
-    corpus, verbalizer = _read(name)
-    texts, labels = zip(*corpus.examples)
-    indices = stratified_split(labels, seed, groups=groups_of_identical(texts))
+    spec = as_labels(labels)
+    corpus, verbalizer, builtin = _read(name, spec)
+    texts, labels_ = zip(*corpus.examples)
+    if builtin:
+        indices = stratified_split(labels_, seed, groups=groups_of_identical(texts))
+    else:
+        indices = per_row_split(texts, seed)
     chosen = corpus.examples if split is None else tuple(corpus.examples[i] for i in indices[split])
     return Dataset(
         name=name,
@@ -111,12 +136,30 @@ def load_dataset(name: str, split: str | None = None, seed: int = 0) -> Dataset:
     )
 
 
-def _read(name: str) -> tuple[Corpus, Verbalizer]:
+def _read(name: str, spec: LabelSpec | None) -> tuple[Corpus, Verbalizer, bool]:
     if name in BUILTIN:
         reader, verbalizer = BUILTIN[name]
-        return reader(), verbalizer
+        corpus = reader()
+        if spec is not None:
+            _check_builtin_labels(name, corpus.label_names, verbalizer, spec)
+        return corpus, verbalizer, True
     for prefix, reader in PREFIXES.items():
         if name.startswith(prefix) and len(name) > len(prefix):
-            corpus = reader(name[len(prefix) :])
-            return corpus, generic_verbalizer(corpus.label_names)
+            if spec is None and prefix in NEEDS_LABELS:
+                raise missing_labels_error(name)
+            corpus = reader(name[len(prefix) :], spec)
+            words = spec.label_words if spec is not None else None
+            return corpus, generic_verbalizer(corpus.label_names, words), False
     raise UserError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
+
+
+def _check_builtin_labels(name: str, names: tuple[str, ...], verbalizer: Verbalizer, spec: LabelSpec) -> None:
+    """``--labels`` for a built-in data set may only repeat its names (and words): they are built in."""
+    if spec.names != names:
+        raise UserError(
+            f"{name} is built in with classes {','.join(names)}; --labels may only repeat them "
+            f"(got {','.join(spec.names)}), or leave it out"
+        )
+    if spec.has_words and spec.label_words != verbalizer.label_words:
+        words = ",".join(f"{n}={w}" for n, w in zip(names, verbalizer.label_words))
+        raise UserError(f"{name} has built-in label words ({words}); --labels cannot change them")

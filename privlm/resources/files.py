@@ -1,9 +1,12 @@
 """User datasets from local files: ``jsonl:PATH`` and ``csv:PATH``.
 
-Both need a ``text`` column (non-empty string) and a ``label`` column. Labels are either all
-non-negative integers (classes ``0..K-1``, every one present, names ``"0"``, ``"1"``, …) or names
-(classes = the distinct names sorted alphabetically). Files must be UTF-8 (a BOM is allowed).
-Every problem is a :class:`UserError` naming the file and, where there is one, the line.
+Both need a ``text`` column (non-empty string) and a ``label`` column. **The class names are public
+input** (:class:`~privlm.resources.labels.LabelSpec`, from ``--labels`` or the TOML ``labels`` key), never
+read off the rows: each row's label must be one of those names or a class index ``0..K-1`` (a JSON
+integer or its digits). A row with any other label is a :class:`UserError` naming the file
+and line but not the label (it is private data); a class with no rows is fine (the class list is
+public, so it must not depend on which labels occur). Files must be UTF-8 (a BOM is allowed). Every
+problem is a :class:`UserError` naming the file and, where there is one, the line.
 """
 
 from __future__ import annotations
@@ -11,15 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from privlm.errors import UserError
-from privlm.resources.corpus import Corpus, checked
+from privlm.resources.corpus import Corpus
+from privlm.resources.labels import LabelSpec, unknown_label_error
 
 TEXT, LABEL = "text", "label"
-_INTEGER = re.compile(r"[0-9]+")
 
 
 def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -38,25 +40,27 @@ def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         yield number, record
 
 
-def read_jsonl(path: str | Path) -> Corpus:
-    """One JSON object per line with ``text`` and ``label``; blank lines are skipped."""
+def read_jsonl(path: str | Path, labels: LabelSpec) -> Corpus:
+    """One JSON object per line with ``text`` and ``label``; blank lines are skipped; classes ``labels``."""
     path = Path(path)
-    texts, labels, lines = [], [], []
+    texts, raw, lines = [], [], []
     for number, record in jsonl_records(path):
         for column in (TEXT, LABEL):
             if column not in record:
                 raise UserError(f"{path}:{number}: missing '{column}'")
         label = record[LABEL]
         if isinstance(label, bool) or not isinstance(label, (int, str)) or not str(label).strip():
-            raise UserError(f"{path}:{number}: '{LABEL}' must be an integer or a name, got {label!r}")
+            raise UserError(
+                f"{path}:{number}: '{LABEL}' must be an integer or a name (the value is not shown: labels are private)"
+            )
         texts.append(_text(record[TEXT], f"{path}:{number}"))
-        labels.append(str(label).strip())
-        lines.append(number)
-    return encode_labels(texts, labels, str(path), lines)
+        raw.append(str(label).strip())
+        lines.append(f"{path}:{number}")
+    return encode_labels(texts, raw, labels, lines, str(path))
 
 
-def read_csv(path: str | Path) -> Corpus:
-    """A CSV file with a header row that includes ``text`` and ``label`` (other columns ignored)."""
+def read_csv(path: str | Path, labels: LabelSpec) -> Corpus:
+    """A CSV file with a header row that includes ``text`` and ``label`` (other columns ignored); classes ``labels``."""
     path = Path(path)
     reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
     try:
@@ -66,33 +70,34 @@ def read_csv(path: str | Path) -> Corpus:
     for column in (TEXT, LABEL):
         if column not in columns:
             raise UserError(f"{path}: no '{column}' column (columns: {', '.join(columns) or 'none'})")
-    texts, labels, lines = [], [], []
+    texts, raw, lines = [], [], []
     try:
         for row in reader:
             where = f"{path}:{reader.line_num}"
             if row[LABEL] is None or not row[LABEL].strip():
                 raise UserError(f"{where}: missing '{LABEL}'")
             texts.append(_text(row[TEXT], where))
-            labels.append(row[LABEL].strip())
-            lines.append(reader.line_num)
+            raw.append(row[LABEL].strip())
+            lines.append(where)
     except csv.Error as err:
         raise UserError(f"{path}:{reader.line_num}: malformed CSV ({err})") from err
-    return encode_labels(texts, labels, str(path), lines)
+    return encode_labels(texts, raw, labels, lines, str(path))
 
 
-def encode_labels(texts: Sequence[str], labels: Sequence[str], source: str, lines: Sequence[int]) -> Corpus:
-    """Map raw label strings to class ids (integers as given, names sorted); checks every class."""
-    if labels and all(_INTEGER.fullmatch(label) for label in labels):
-        ids = [int(label) for label in labels]
-        names = tuple(str(i) for i in range(max(ids) + 1))
-    else:
-        names = tuple(sorted(set(labels)))
-        ids = [names.index(label) for label in labels]
-        digits = [(line, label) for line, label in zip(lines, labels) if _INTEGER.fullmatch(label)]
-        if digits:
-            line, label = digits[0]
-            raise UserError(f"{source}:{line}: label {label!r} is a number but other labels are names")
-    return checked(Corpus(tuple(zip(texts, ids)), names), source)
+def encode_labels(
+    texts: Sequence[str], raw: Sequence[str], labels: LabelSpec, where: Sequence[str], source: str
+) -> Corpus:
+    """Class ids of raw label strings under the public ``labels``; ``where[i]`` ("FILE:LINE") locates row
+    ``i`` in errors, which never show the label itself."""
+    if not texts:
+        raise UserError(f"{source}: no examples")
+    ids = []
+    for label, place in zip(raw, where):
+        k = labels.class_of(label)
+        if k is None:
+            raise unknown_label_error(place, labels)
+        ids.append(k)
+    return Corpus(tuple(zip(texts, ids)), labels.names)
 
 
 def _read_text(path: Path) -> str:

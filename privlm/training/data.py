@@ -26,7 +26,7 @@ from privlm.evaluation.prompts import EncodedOption, collate, encode_option, pad
 from privlm.resources.corpus import Example
 from privlm.resources.datasets import load_dataset
 from privlm.resources.files import jsonl_records
-from privlm.resources.splits import groups_of_identical, stratified_split
+from privlm.resources.splits import per_row_split
 from privlm.resources.verbalizers import Verbalizer
 
 TASKS = ("classify", "lm")
@@ -58,8 +58,10 @@ def check_max_length(model: PreTrainedModel, max_length: int) -> None:
         raise UserError(f"--max-length {max_length} is larger than the model's context of {context} tokens")
 
 
-def load_task_data(name: str, task: str, seed: int = 0) -> TaskData:
-    """Train and test splits of dataset ``name`` for ``task``; a dataset without labels only serves ``lm``."""
+def load_task_data(name: str, task: str, seed: int = 0, labels: object = None) -> TaskData:
+    """Train and test splits of dataset ``name`` for ``task``; a dataset without labels only serves ``lm``.
+    ``labels``: the public class names of user data (see :func:`privlm.resources.datasets.load_dataset`);
+    an unlabelled ``jsonl:`` file is split row by row like any user file."""
     if task not in TASKS:
         raise UserError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
     unlabelled = _unlabelled_jsonl(name)
@@ -67,10 +69,10 @@ def load_task_data(name: str, task: str, seed: int = 0) -> TaskData:
         if task == "classify":
             raise UserError(f"dataset {name} has no labels (no 'label' field): --task classify needs labelled data")
         texts = unlabelled
-        splits = stratified_split([0] * len(texts), seed, groups=groups_of_identical(texts))
+        splits = per_row_split(texts, seed)
         return TaskData(task, tuple(texts[i] for i in splits["train"]), tuple(texts[i] for i in splits["test"]), None)
-    train = load_dataset(name, "train", seed)
-    test = load_dataset(name, "test", seed)
+    train = load_dataset(name, "train", seed, labels)
+    test = load_dataset(name, "test", seed, labels)
     if task == "lm":
         return TaskData(task, tuple(train.texts), tuple(test.texts), None)
     return TaskData(task, train.examples, test.examples, train.verbalizer)

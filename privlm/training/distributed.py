@@ -3,21 +3,24 @@
 Every rank holds the whole model and the whole (public) index range; rank r owns the shard of
 examples ``i ≡ r (mod world)``. Per logical step:
 
-1. Poisson sampling: every rank draws the same inclusion vector (one shared, seeded sampler
-   generator) and keeps the indices of its own shard. Each rank thus Poisson-samples its shard with
+1. Poisson sampling: every rank draws the same inclusion vector (the same sampler key, broadcast
+   from rank 0, and the same step address) and keeps the indices of its own shard. Each rank thus Poisson-samples its shard with
    rate q, and the union over ranks is *exactly* one Poisson sample of the full dataset with rate q —
    the sample the accountant assumes (and the one a single process draws with the same seed).
-2. Each rank clips its own samples and accumulates their clipped sum (the engine's clipper).
+2. Each rank clips its own samples and accumulates their clipped sum (the engine's clipper). The
+   probes of a step are the same on every rank (same probe key, addressed by step and parameter), so
+   an example's clip factor does not depend on which rank holds it or on what else that rank holds.
 3. :func:`all_reduce_clipped_sums` sums the clipped sums over ranks (one flat buffer), and with
    them the clamped loss sums of the DP loss release.
-4. The noise is drawn once for the step: every rank's noise generator is seeded identically, so all
-   ranks add the *same* N(0, σ²C² I) to the same reduced sum and take the same update (and release
-   the same DP loss). The total noise is that of one draw — never one draw per rank.
+4. The noise is drawn once for the step: every rank holds the same noise key and draws the step's
+   addresses, so all ranks add the *same* N(0, σ²C² I) to the same reduced sum and take the same
+   update (and release the same DP loss). The total noise is that of one draw — never one draw per rank.
 
 We do not wrap the model in ``DistributedDataParallel``: DDP all-reduces ``.grad`` of the unclipped
 loss, whereas DP-SGD must all-reduce the clipped sums; the rest of what DDP does (identical initial
 weights) is :func:`broadcast_parameters`. Guarantee: as for one process, provided every rank runs
-the same code on the same dataset order with the same seed (checked by :func:`check_same_on_all_ranks`).
+the same code on the same dataset order (checked by :func:`check_same_on_all_ranks`), and that the
+ranks and the links between them are trusted (the keys travel over the process group in clear).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from torch import nn
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.errors import UserError
-from privlm.randomness import os_seed
+from privlm.randomness import STREAMS, RunStreams
 
 
 @dataclass(frozen=True)
@@ -114,14 +117,16 @@ def broadcast_parameters(module: nn.Module, ctx: DistContext) -> None:
             dist.broadcast(tensor.data, src=0)
 
 
-def shared_seed(seed: int | None, ctx: DistContext) -> int | None:
-    """The seed every rank uses: ``seed`` as given, or (``None`` on several ranks) a secret seed drawn
-    from the OS on rank 0 and broadcast, so that all ranks sample and draw noise identically."""
+def shared_streams(seed: int | None, ctx: DistContext) -> RunStreams:
+    """The sampler, probe and noise keys every rank uses: derived from ``seed`` (not private), or three
+    independent OS keys drawn on rank 0 and broadcast, so that all ranks sample, probe and add noise
+    identically."""
+    streams = RunStreams.create(seed)
     if seed is not None or not ctx.enabled:
-        return seed
-    value = torch.tensor([os_seed()], dtype=torch.int64)
-    dist.broadcast(value, src=0)
-    return int(value.item())
+        return streams
+    keys = torch.stack([getattr(streams, name).key_tensor() for name in STREAMS])
+    dist.broadcast(keys, src=0)
+    return RunStreams(*(type(streams.noise).from_key_tensor(k, private=True) for k in keys))
 
 
 def check_same_on_all_ranks(value: Any, what: str, ctx: DistContext) -> None:

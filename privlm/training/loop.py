@@ -17,6 +17,23 @@ value is the mean of the released losses of the steps since the previous log lin
 With ``loss_noise_fraction=0`` no loss is released, shown or written, and the accounting is plain
 DP-SGD. A non-private run (``private=False``) logs its plain mean loss (``loss``): nothing of it is private.
 The release is the final weights, the logged DP losses and ``privacy.json``.
+
+**Write-ahead ledger.** With a run folder, nothing that depends on a step — a ``metrics.jsonl`` line,
+the loss passed to ``on_progress``, a checkpoint, the final weights — is written before the run's
+``privacy.json`` covers that step: at each log or checkpoint step the steps not yet covered are
+recorded and the ledger is saved (fsync'd temporary file, ``os.replace``) *first*. A run killed at any
+point has therefore released nothing outside its ledger; the ledger may run ahead of the last checkpoint.
+
+**Resume and replays.** A resume restarts from the last checkpoint and re-runs the steps after it with
+the checkpoint's saved randomness (same Poisson batch, probes, noise). Those replays are not recorded
+again: the ledger already holds every step up to the last one covered (it is read back, and only steps
+beyond it are recorded). They release nothing new because every input of a replayed step is the same as
+in the interrupted run — the weights and optimizer state (from the checkpoint), the randomness (from
+the checkpoint), the settings and world size (checked), and the training rows and the model (checked by
+their fingerprints, :mod:`privlm.training.fingerprint`; a resume with other data or another model is
+refused) — so a replayed value is the value already released and accounted, recomputed (up to the
+floating-point non-determinism of the kernels, which no DP argument here covers). Without the data
+fingerprint a replay on other rows of the same size would release a second value with the same noise.
 """
 
 from __future__ import annotations
@@ -41,10 +58,11 @@ from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
 from privlm.errors import UserError
-from privlm.randomness import os_seed
+from privlm.randomness import RunStreams
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
 from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.training import checkpoint as ckpt
+from privlm.training.fingerprint import fingerprints as run_fingerprints
 from privlm.training.distributed import (
     DistContext,
     all_reduce_clipped_sums,
@@ -55,7 +73,7 @@ from privlm.training.distributed import (
     context,
     gather_objects,
     shard_of,
-    shared_seed,
+    shared_streams,
 )
 
 RESUME_INSENSITIVE = ("checkpoint_every", "log_every")
@@ -69,8 +87,9 @@ class TrainConfig:
     given; with ``epsilon`` too, training stops when the budget is spent). ``private=False`` trains
     without clipping or noise (a non-private baseline; nothing is accounted). ``batch_size`` is the
     *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the micro-batches.
-    ``seed`` makes sampling, probes and noise reproducible — whoever knows it can remove the noise,
-    so keep it secret; ``None`` draws them from the OS. ``loss_bound`` L and ``loss_noise_fraction`` α
+    ``seed`` makes sampling, probes and noise reproducible — whoever knows it can remove the noise, so
+    a seeded run is *not* a private release (its outputs say ``"private_release": false``); ``None``
+    (the default) draws three independent 256-bit keys from the OS (:mod:`privlm.randomness`). ``loss_bound`` L and ``loss_noise_fraction`` α
     set the DP loss release (:class:`~privlm.dpsgd.loss_release.LossRelease`; α = 0 switches it off);
     the defaults L = 10 nats (mean token loss; ln of a 50k vocabulary is 10.8) and α = 0.2 cost σ a
     factor √1.04 ≈ 1.02 in the accounting."""
@@ -145,7 +164,7 @@ class Run:
     collate: Callable[[list], Any]
     sample_rate: float
     total_steps: int
-    sampler_generator: torch.Generator
+    streams: RunStreams
     ctx: DistContext
     event: PoissonGaussianStep | None
     budget_steps: int
@@ -186,8 +205,8 @@ def prepare(
     ctx = ctx or context()
     if len(rows) == 0:
         raise UserError("no training examples")
-    seed = shared_seed(config.seed, ctx)
-    check_same_on_all_ranks((len(rows), config.resume_key() | {"seed": seed}), "dataset size or settings", ctx)
+    streams = shared_streams(config.seed, ctx)
+    check_same_on_all_ranks((len(rows), config.resume_key()), "dataset size or settings", ctx)
     broadcast_parameters(module, ctx)
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
@@ -196,7 +215,7 @@ def prepare(
     loader = DataLoader(rows, batch_size=config.batch_size, collate_fn=collate)
     engine = private_model = event = None
     if config.private:
-        engine = PrivacyEngine(config.norm_mode, config.probes, config.bookkeeping, config.accountant, seed)
+        engine = PrivacyEngine(config.norm_mode, config.probes, config.bookkeeping, config.accountant, streams=streams)
         private_model, optimizer, private_loader = engine.make_private(
             module, optimizer, loader,
             max_grad_norm=config.max_grad_norm, noise_multiplier=config.noise_multiplier,
@@ -205,12 +224,10 @@ def prepare(
             max_physical_batch_size=config.physical_batch_size, loss_reduction="mean",
             loss_release=config.loss_release(),
         )
-        sampler = private_loader.batch_sampler
-        sample_rate, generator = sampler.sample_rate, sampler.generator
+        sample_rate = private_loader.batch_sampler.sample_rate
         event = engine.event
     else:
         sample_rate = min(1.0, config.batch_size / len(rows))
-        generator = torch.Generator().manual_seed(seed if seed is not None else os_seed())
     total = math.ceil(config.epochs * math.ceil(1 / sample_rate))
     budget = total
     if event is not None and config.noise_multiplier is not None and config.epsilon is not None:
@@ -219,7 +236,7 @@ def prepare(
             raise UserError(f"noise multiplier {config.noise_multiplier} (accounted {event.noise_multiplier:.4g}) "
                             f"cannot take a single step within ε = {config.epsilon}")
     return Run(config, module, optimizer, engine, private_model, rows, collate, sample_rate, total,
-               generator, ctx, event, budget)
+               streams, ctx, event, budget)
 
 
 def steps_within_budget(event: PoissonGaussianStep, epsilon: float, delta: float, upper: int, method: str = "pld") -> int:
@@ -266,21 +283,19 @@ def _mean_loss(losses: torch.Tensor, ctx: DistContext) -> float | None:
 
 
 def _rng_state(run: Run) -> dict[str, Any]:
-    probes = run.private_model.clipper.generator.get_state() if run.private_model is not None else None
-    return {
-        "sampler": run.sampler_generator.get_state(),
-        "noise": run.optimizer.generator.get_state() if run.private_model is not None else None,
-        "probes": gather_objects(probes, run.ctx),
-    }
+    """The run's keys (every draw is addressed by step, so the keys are the whole RNG state; the same
+    on every rank)."""
+    return {"streams": run.streams.state()}
 
 
 def _restore(run: Run, state: ckpt.Checkpoint) -> None:
     ckpt.load_trainable_state(run.module, state.weights)
     run.optimizer.load_state_dict(state.optimizer)
-    run.sampler_generator.set_state(state.rng["sampler"])
+    run.streams = RunStreams.from_state(state.rng["streams"])
     if run.private_model is not None:
-        run.optimizer.generator.set_state(state.rng["noise"])
-        run.private_model.clipper.generator.set_state(state.rng["probes"][run.ctx.rank])
+        run.private_model.clipper.randomness = run.streams.probes
+        run.optimizer.randomness = run.streams.noise
+        run.optimizer.steps = state.step
         for entry in state.ledger:
             if entry.event != run.event:
                 raise UserError(f"{state.path}: ledger event {entry.event} differs from this run's {run.event}")
@@ -294,9 +309,13 @@ def _meta(run: Run) -> dict[str, Any]:
             "world": run.ctx.world}
 
 
-def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int = 1) -> ckpt.Checkpoint | None:
+def check_run_dir(
+    run_dir: Path, config: TrainConfig, resume: bool, world: int = 1, fingerprints: dict[str, str] | None = None
+) -> ckpt.Checkpoint | None:
     """The checkpoint to resume from (None: start fresh). Refuses to start over an earlier run without
-    ``resume``, and to resume a checkpoint written with other settings or another world size."""
+    ``resume``, and to resume a checkpoint written with other settings or another world size; with
+    ``fingerprints`` (``{"data": ..., "model": ...}``, :mod:`privlm.training.fingerprint`) also one written
+    for other training rows or another model, or one that has no fingerprints to compare."""
     found = ckpt.checkpoints(run_dir) if run_dir.is_dir() else []
     if not resume:
         if found or (run_dir / "privacy.json").exists():
@@ -316,7 +335,29 @@ def check_run_dir(run_dir: Path, config: TrainConfig, resume: bool, world: int =
         differing.append(f"world size: {state.meta.get('world')} then, {world} now")
     if differing:
         raise UserError(f"{found[-1]} was written with other settings ({'; '.join(differing)}); resume with the same options")
+    if fingerprints is not None:
+        _check_fingerprints(found[-1], state.meta.get("fingerprints"), fingerprints)
     return state
+
+
+_FINGERPRINTED = {
+    "data": "other training data (the fingerprint of the training rows read differs: another --data file or "
+            "version, --max-train, --max-length or tokenizer)",
+    "model": "another model (the fingerprint of the initial weights and model configuration differs: another "
+             "--model, model seed or LoRA initialisation)",
+}
+
+
+def _check_fingerprints(path: Path, saved: Any, now: dict[str, str]) -> None:
+    """Refuse a resume whose data or model fingerprint differs from the checkpoint's. The message names which
+    one differs, never a fingerprint (the data fingerprint is a function of the private data)."""
+    if not isinstance(saved, dict):
+        raise UserError(f"{path} holds no data and model fingerprints (written by an older privlm), so resuming it "
+                        "cannot be checked against its training data and model; start a new run (another --out)")
+    for key, what in _FINGERPRINTED.items():
+        if saved.get(key) != now[key]:
+            raise UserError(f"{path} was written for {what}; replaying its saved noise on them would reveal "
+                            "a noise-free difference, so it is not resumed: resume with the same inputs or choose a new --out")
 
 
 def _json_roundtrip(value: Any) -> Any:
@@ -350,34 +391,54 @@ def train_loop(
 
     With ``run_dir``: checkpoints every ``checkpoint_every`` steps and at the end, ``privacy.json`` and
     ``metrics.jsonl``; ``resume`` continues from the last checkpoint (same settings required).
-    ``on_progress(step, total, loss, epsilon)`` is called after every step (ε only at log steps); ``loss``
-    is the mean of the logged losses of the steps since the last log line (private: released DP losses;
-    None when no loss is released), as written to ``metrics.jsonl`` under ``dp_loss`` (``loss`` when not private)."""
+    ``on_progress(step, total, loss, epsilon)`` is called after every step; ``loss`` and ε are those of the
+    last log line (None before the first): the mean of the losses of the steps it covers (private:
+    released DP losses; None when no loss is released), as written to ``metrics.jsonl`` under ``dp_loss``
+    (``loss`` when not private) — shown only once the ledger covers them (module docstring).
+    A resume is refused when the checkpoint was written for other rows or another model (fingerprints
+    of ``run.rows`` and of ``run.module`` as prepared, taken before the checkpoint is loaded)."""
     start_time = time.perf_counter()
     ctx, config = run.ctx, run.config
-    ledger = Ledger()
-    start = 0
-    state = None
+    ledger = Ledger(private_release=run.streams.private)
+    start = covered = 0  # covered: the steps privacy.json accounts for (≥ the last checkpoint's step)
+    state = prints = None
     if run_dir is not None:
+        prints = run_fingerprints(run.module, run.rows, run.collate)  # the initial model: before any restore
+        _check_fingerprints_across_ranks(prints, ctx)
         if ctx.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             ckpt.remove_stale_temporaries(run_dir)
         barrier(ctx)
-        state = check_run_dir(run_dir, config, resume, ctx.world)
+        state = check_run_dir(run_dir, config, resume, ctx.world, prints)
         if state is not None:
             _restore(run, state)
-            ledger, start = state.ledger, state.step
+            start = state.step
+            ledger, covered = _resumed_ledger(run_dir / "privacy.json", state, run.event)
             if ctx.is_main:
-                ledger.save(run_dir / "privacy.json")
+                if run.event is not None:
+                    ledger.save(run_dir / "privacy.json")
                 _trim_metrics(run_dir / "metrics.jsonl", start)
         barrier(ctx)
     end = min(run.total_steps, run.budget_steps)
     epsilon = _epsilon(run) if start else (0.0 if run.event is not None else None)
     history: list[dict[str, Any]] = []
-    last_saved = start
-    sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.sampler_generator))
+    sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.streams.sampler, start + 1))
     loss_key = "dp_loss" if run.private_model is not None else "loss"
     window: list[float] = []
+    shown: float | None = None  # the last logged loss (what on_progress may show)
+
+    def cover(step: int) -> None:
+        """Write ahead: make privacy.json account for every step up to ``step`` (durably, on rank 0)
+        before anything computed from those steps is written; steps it already covers (replays after a
+        resume) are not recorded again."""
+        nonlocal covered
+        if run_dir is None or run.event is None or covered >= step:
+            return
+        ledger.record(run.event, step - covered, f"steps {covered + 1}-{step}")
+        covered = step
+        if ctx.is_main:
+            ledger.save(run_dir / "privacy.json")
+
     for step in range(start + 1, end + 1):
         indices = shard_of(next(sampler), ctx)
         rows = [run.rows[i] for i in indices]
@@ -386,27 +447,29 @@ def train_loop(
         if step_loss is not None:
             window.append(step_loss)
         loss = sum(window) / len(window) if window else None
-        if step % config.log_every == 0 or step == end:
+        log_step = step % config.log_every == 0 or step == end
+        checkpoint_step = run_dir is not None and (step % config.checkpoint_every == 0 or step == end)
+        if log_step or checkpoint_step:
+            cover(step)  # before the metrics line, the checkpoint and (after the loop) the final weights
+        if log_step:
             epsilon = _epsilon(run)
             record = {"step": step, "epsilon": epsilon, "time_s": round(time.perf_counter() - start_time, 3)}
             if loss is not None:
                 record[loss_key] = loss
             window = []
+            shown = loss
             history.append(record)
             if ctx.is_main:
                 append_metrics(run_dir, record)
-        if run_dir is not None and (step % config.checkpoint_every == 0 or step == end):
-            if run.event is not None:
-                ledger.record(run.event, step - last_saved, f"steps {last_saved + 1}-{step}")
+        if checkpoint_step:
             rng = _rng_state(run)
             if ctx.is_main:
-                ckpt.save_checkpoint(run_dir, step, run.module, run.optimizer.state_dict(), rng, ledger, _meta(run))
-                if run.event is not None:
-                    ledger.save(run_dir / "privacy.json")
+                held = _ledger_upto(ledger, step) if run.event is not None else ledger
+                ckpt.save_checkpoint(run_dir, step, run.module, run.optimizer.state_dict(), rng, held,
+                                     {**_meta(run), "fingerprints": prints})
             barrier(ctx)
-            last_saved = step
         if on_progress is not None:
-            on_progress(step, end, loss, epsilon)
+            on_progress(step, end, shown, epsilon)
     stopped = "budget" if end < run.total_steps else "done"
     return LoopResult(end, run.total_steps, stopped, _epsilon(run), start or None,
                       time.perf_counter() - start_time, history)
@@ -414,6 +477,63 @@ def train_loop(
 
 def _epsilon(run: Run) -> float | None:
     return None if run.engine is None else run.engine.epsilon(run.config.delta)
+
+
+def _check_fingerprints_across_ranks(prints: dict[str, str], ctx: DistContext) -> None:
+    """Every rank must train the same rows and the same model (names which differs, never the values)."""
+    every = gather_objects(prints, ctx)
+    differing = sorted(key for key in prints if any(p[key] != every[0][key] for p in every))
+    if differing:
+        raise UserError(f"the {' and '.join(differing)} fingerprint differs between ranks: every rank must read "
+                        "the same training rows in the same order and load the same model")
+
+
+def _ledger_steps(ledger: Ledger) -> int:
+    return sum(entry.count for entry in ledger)
+
+
+def _ledger_upto(ledger: Ledger, step: int) -> Ledger:
+    """The entries of a training ledger that account for steps 1..``step`` exactly (a checkpoint's ledger:
+    the steps whose effect is in its weights). The run's ledger is this one or longer (write-ahead)."""
+    if _ledger_steps(ledger) == step:
+        return ledger
+    held, done = Ledger(private_release=ledger.private_release), 0
+    for entry in ledger:
+        if done + entry.count <= step:
+            held.append(entry)
+            done += entry.count
+        else:
+            if step > done:
+                held.record(entry.event, step - done, f"steps {done + 1}-{step}")
+            break
+    return held
+
+
+def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianStep | None) -> tuple[Ledger, int]:
+    """The run's ledger on resume and how many steps it covers.
+
+    With the write-ahead order ``privacy.json`` covers at least the checkpoint's steps (more when the run
+    was killed after a log or checkpoint step whose checkpoint did not survive): it stays the truth, and the
+    replayed steps it covers are not recorded again. A ledger behind the checkpoint (written by an older
+    privlm, which saved it after the checkpoint) is replaced by the checkpoint's when it is a prefix of it."""
+    if event is None:
+        return Ledger(), state.step
+    held = _ledger_steps(state.ledger)
+    if held != state.step:
+        raise UserError(f"{state.path}: its ledger covers {held} steps but it was written at step {state.step}")
+    if not path.exists():
+        return state.ledger, state.step
+    on_disk = Ledger.load(path)
+    for entry in on_disk:
+        if entry.event != event:
+            raise UserError(f"{path}: ledger event {entry.event} differs from this run's {event}")
+    covered = _ledger_steps(on_disk)
+    if covered >= state.step:
+        return on_disk, covered
+    if state.ledger.entries[: len(on_disk)] == on_disk.entries:
+        return state.ledger, state.step
+    raise UserError(f"{path} covers {covered} steps, fewer than {state.path} ({state.step}), and is not a prefix "
+                    "of the checkpoint's ledger; the run folder is inconsistent")
 
 
 def _empty_batch(run: Run) -> Any:

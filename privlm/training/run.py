@@ -83,7 +83,9 @@ class Session:
     run: Run
 
 
-def set_up(model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None) -> Session:
+def set_up(
+    model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None, labels: object = None
+) -> Session:
     """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
     calibrate σ; every bad input raises :class:`UserError` here, before any training. ``max_train``
     keeps the first examples of the (seeded, shuffled) train split — a data-independent choice."""
@@ -92,11 +94,13 @@ def set_up(model_name: str, data_name: str, config: TrainConfig, max_train: int 
         raise UserError(f"--max-train must be >= 1, got {max_train}")
     model, tokenizer = load_model(model_name, seed=config.seed or 0)
     check_max_length(model, config.max_length)
-    data = load_task_data(data_name, config.task, SPLIT_SEED)
+    data = load_task_data(data_name, config.task, SPLIT_SEED, labels)
     if max_train is not None:
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
-    module = with_lora(model, config.lora, config.seed, config.lora_layers)
+    # The adapters' initial values are public and fixed (seed 0 without --seed, like the tiny models' weights):
+    # a resume rebuilds the very model it started from, which the model fingerprint checks.
+    module = with_lora(model, config.lora, config.seed or 0, config.lora_layers)
     module.train()
     run = prepare(module, rows, make_collate(tokenizer), config, ctx)
     return Session(model_name, data_name, config, module, tokenizer, data, run)
@@ -118,6 +122,7 @@ def fine_tune(
     result = train_loop(run, run_dir, resume, on_progress)
     summary: dict[str, Any] = {
         "model": session.model_name, "data": session.data_name, "task": config.task, "private": config.private,
+        "private_release": config.private and run.streams.private,
         "norm_mode": config.norm_mode if config.private else None, "n_train": len(run.rows),
         "steps": result.steps, "planned_steps": result.total_steps, "stopped": result.stopped,
         "sample_rate": run.sample_rate, "noise_multiplier": run.noise_multiplier,

@@ -47,5 +47,7 @@ summary["hutchinson_minus_exact"] = {
     "only_exact": int((~a & b).sum()), "both_wrong": int((~a & ~b).sum()),
 }
 summary["wall_s"] = round(time.perf_counter() - start, 1)
+summary["private_release"] = False  # the cells were trained with --seed 0: whoever knows it can regenerate the noise
+summary["private_release_note"] = "predictions of the adapters trained with --seed 0 (and --no-dp): not a private release"
 (HERE / "paired.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps(summary, indent=2))

@@ -28,13 +28,13 @@ def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:
 
 def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, train = tmp_path / "data.jsonl", tmp_path / "train.jsonl"
-    write_keyword_rows(data, 200, seed=1, names=True)  # classes sorted by name: bad=0, great=1
+    write_keyword_rows(data, 200, seed=1, names=True)  # public classes, --labels bad,great: bad=0, great=1
     write_keyword_rows(train, 32, seed=2, names=False)
     code = run(["eval", "--model", "tiny-llama", "--preset", "tiny", "--train", str(train),
-                "--test", f"jsonl:{data}", "--select-epoch", "--json"])
+                "--test", f"jsonl:{data}", "--labels", "bad,great", "--select-epoch", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test")) and out["n_train"] == 32
+    assert out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test", labels="bad,great")) and out["n_train"] == 32
     assert out["accuracy"] >= 0.85 and out["ci_low"] <= out["accuracy"] <= out["ci_high"]
     assert 1 <= out["best_epoch"] <= out["finetune"]["epochs"]
 
@@ -43,7 +43,7 @@ def test_eval_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     data, train = tmp_path / "data.jsonl", tmp_path / "train.jsonl"
     write_keyword_rows(data, 40, seed=1, names=True)
     train.write_text('{"text": "fine", "label": 1}\n{"text": "odd", "label": 2}\n')
-    base = ["eval", "--model", "tiny-llama", "--preset", "tiny", "--test", f"jsonl:{data}"]
+    base = ["eval", "--model", "tiny-llama", "--preset", "tiny", "--test", f"jsonl:{data}", "--labels", "bad,great"]
     assert run([*base, "--train", str(train)]) == 2
     assert f"{train}:2" in capsys.readouterr().err
     train.write_text('{"text": "fine", "label": 1, "label_name": "bad"}\n')
@@ -53,3 +53,5 @@ def test_eval_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert "missing.jsonl does not exist" in capsys.readouterr().err
     assert run([*base, "--train", str(train), "--preset", "huge"]) == 2
     assert "unknown fine-tuning preset 'huge'" in capsys.readouterr().err
+    assert run([*base[:-2], "--train", str(train)]) == 2  # user data without --labels
+    assert "--labels NAME,NAME,..." in capsys.readouterr().err

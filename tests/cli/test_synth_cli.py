@@ -27,7 +27,7 @@ ROWS = [
     ("great fun for the whole family", "pos"),
     ("a bad, boring film", "neg"),
 ]
-SMALL = ["--model", "tiny-llama", "--preset", "demo", "--length", "4", "--batch", "3", "--top-k", "8", "--seed", "3"]
+SMALL = ["--model", "tiny-llama", "--labels", "neg,pos", "--preset", "demo", "--length", "4", "--batch", "3", "--top-k", "8", "--seed", "3"]
 
 
 def _write_data(path: Path, rows) -> str:
@@ -59,7 +59,8 @@ def _synth(args: list[str]) -> int:
 )
 def test_bad_input_exits_2_with_one_line(override, flags, fragment, tmp_path, capsys) -> None:
     data = _write_data(tmp_path / "d.jsonl", ROWS)
-    options = {"--model": "tiny-llama", "--data": data, "--per-class": "2", "--out": str(tmp_path / "o.jsonl")}
+    options = {"--model": "tiny-llama", "--data": data, "--labels": "neg,pos", "--per-class": "2",
+               "--out": str(tmp_path / "o.jsonl")}
     options.update(override)
     assert _synth([*[x for kv in options.items() for x in kv], *flags]) == 2
     err = capsys.readouterr().err.strip()
@@ -125,3 +126,41 @@ def test_no_dp_says_so_in_every_output(tmp_path, capsys) -> None:
     assert summary["privacy"]["dp"] is False and "NOT differentially private" in summary["privacy"]["warning"]
     assert json.loads(RunPaths(out).sidecar.read_text())["dp"] is False
     assert all(json.loads(line)["dp"] is False for line in out.read_text().splitlines())
+
+
+def test_a_new_label_or_no_labels_exits_2_and_never_shows_the_label(tmp_path, capsys) -> None:
+    data = _write_data(tmp_path / "d.jsonl", [*ROWS, ("patient 11 tested", "hiv_positive")])
+    out = tmp_path / "o.jsonl"
+    base = [*SMALL, "--data", data, "--per-class", "2", "--no-dp", "--out", str(out)]
+    assert _synth(base) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {tmp_path / 'd.jsonl'}:11: label is not one of the 2 class names")
+    assert "hiv_positive" not in captured.err + captured.out and not out.exists()
+    no_labels = [arg for arg in base if arg not in ("--labels", "neg,pos")]
+    assert _synth(no_labels) == 2
+    err = capsys.readouterr().err
+    assert "--labels NAME,NAME,..." in err and "never read off the private rows" in err and not out.exists()
+
+
+def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
+    """--labels neg,pos,mixed: a file without 'neg' and 'mixed' rows gives the same prompt, metadata and
+    label_names as one with every class (only the DP release's noise differs)."""
+    everything = _write_data(tmp_path / "all.jsonl", [*ROWS, ("an odd, uneven film", "mixed")])
+    only_pos = _write_data(tmp_path / "pos.jsonl", [(t, y) for t, y in ROWS if y == "pos"])
+    outputs = []
+    for data, out in ((everything, tmp_path / "a.jsonl"), (only_pos, tmp_path / "b.jsonl")):
+        args = [*SMALL, "--labels", "neg,pos,mixed=so-so", "--data", data, "--per-class", "1", "--outer-steps", "1",
+                "--inner-steps", "1", "--no-label-filter", "--epsilon", "4", "--delta", "1e-5", "--out", str(out)]
+        assert _synth(args) == 0
+        manifest = json.loads((RunPaths(out).workdir / "run.json").read_text())
+        sidecar = json.loads(RunPaths(out).sidecar.read_text())
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        outputs.append((manifest, sidecar, rows))
+    capsys.readouterr()
+    (m_a, s_a, rows_a), (m_b, s_b, rows_b) = outputs
+    assert m_a.pop("data") != m_b.pop("data") and m_a == m_b  # the same prompt, words and names
+    assert m_a["prompt"]["label_names"] == ["neg", "pos", "mixed"]
+    assert m_a["prompt"]["label_words"] == ["neg", "pos", "so-so"]
+    assert s_a.pop("release_sha256") != s_b.pop("release_sha256") and s_a == s_b
+    assert [(r["label"], r["label_name"]) for r in rows_a] == [(r["label"], r["label_name"]) for r in rows_b]
+    assert [r["label_name"] for r in rows_a] == ["neg", "pos", "mixed"]  # one per class, named by --labels

@@ -23,8 +23,8 @@ from privlm.privacy import Ledger
 WORDS = ["great", "bad", "warm", "dull", "funny", "slow", "sharp", "wooden", "moving", "boring"]
 TEXTS = [f"review {i}: the film was " + " ".join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5)) for i in range(60)]
 LABELLED = [(text, "pos" if i % 2 else "neg") for i, text in enumerate(TEXTS)]
-# 48 training examples, B = 8: q = 1/6, 6 steps per epoch, 36 steps in all
-RUN = ["--model", "tiny-llama", "--epsilon", "8", "--delta", "1e-5", "--norm-mode", "mixed", "--max-length", "48",
+# 48 training examples (--max-train 48 of the per-row split's 50), B = 8: q = 1/6, 6 steps per epoch, 36 in all
+RUN = ["--model", "tiny-llama", "--labels", "neg,pos", "--max-train", "48", "--epsilon", "8", "--delta", "1e-5", "--norm-mode", "mixed", "--max-length", "48",
        "--batch-size", "8", "--epochs", "6", "--lr", "5e-3", "--seed", "3", "--checkpoint-every", "3",
        "--max-test", "6"]
 
@@ -80,7 +80,9 @@ def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
 
 def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):
     unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
-    args = [*RUN, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--lora", "4", "--out", str(tmp_path / "run"),
+    seed_at = RUN.index("--seed")
+    unseeded = RUN[:seed_at] + RUN[seed_at + 2 :]  # OS keys: a private release
+    args = [*unseeded, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--lora", "4", "--out", str(tmp_path / "run"),
             "--loss-noise-fraction", "0", "--json"]
     assert _train(args) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -90,6 +92,7 @@ def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, caps
     assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()
     assert not (tmp_path / "run" / "model").exists()
     assert summary["accounted_noise_multiplier"] == summary["noise_multiplier"]  # no loss release: plain DP-SGD
+    assert summary["private_release"] is True and Ledger.load(tmp_path / "run" / "privacy.json").private_release
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["step"] == 6 and not any("loss" in key for record in records for key in record)
 
@@ -172,3 +175,21 @@ def test_a_finished_run_folder_holds_no_rng_state(uninterrupted):
     assert (uninterrupted / "model" / "model.safetensors").exists()
     assert not list(uninterrupted.glob("checkpoint-*")) and (uninterrupted / "FINISHED").exists()
     assert not [p for p in uninterrupted.rglob("*") if p.suffix == ".pt"]
+
+
+def test_a_seeded_run_is_not_a_private_release(uninterrupted):
+    """--seed derives the noise keys from the seed: the ledger says so."""
+    assert json.loads((uninterrupted / "privacy.json").read_text())["private_release"] is False
+
+
+def test_labelled_user_data_needs_public_labels_and_a_new_label_is_not_shown(data, tmp_path, capsys):
+    without = [arg for arg in RUN if arg not in ("--labels", "neg,pos")]
+    assert _train([*without, "--data", data, "--out", str(tmp_path / "run")]) == 2
+    assert "--labels NAME,NAME,..." in capsys.readouterr().err
+    leaky = _write(tmp_path / "leaky.jsonl", [*({"text": t, "label": y} for t, y in LABELLED),
+                                              {"text": "patient 61", "label": "hiv_positive"}])
+    assert _train([*RUN, "--data", leaky, "--out", str(tmp_path / "run")]) == 2
+    captured = capsys.readouterr()
+    assert f"leaky.jsonl:{len(LABELLED) + 1}: label is not one of the 2 class names" in captured.err
+    assert "hiv_positive" not in captured.err + captured.out
+    assert not (tmp_path / "run" / "privacy.json").exists()

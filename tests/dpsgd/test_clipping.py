@@ -7,9 +7,11 @@ import torch
 from dpsgd_harness import padded_batch, reference_clipped_sum, reference_grads, reference_sq_norms, tiny_model
 
 from privlm.dpsgd.clipping import PerSampleClipper, clip_factors
+from privlm.dpsgd.engine import PrivateModel
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
+from privlm.randomness import SecureRandom
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +28,7 @@ def cases():
 
 def _clipped(model, batch, c, **kwargs):
     clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=c, **kwargs)
+    clipper.begin_step(1)
     try:
         stats = clipper.clipped_backward(batch)
         return stats, [g for g in clipper.pop_summed_grads().values()]
@@ -60,7 +63,7 @@ def test_clipped_sum_matches_reference(cases, case, mode, bookkeeping):
 def test_bookkeeping_equals_second_backward_in_randomized_modes(cases, mode):
     model, batch, c, _ = cases["tiny-gpt2", False]
     results = [
-        _clipped(model, batch, c, norm_mode=mode, probes=6, bookkeeping=bk, generator=torch.Generator().manual_seed(7))
+        _clipped(model, batch, c, norm_mode=mode, probes=6, bookkeeping=bk, randomness=SecureRandom.from_seed(7, "probes"))
         for bk in (True, False)
     ]
     torch.testing.assert_close(results[0][0].factors, results[1][0].factors, rtol=0, atol=0)
@@ -115,3 +118,92 @@ def test_second_backward_refuses_a_weight_used_outside_its_layer():
     assert (stats.factors < 1).all()
     summed = clipper.pop_summed_grads()
     assert float(torch.cat([g.flatten() for g in summed.values()]).norm()) <= 5 * 0.1 * (1 + 1e-9)
+
+
+class _Bilinear(torch.nn.Module):
+    """ℓ_i = b_iᵀ W a_i: the per-sample gradient b_i a_iᵀ is whatever the batch says (rank one)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim, bias=False)
+
+
+def _bilinear_losses(model, batch):
+    return (model.lin(batch["a"][:, None, :]) * batch["b"][:, None, :]).sum((1, 2))
+
+
+def _pm_pairs(dim: int, scale: float, zero_first: bool) -> dict:
+    """Pairs with gradients +s·e_j e_iᵀ and −s·e_j e_iᵀ (the audit's construction), optionally behind an
+    example whose gradient is zero."""
+    eye = torch.eye(dim, dtype=torch.float64)
+    a = torch.cat([eye[i].repeat(2, 1) for i in range(dim)])
+    b = torch.cat([torch.stack([scale * eye[(i + 1) % dim], -scale * eye[(i + 1) % dim]]) for i in range(dim)])
+    if zero_first:
+        a, b = torch.cat([torch.zeros(1, dim, dtype=torch.float64), a]), torch.cat([eye[:1], b])
+    return {"a": a, "b": b}
+
+
+def _step_sum(model, batch, physical, streams_key, world=1):
+    """The clipped sum of one logical step (hutchinson, k = 32) over ``world`` simulated ranks, each
+    holding examples i ≡ rank (mod world) and the same probe key, as under torch.distributed."""
+    total = None
+    for rank in range(world):
+        rows = list(range(rank, batch["a"].shape[0], world))
+        clipper = PerSampleClipper(model, _bilinear_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32,
+                                   randomness=SecureRandom.from_seed(streams_key, "probes"))
+        clipper.begin_step(1)
+        try:
+            PrivateModel(model, clipper, physical).clipped_backward({k: v[rows] for k, v in batch.items()})
+            part = clipper.pop_summed_grads()[model.lin.weight]
+        finally:
+            clipper.capture.remove()
+        total = part if total is None else total + part
+    return total
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("physical", [None, 1, 2, 3])
+def test_an_added_zero_gradient_example_changes_nothing(physical, world):
+    """Regression for the audit's attack on per-micro-batch probes: ±g pairs cancel exactly whatever
+    micro-batch or rank they land in, so inserting an example whose gradient is zero (which shifts every
+    later example to another micro-batch / rank) leaves the clipped sum exactly 0; with probes drawn per
+    micro-batch it had per-coordinate variance 0.034."""
+    model = _Bilinear(8).double()
+    for key in range(3):
+        without = _step_sum(model, _pm_pairs(8, 2.0, zero_first=False), physical, key, world)
+        with_zero = _step_sum(model, _pm_pairs(8, 2.0, zero_first=True), physical, key, world)
+        assert torch.count_nonzero(without) == 0 and torch.count_nonzero(with_zero) == 0
+
+
+@pytest.mark.parametrize("physical", [None, 2, 3])
+def test_clip_factors_do_not_depend_on_batch_composition(physical):
+    """Random rank-one gradients: each example's clip factor is a function of its own gradient and the
+    step's probes, so the clipped sum with an added zero-gradient example equals the one without it, and
+    two simulated ranks equal one process."""
+    gen = torch.Generator().manual_seed(4)
+    batch = {"a": torch.randn(9, 8, generator=gen, dtype=torch.float64),
+             "b": 2 * torch.randn(9, 8, generator=gen, dtype=torch.float64)}
+    padded = {"a": torch.cat([torch.zeros(1, 8, dtype=torch.float64), batch["a"]]),
+              "b": torch.cat([torch.ones(1, 8, dtype=torch.float64), batch["b"]])}
+    model = _Bilinear(8).double()
+    reference = _step_sum(model, batch, None, 5)
+    for variant, world in ((batch, 2), (padded, 1), (padded, 2)):
+        torch.testing.assert_close(_step_sum(model, variant, physical, 5, world), reference, rtol=1e-12, atol=1e-12)
+
+
+def test_probes_need_a_step_and_are_fixed_within_it_and_fresh_across_steps():
+    model = _Bilinear(8).double()
+    gen = torch.Generator().manual_seed(2)
+    batch = {"a": torch.randn(5, 8, generator=gen, dtype=torch.float64),
+             "b": torch.randn(5, 8, generator=gen, dtype=torch.float64)}
+    clipper = PerSampleClipper(model, _bilinear_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=4)
+    try:
+        with pytest.raises(RuntimeError, match="begin_step"):
+            clipper.sq_norms(batch)
+        clipper.begin_step(1)
+        first, again = clipper.sq_norms(batch), clipper.sq_norms(batch)
+        clipper.begin_step(2)
+        second = clipper.sq_norms(batch)
+    finally:
+        clipper.capture.remove()
+    assert torch.equal(first, again) and not torch.equal(first, second)

@@ -21,6 +21,7 @@ from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import IGNORE_INDEX, causal_lm_losses
 from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.errors import UserError
+from privlm.randomness import SecureRandom
 
 
 def _reference_losses(model: nn.Module, batch: dict) -> list[float]:
@@ -37,7 +38,7 @@ def _reference_losses(model: nn.Module, batch: dict) -> list[float]:
 
 def _optimizer(model: nn.Module, clipper: PerSampleClipper, sigma: float, ebs: float, release: LossRelease, seed: int = 0):
     return DPOptimizer(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), clipper,
-                       noise_multiplier=sigma, expected_batch_size=ebs, generator=torch.Generator().manual_seed(seed),
+                       noise_multiplier=sigma, expected_batch_size=ebs, randomness=SecureRandom.from_seed(seed, "noise"),
                        loss_release=release)
 
 
@@ -66,7 +67,7 @@ def test_release_noise_has_std_sigma_l_over_alpha_qn():
     draws = []
     for _ in range(n):  # empty logical steps: the released loss is pure noise
         opt.zero_grad()
-        opt.privatize_grads()
+        opt.step()  # each step draws its own noise (addressed by the step index)
         draws.append(opt.released_loss)
     x = torch.tensor(draws, dtype=torch.float64)
     expected_std = sigma * bound / (fraction * ebs)
@@ -78,7 +79,7 @@ def test_without_a_release_nothing_about_losses_is_released():
     model = nn.Linear(2, 1).double()
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=1.0)
     opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.0), clipper, noise_multiplier=1.0,
-                      expected_batch_size=1.0, generator=torch.Generator().manual_seed(0))
+                      expected_batch_size=1.0, randomness=SecureRandom.from_seed(0, "noise"))
     opt.zero_grad()
     PrivateModel(model, clipper, None).clipped_backward(torch.ones(3, 2, dtype=torch.float64))
     opt.step()

@@ -11,6 +11,7 @@ from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.engine import PrivateModel
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.optimizer import DPOptimizer
+from privlm.randomness import SecureRandom
 
 
 def _private(model, c, sigma, ebs, seed, physical=None):
@@ -20,7 +21,7 @@ def _private(model, c, sigma, ebs, seed, physical=None):
         clipper,
         noise_multiplier=sigma,
         expected_batch_size=ebs,
-        generator=torch.Generator().manual_seed(seed),
+        randomness=SecureRandom.from_seed(seed, "noise"),
     )
     return PrivateModel(model, clipper, physical), opt
 
@@ -62,7 +63,7 @@ def test_noise_on_an_empty_step_is_gaussian_sigma_c_over_expected_batch_size():
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=c)
     opt = DPOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), clipper, noise_multiplier=sigma, expected_batch_size=ebs,
-        generator=torch.Generator().manual_seed(0),
+        randomness=SecureRandom.from_seed(0, "noise"),
     )
     opt.zero_grad()
     opt.privatize_grads()
@@ -77,7 +78,7 @@ def test_stray_unclipped_gradients_are_discarded():
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=1.0)
     opt = DPOptimizer(
         torch.optim.SGD(model.parameters(), lr=1.0), clipper, noise_multiplier=0.0, expected_batch_size=1.0,
-        generator=torch.Generator(),
+        randomness=SecureRandom.from_seed(1, "noise"),
     )
     opt.zero_grad()
     (1e6 * model(torch.ones(2, 3, dtype=torch.float64)).sum()).backward()

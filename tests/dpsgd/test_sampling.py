@@ -6,11 +6,12 @@ import torch
 from torch.utils.data import TensorDataset
 
 from privlm.dpsgd.sampling import PoissonBatchSampler, batch_size, physical_batches, poisson_loader
+from privlm.randomness import SecureRandom
 
 
 def test_poisson_batch_sizes_are_binomial():
     n, q, steps = 200, 0.05, 2000
-    sizes = torch.tensor([len(b) for b in PoissonBatchSampler(n, q, steps, torch.Generator().manual_seed(0))], dtype=torch.float64)
+    sizes = torch.tensor([len(b) for b in PoissonBatchSampler(n, q, steps, SecureRandom.from_seed(0, "sampler"))], dtype=torch.float64)
     mean, var = n * q, n * q * (1 - q)
     assert abs(sizes.mean() - mean) <= 3 * (var / steps) ** 0.5
     assert abs(sizes.var() - var) <= 0.15 * var
@@ -19,7 +20,7 @@ def test_poisson_batch_sizes_are_binomial():
 def test_each_index_included_independently_at_rate_q():
     n, q, steps = 10, 0.3, 3000
     counts = torch.zeros(n)
-    for b in PoissonBatchSampler(n, q, steps, torch.Generator().manual_seed(1)):
+    for b in PoissonBatchSampler(n, q, steps, SecureRandom.from_seed(1, "sampler")):
         assert len(set(b)) == len(b)
         counts[b] += 1
     se = (q * (1 - q) / steps) ** 0.5
@@ -28,7 +29,7 @@ def test_each_index_included_independently_at_rate_q():
 
 def test_empty_batches_keep_the_structure():
     data = TensorDataset(torch.arange(12).reshape(6, 2), torch.ones(6))
-    loader = poisson_loader(data, 1e-6, 3, torch.Generator().manual_seed(0))
+    loader = poisson_loader(data, 1e-6, 3, SecureRandom.from_seed(0, "sampler"))
     batches = list(loader)
     assert len(batches) == 3
     for x, y in batches:

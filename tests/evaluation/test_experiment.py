@@ -51,6 +51,7 @@ def config_text(data: Path) -> str:
     return f"""
 model = "tiny-llama"
 dataset = "jsonl:{data}"
+labels = ["bad", "good"]
 pool_per_class = 6
 n_per_class = [2, 4]
 seeds = [0, 1]
@@ -260,7 +261,7 @@ def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     toml.write_text(
-        f'model = "tiny-llama"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\nseeds = [0]\n'
+        f'model = "tiny-llama"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 4\nn_per_class = [2]\nseeds = [0]\n'
         'test_size = 8\n[finetune]\npreset = "tiny"\nepochs = 1\n'
         '[methods.first-eps]\n[methods."first-eps@dp"]\nepsilons = [1.0]\n[methods.random]\n'
     )

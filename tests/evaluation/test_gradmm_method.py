@@ -17,7 +17,7 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
         for i in range(30) for y in (0, 1)
     ))
     config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{data}", "pool_per_class": 4, "n_per_class": [2], "seeds": [0],
+        "model": "tiny-llama", "dataset": f"jsonl:{data}", "labels": ["bad", "great"], "pool_per_class": 4, "n_per_class": [2], "seeds": [0],
         "test_size": 6, "mia": False, "finetune": {"preset": "tiny", "epochs": 1},
         "methods": {"gradmm": {"epsilons": ["none", 2.0], "preset": "demo", "length": 3, "batch": 2,
                                "outer_steps": 2, "inner_steps": 2, "top_k": 20, "oversample": 1.0}},

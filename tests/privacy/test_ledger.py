@@ -91,3 +91,15 @@ def test_bad_file_raises_user_error_naming_it(tmp_path: Path, content: str, mess
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such ledger"):
         Ledger.load(tmp_path / "absent.json")
+
+
+def test_seeded_ledgers_say_they_are_not_private_releases(tmp_path):
+    seeded = Ledger(private_release=False)
+    seeded.record(GaussianRelease(noise_multiplier=2.0), 1, "seeded")
+    seeded.save(tmp_path / "seeded.json")
+    assert json.loads((tmp_path / "seeded.json").read_text())["private_release"] is False
+    assert Ledger.load(tmp_path / "seeded.json").private_release is False
+    old = Ledger.load(tmp_path / "seeded.json").to_dict()
+    del old["private_release"]  # a ledger written before the flag existed reads as a private release
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert Ledger.load(tmp_path / "old.json").private_release is True

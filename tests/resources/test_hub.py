@@ -71,10 +71,32 @@ def test_class_label_names_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     assert data.verbalizer.label_words == ("neg", "pos", "mixed")
 
 
+def test_class_label_names_may_be_reordered_or_renamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    label = types.SimpleNamespace(names=["neg", "pos"])
+    table = Table({"text": ["a", "b", "c"], "label": [0, 1, 1]}, {"label": label})
+    install_fake_datasets(monkeypatch, lambda name, split: table)
+    reordered = load_dataset("hf:o/d", labels="pos,neg=awful")
+    assert reordered.label_names == ("pos", "neg") and reordered.examples == (("a", 1), ("b", 0), ("c", 0))
+    assert reordered.verbalizer.label_words == ("pos", "awful")
+    renamed = load_dataset("hf:o/d", labels="bad,good")
+    assert renamed.label_names == ("bad", "good") and renamed.examples == (("a", 0), ("b", 1), ("c", 1))
+    with pytest.raises(UserError, match=r"--labels gives 3 classes but the data set's ClassLabel has 2"):
+        load_dataset("hf:o/d", labels="bad,good,mixed")
+    with pytest.raises(UserError, match=r"either list the ClassLabel names"):
+        load_dataset("hf:o/d", labels="neg,good")
+
+
 def test_plain_label_column_and_missing_text(monkeypatch: pytest.MonkeyPatch) -> None:
     table = Table({"text": ["a", "b", "c"], "label": ["no", "yes", "no"]}, {"label": object()})
     install_fake_datasets(monkeypatch, lambda name, split: table)
-    assert load_dataset("hf:o/d").label_names == ("no", "yes")
+    with pytest.raises(UserError, match=r"hf:o/d: user data needs its class names as public input.*--labels"):
+        load_dataset("hf:o/d")
+    assert load_dataset("hf:o/d", labels="yes,no,maybe").label_names == ("yes", "no", "maybe")  # given, not read
+    assert load_dataset("hf:o/d", labels="yes,no,maybe").labels == [1, 0, 1]
+    table.columns["label"][1] = "hiv_positive"
+    with pytest.raises(UserError, match=r"hf:o/d row 2: label is not one of") as err:
+        load_dataset("hf:o/d", labels="no,yes")
+    assert "hiv_positive" not in str(err.value)
     table = Table({"sentence": ["a"], "label": [0]}, {"label": object()})
     install_fake_datasets(monkeypatch, lambda name, split: table)
     with pytest.raises(UserError, match=r"'o/d' has no 'text' column \(columns: sentence, label\)"):

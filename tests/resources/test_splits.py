@@ -1,8 +1,10 @@
-"""Stratified splits: properties on random label vectors, on every built-in dataset, and reproducibility."""
+"""Stratified splits: properties on random label vectors, on every built-in dataset, and reproducibility;
+per-row splits of user data: adding a row never moves another."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import subprocess
@@ -16,7 +18,14 @@ from hypothesis import strategies as st
 
 from privlm.errors import UserError
 from privlm.resources.datasets import BUILTIN, load_dataset
-from privlm.resources.splits import SPLITS, check_split, groups_of_identical, stratified_split
+from privlm.resources.splits import (
+    SPLITS,
+    check_split,
+    groups_of_identical,
+    per_row_split,
+    row_split,
+    stratified_split,
+)
 
 
 def assert_stratified_partition(labels: list[int], parts: dict[str, np.ndarray], groups: list[int]) -> None:
@@ -101,3 +110,55 @@ def test_unknown_split() -> None:
     assert check_split(None) is None and check_split("test") == "test"
     with pytest.raises(UserError, match="unknown split 'dev'; choose one of train, validation, test"):
         load_dataset("tweets", split="dev")
+
+
+def _split_of(texts: list[str], seed: int) -> dict[int, str]:
+    return {int(i): name for name, idx in per_row_split(texts, seed).items() for i in idx}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=12), min_size=0, max_size=120),
+    st.text(min_size=1, max_size=12),
+    st.integers(0, 10**6),
+    st.integers(0, 2**32 - 1),
+)
+def test_adding_one_row_moves_no_other_row(texts: list[str], added: str, where: int, seed: int) -> None:
+    """User data: each row's split is its own (text, seed) function, and the others' order within a split is kept."""
+    position = where % (len(texts) + 1)
+    bigger = texts[:position] + [added] + texts[position:]
+    before, after = per_row_split(texts, seed), per_row_split(bigger, seed)
+    for name in SPLITS:
+        kept = [j if j < position else j - 1 for j in after[name].tolist() if j != position]
+        assert kept == before[name].tolist()  # same rows, same relative order
+    split_before, split_after = _split_of(texts, seed), _split_of(bigger, seed)
+    assert all(split_after[j] == split_before[j if j < position else j - 1] for j in range(len(bigger)) if j != position)
+    assert split_after[position] == row_split(added, seed)
+
+
+def test_per_row_split_partitions_keeps_identical_texts_together_and_is_about_80_10_10() -> None:
+    texts = [f"row {i % 1500}" for i in range(3000)]  # every text twice
+    parts = per_row_split(texts, 0)
+    assert sorted(np.concatenate([parts[n] for n in SPLITS]).tolist()) == list(range(3000))
+    split_of = _split_of(texts, 0)
+    assert all(split_of[i] == split_of[i + 1500] for i in range(1500))
+    sizes = {n: len(parts[n]) / 3000 for n in SPLITS}
+    assert abs(sizes["train"] - 0.8) < 0.05 and abs(sizes["validation"] - 0.1) < 0.03 and abs(sizes["test"] - 0.1) < 0.03
+    assert _split_of(texts, 1) != split_of  # the seed matters
+    # pinned: a user file's split must not change between versions or machines
+    assert [row_split(f"text {i}", 0) for i in (0, 5, 9, 16, 18)] == ["train", "validation", "test", "validation", "test"]
+
+
+def test_adding_one_row_to_a_user_file_moves_no_other_row(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    rows = [{"text": f"review number {i}", "label": int(rng.integers(2))} for i in range(200)]
+    for trial in range(5):
+        position = int(rng.integers(len(rows) + 1))
+        extra = {"text": f"added review {trial}", "label": int(rng.integers(2))}
+        small, big = tmp_path / f"small{trial}.jsonl", tmp_path / f"big{trial}.jsonl"
+        small.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        big.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:position], extra, *rows[position:]]))
+        for split in SPLITS:
+            a = load_dataset(f"jsonl:{small}", split=split, labels="neg,pos").examples
+            b = load_dataset(f"jsonl:{big}", split=split, labels="neg,pos").examples
+            assert [e for e in b if e[0] != extra["text"]] == list(a)

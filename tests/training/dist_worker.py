@@ -3,8 +3,10 @@ loop on tiny Llama, on one process (plain ``python``) or under ``torchrun``.
 
     python dist_worker.py OUT --steps 3 --sigma 2.0
 
-Runs the same seeded training twice — with the noise switched off on the optimizer (clipped updates
-only; NOT private, for comparison) and with noise multiplier ``sigma`` — and writes, per rank,
+Runs the same seeded training four times — with the noise switched off on the optimizer (clipped
+updates only; NOT private, for comparison), with noise multiplier ``sigma``, with the noise off under
+Hutchinson norms (probes must not depend on the rank or the shard), and with noise but no seed (the
+OS keys drawn on rank 0 must reach every rank) — and writes, per rank,
 ``OUT.rank<r>.pt``: for each variant the final trainable parameters, the privatized gradient of
 the first step, (clipped sum + noise) / expected batch size (``.grad`` after the noise), and the DP
 loss released at every step (default loss release).
@@ -25,12 +27,20 @@ TEXTS = [f"sample {i}: " + " ".join(["great", "bad", "film", "dull", "warm", "sl
          for i in range(16)]
 
 
-def train(ctx: DistContext, steps: int, sigma: float, noise_off: bool) -> dict:
+VARIANTS = {  # name: (noise off, norm mode, seed)
+    "off": (True, "mixed", 7),
+    "noisy": (False, "mixed", 7),
+    "hutchinson-off": (True, "hutchinson", 7),
+    "unseeded": (False, "mixed", None),
+}
+
+
+def train(ctx: DistContext, steps: int, sigma: float, noise_off: bool, norm_mode: str, seed: int | None) -> dict:
     model, tokenizer = build_tiny_model("tiny-llama", seed=0)
     model.train()
     rows = encode(TaskData("lm", tuple(TEXTS), (), None), tokenizer, max_length=24)
     config = TrainConfig(task="lm", noise_multiplier=sigma, batch_size=8, epochs=steps / 2, lr=1e-2,
-                         probes=8, seed=7, max_grad_norm=0.5, log_every=1000)
+                         probes=8, seed=seed, norm_mode=norm_mode, max_grad_norm=0.5, log_every=1000)
     run = prepare(model, rows, make_collate(tokenizer), config, ctx)
     assert run.total_steps == steps
     if noise_off:
@@ -57,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     ctx = init_from_env()
-    result = {variant: train(ctx, args.steps, args.sigma, variant == "off") for variant in ("off", "noisy")}
+    result = {name: train(ctx, args.steps, args.sigma, *spec) for name, spec in VARIANTS.items()}
     torch.save(result, f"{args.out}.rank{ctx.rank}.pt")
 
 

@@ -50,8 +50,12 @@ def test_unlabelled_jsonl_serves_lm_only(tmp_path):
     path = tmp_path / "texts.jsonl"
     path.write_text("".join(json.dumps({"text": f"text number {i}"}) + "\n" for i in range(30)))
     data = load_task_data(f"jsonl:{path}", "lm")
-    assert len(data.train) + len(data.test) <= 30 and len(data.test) == 3
+    assert len(data.train) + len(data.test) <= 30 and 1 <= len(data.test) <= 10  # per-row split: ≈ 10 % test
     assert not set(data.train) & set(data.test)
+    longer = tmp_path / "more.jsonl"  # one more row moves no other row between train and test
+    longer.write_text(path.read_text() + json.dumps({"text": "one more text"}) + "\n")
+    grown = load_task_data(f"jsonl:{longer}", "lm")
+    assert set(data.train) <= set(grown.train) and set(data.test) <= set(grown.test)
     with pytest.raises(UserError, match="no labels"):
         load_task_data(f"jsonl:{path}", "classify")
     with pytest.raises(UserError, match="--task"):

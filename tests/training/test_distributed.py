@@ -66,3 +66,19 @@ def test_noise_is_drawn_once_per_step(runs):
     assert diff.numel() > 20_000  # relative standard error of the variance ≈ sqrt(2/n) < 1%
     assert diff.mean().abs() < 4 * (expected_var / diff.numel()) ** 0.5
     assert diff.var().item() == pytest.approx(expected_var, rel=0.05)
+
+
+def test_hutchinson_probes_do_not_depend_on_rank_or_shard(runs):
+    """Every rank draws the step's probes from the same key at the same address: the two-process clipped
+    sums equal the one-process ones in a randomized mode too (examples sit in other micro-batches and
+    on other ranks there)."""
+    single, double = runs["one"][0]["hutchinson-off"], runs["two"][0]["hutchinson-off"]
+    for name, grad in single["first_grads"].items():
+        torch.testing.assert_close(double["first_grads"][name], grad, rtol=1e-5, atol=1e-8)
+
+
+def test_unseeded_runs_share_rank_zeros_os_keys(runs):
+    rank0, rank1 = (r["unseeded"] for r in runs["two"])
+    for name in rank0["params"]:
+        assert torch.equal(rank0["params"][name], rank1["params"][name])
+    assert not torch.equal(rank0["first_grads"][name], runs["two"][0]["noisy"]["first_grads"][name])

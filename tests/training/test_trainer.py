@@ -106,6 +106,7 @@ def test_trainer_calibrates_sigma_for_its_planned_steps(tmp_path):
     trainer.train()
     assert trainer.engine.steps == 6
     assert 1.9 < trainer.epsilon() <= 2.0
+    assert trainer.private_model.clipper.step == 7  # fresh probes every step, though the Trainer never calls zero_grad
 
 
 def test_unsupported_settings_are_refused(tmp_path):

@@ -13,6 +13,7 @@ project all uses with the same probe matrix). Batch dimension 0 indexes samples 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, Union
 
@@ -102,6 +103,8 @@ class DenseFactor:
 
 
 Factor = Union[OuterFactor, DenseFactor]
+ProbeSource = Callable[[int, torch.dtype, torch.device], Tensor]
+"""``draw(columns, dtype, device)``: this parameter's N(0, 1) probe matrix (rows × columns) for the step."""
 
 
 class ParameterOperator:
@@ -148,11 +151,12 @@ def _ghost(factors: list[OuterFactor]) -> Tensor:
     return total
 
 
-def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, generator: torch.Generator) -> Tensor:
+def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, draw: ProbeSource) -> Tensor:
     """Per-sample squared norm (B,) of the sum of the uses of one parameter, in ``mode``.
 
     Untied embeddings are always exact (sparse rows, O(T·d)). ``mixed`` picks ghost when 2T² < rows·cols.
-    ``hutchinson``/``hutchpp`` are unbiased estimates with fresh probes from ``generator``."""
+    ``hutchinson``/``hutchpp`` are unbiased estimates with ``probes`` probes, the matrix from ``draw``
+    (called only in those modes)."""
     sparse = all(f.onehot for f in factors)
     if sparse and mode != "ghost":
         return _exact_sparse(factors)
@@ -163,12 +167,13 @@ def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, generator
         return _exact_dense(factors)
     if mode == "ghost":
         return _ghost(factors)
+    if mode not in ("hutchinson", "hutchpp"):
+        raise ValueError(f"unknown norm mode {mode!r}")
     op = ParameterOperator(factors)
+    matrix = draw(estimators.probe_columns(mode, probes), op.dtype, op.device)
     if mode == "hutchinson":
-        return estimators.hutchinson(op, probes, generator)
-    if mode == "hutchpp":
-        return estimators.hutchpp(op, probes, generator)
-    raise ValueError(f"unknown norm mode {mode!r}")
+        return estimators.hutchinson(op, matrix)
+    return estimators.hutchpp(op, probes, matrix)
 
 
 def _at_least_float32(factor: Factor) -> Factor:
@@ -182,7 +187,7 @@ def _at_least_float32(factor: Factor) -> Factor:
     return replace(factor, left=up(factor.left), right=up(factor.right))
 
 
-def sq_norms(factors: list[Factor], mode: str, probes: int, generator: torch.Generator) -> Tensor:
+def sq_norms(factors: list[Factor], mode: str, probes: int, draw: ProbeSource) -> Tensor:
     """Per-sample squared gradient norm (B,) of one parameter from the factors of all its uses.
 
     Computed in at least float32: in a half-precision model a norm rounded down by ~1e-2 would let the
@@ -192,7 +197,7 @@ def sq_norms(factors: list[Factor], mode: str, probes: int, generator: torch.Gen
         total = sum(f.per_sample for f in factors)
         return total.reshape(total.shape[0], -1).pow(2).sum(1)
     if all(isinstance(f, OuterFactor) for f in factors):
-        return outer_sq_norms(factors, mode, probes, generator)
+        return outer_sq_norms(factors, mode, probes, draw)
     raise TypeError("a parameter mixes factor kinds; no layer handler produces this")
 
 

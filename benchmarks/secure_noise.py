@@ -1,0 +1,140 @@
+"""The secure noise stream against torch's generator: cost per private step and the Gaussian's tails.
+
+1. Cost: one step's noise for SmolLM2-135M's trainable parameters — full fine-tuning (134.5M) and LoRA
+   r = 8 on every linear layer (the adapter sizes are counted from the model's shapes) — drawn by
+   :class:`privlm.randomness.SecureRandom` (ChaCha20 + float64 Box–Muller, cast to float32) and by
+   ``torch.randn`` from a ``torch.Generator`` (float32, what privlm used before the audit), medians of
+   ``--repeats`` draws in the same process (process CPU seconds; ratios, not absolute times, are the
+   result on a shared machine). The in-step ratio at T = 2048 comes from ``benchmarks/norms.py --modes
+   hutchinson hutchinson-torch-rng`` (the same step with either generator).
+2. Tails: ``--draws`` (default 10⁸) standard normals from the secure stream in float64: counts beyond
+   3σ, 4σ, 5σ and 6σ against the normal law (expected count, and the z-score of the observed count), the
+   largest |z|, and the same for ``torch.randn`` in float32 (whose 24-bit uniforms cannot pass ≈ 5.8σ).
+
+    python benchmarks/secure_noise.py --out results/benchmarks/secure_noise.json   # also writes .png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from privlm.randomness import SecureRandom  # noqa: E402
+
+# SmolLM2-135M: vocab 49,152, d = 576, 30 blocks, MLP 1,536, 9 query / 3 key-value heads of 64, tied head.
+VOCAB, D, LAYERS, MLP, KV = 49152, 576, 30, 1536, 192
+LINEARS = [(D, D), (D, KV), (D, KV), (D, D), (D, MLP), (D, MLP), (MLP, D)]  # (in, out) per block
+FULL = VOCAB * D + LAYERS * (sum(i * o for i, o in LINEARS) + 2 * D) + D
+LORA_R8 = LAYERS * sum(8 * (i + o) for i, o in LINEARS)
+THRESHOLDS = (3.0, 4.0, 5.0, 6.0)
+CHUNK = 10_000_000
+
+
+def _cpu_seconds(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def draw_cost(n: int, repeats: int) -> dict:
+    """Median CPU seconds to draw ``n`` float32 normals, secure vs torch, interleaved."""
+    secure, torch_rng = SecureRandom.from_os(), torch.Generator().manual_seed(0)
+    times = {"secure": [], "torch": []}
+    for step in range(1, repeats + 1):
+        times["secure"].append(_cpu_seconds(lambda: secure.normal((n,), (step, 0))))
+        times["torch"].append(_cpu_seconds(lambda: torch.randn(n, generator=torch_rng)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"params": n, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
+            "extra_s": med["secure"] - med["torch"]}
+
+
+def tail_counts(draws: int, source: str) -> dict:
+    """Counts of |z| beyond each threshold over ``draws`` normals, with the normal law's expectation."""
+    secure, torch_rng = SecureRandom.from_os(), torch.Generator().manual_seed(0)
+    counts = {t: 0 for t in THRESHOLDS}
+    largest = 0.0
+    sum_sq = 0.0
+    for index, start in enumerate(range(0, draws, CHUNK)):
+        n = min(CHUNK, draws - start)
+        z = secure.normal((n,), (index,), dtype=torch.float64) if source == "secure" else torch.randn(n, generator=torch_rng)
+        a = z.abs()
+        largest = max(largest, float(a.max()))
+        sum_sq += float(z.double().pow(2).sum())
+        for t in THRESHOLDS:
+            counts[t] += int((a > t).sum())
+    rows = []
+    for t in THRESHOLDS:
+        expected = draws * 2 * stats.norm.sf(t)
+        rows.append({"threshold": t, "observed": counts[t], "expected": expected,
+                     "z_score": (counts[t] - expected) / math.sqrt(expected)})
+    return {"source": source, "draws": draws, "dtype": "float64" if source == "secure" else "float32",
+            "variance": sum_sq / draws, "max_abs": largest, "tails": rows}
+
+
+def plot(result: dict, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    costs = result["cost"]
+    names = list(costs)
+    x = range(len(names))
+    axes[0].bar([i - 0.2 for i in x], [costs[n]["torch_s"] for n in names], 0.4, label="torch.randn (before)")
+    axes[0].bar([i + 0.2 for i in x], [costs[n]["secure_s"] for n in names], 0.4, label="SecureRandom")
+    axes[0].set_xticks(list(x), [f"{n}\n{costs[n]['params'] / 1e6:.1f}M params" for n in names])
+    axes[0].set_ylabel("CPU s per step's noise")
+    axes[0].set_yscale("log")
+    axes[0].legend()
+    axes[0].set_title("Noise of one private step (SmolLM2-135M)")
+    for tails, marker in ((result["tails_secure"], "o"), (result["tails_torch"], "x")):
+        t = [r["threshold"] for r in tails["tails"]]
+        axes[1].plot(t, [max(r["observed"], 0.5) for r in tails["tails"]], marker=marker, ls="",
+                     label=f"{tails['source']} ({tails['dtype']}) observed")
+    expected = result["tails_secure"]["tails"]
+    axes[1].plot([r["threshold"] for r in expected], [r["expected"] for r in expected], color="grey", label="normal law")
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("|z| threshold")
+    axes[1].set_ylabel(f"count beyond, of {result['tails_secure']['draws']:.0e} draws (0 drawn at 0.5)")
+    axes[1].legend(fontsize=8)
+    axes[1].set_title("Tails")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON output (PNG written next to it)")
+    parser.add_argument("--draws", type=int, default=100_000_000, help="normals for the tail counts")
+    parser.add_argument("--repeats", type=int, default=5, help="timed draws per generator and size")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cost = {"full": draw_cost(FULL, args.repeats), "lora-r8": draw_cost(LORA_R8, args.repeats)}
+    print(json.dumps(cost), flush=True)
+    result = {
+        "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu"},
+        "cost": cost,
+        "tails_secure": tail_counts(args.draws, "secure"),
+        "tails_torch": tail_counts(args.draws, "torch"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, args.out)
+    plot(result, args.out.with_suffix(".png"))
+    print(json.dumps({k: result[k] for k in ("tails_secure", "tails_torch")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

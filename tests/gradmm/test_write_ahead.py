@@ -1,0 +1,88 @@
+"""GRADMM's write-ahead ledger: the entry that accounts for the DP release is durable before the release
+tensor (or any batch or text derived from it) is written, and a redraw after a failed draw is not
+accounted twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import privlm.gradmm.release as release_module
+from privlm.gradmm.config import make_config
+from privlm.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.gradmm.prompt import build_prompt
+from privlm.privacy import Ledger
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.resources.tiny import build_tiny_model
+
+PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
+           ("warm, funny and moving", 1), ("the acting is wooden", 0)]
+CONFIG = make_config("demo", length=3, batch=2, outer_steps=1, inner_steps=2, top_k=4, seed=1, oversample=1.0)
+EVENT = GaussianRelease(gaussian_noise_multiplier(4.0, 1e-5))
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    model.requires_grad_(False)
+    return model, tokenizer, build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+
+
+def _run(lm, out: Path, **kwargs):
+    model, tokenizer, prompt = lm
+    return run_synthesis(model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=1, config=CONFIG,
+                         dp=True, epsilon=4.0, delta=1e-5, **kwargs)
+
+
+def _entries(out: Path) -> list:
+    return [(e.event, e.count) for e in Ledger.load(RunPaths(out).ledger)]
+
+
+def test_the_ledger_is_durable_before_the_release_and_its_text(lm, tmp_path, monkeypatch):
+    out = tmp_path / "synth.jsonl"
+    seen = []
+    save = release_module.Release.save
+
+    def checked_save(self, path):
+        seen.append(_entries(out))  # what the ledger on disk says at the moment the release is written
+        assert not out.exists() and not list(RunPaths(out).batches.glob("*"))
+        return save(self, path)
+
+    monkeypatch.setattr(release_module.Release, "save", checked_save)
+    result = _run(lm, out)
+    assert seen == [[(EVENT, 1)]]
+    assert _entries(out) == [(EVENT, 1)] and result.release.noise_multiplier == EVENT.noise_multiplier
+    sidecar = json.loads(RunPaths(out).sidecar.read_text())
+    assert sidecar["ledger"] == [EVENT.to_dict()]
+    _run(lm, out, resume=True)  # the reused release is not accounted again
+    assert _entries(out) == [(EVENT, 1)]
+
+
+def test_a_draw_that_dies_before_its_release_is_saved_is_not_accounted_twice(lm, tmp_path, monkeypatch):
+    out = tmp_path / "synth.jsonl"
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    monkeypatch.setattr(release_module, "add_gaussian_noise", die)
+    with pytest.raises(Crash):
+        _run(lm, out)
+    assert _entries(out) == [(EVENT, 1)] and not RunPaths(out).release.exists() and not out.exists()
+    monkeypatch.undo()
+    _run(lm, out, resume=True)
+    assert _entries(out) == [(EVENT, 1)] and RunPaths(out).release.exists()
+
+
+def test_a_release_saved_without_a_ledger_gets_one_on_resume(lm, tmp_path):
+    out = tmp_path / "synth.jsonl"
+    _run(lm, out)
+    RunPaths(out).ledger.unlink()  # as an older privlm left it
+    _run(lm, out, resume=True)
+    assert _entries(out) == [(EVENT, 1)]

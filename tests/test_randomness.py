@@ -1,0 +1,96 @@
+"""The secure randomness behind every privacy-relevant draw (:mod:`privlm.randomness`): regression
+tests for the audit's 32-bit-seed attack, 53-bit uniforms, the Gaussian's law and reach, addressing,
+and the seeded (non-private) streams."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from privlm.randomness import KEY_BYTES, RunStreams, SecureRandom, box_muller
+
+
+def _key(byte: int, value: int) -> bytes:
+    key = bytearray(KEY_BYTES)
+    key[byte] = value
+    return bytes(key)
+
+
+@pytest.mark.parametrize("byte", [4, 8, 16, 31])
+def test_keys_differing_only_above_bit_32_give_different_noise(byte):
+    """torch's CPU generator kept only the low 32 bits of a seed; here every key bit matters."""
+    low = _key(0, 7)
+    high = bytearray(low)
+    high[byte] = 1
+    a = SecureRandom(low, private=True).normal((64,), (1, 0))
+    b = SecureRandom(bytes(high), private=True).normal((64,), (1, 0))
+    assert not torch.equal(a, b)
+    assert (a != b).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("length", [0, 8, 16, 31, 33])
+def test_keys_must_be_256_bits(length):
+    with pytest.raises(ValueError, match="256 bits"):
+        SecureRandom(bytes(length), private=True)
+
+
+def test_os_keys_are_fresh_and_seeded_keys_are_marked_non_private():
+    assert SecureRandom.from_os() != SecureRandom.from_os()
+    assert SecureRandom.from_os().private
+    seeded = SecureRandom.from_seed(3, "noise")
+    assert not seeded.private and seeded == SecureRandom.from_seed(3, "noise")
+    assert seeded != SecureRandom.from_seed(3, "probes")  # one key per stream
+    assert RunStreams.create().private and not RunStreams.create(0).private
+    streams = RunStreams.create()
+    assert len({streams.sampler, streams.probes, streams.noise}) == 3
+    assert RunStreams.from_state(streams.state()) == streams
+    assert "key" not in repr(seeded) and seeded.state()["key"] not in repr(seeded)
+
+
+def test_draws_depend_on_key_and_address_only():
+    rng = SecureRandom.from_os()
+    first = rng.normal((5, 7), (3, 2))
+    rng.normal((1000,), (3, 1))  # other draws in between change nothing
+    assert torch.equal(rng.normal((5, 7), (3, 2)), first)
+    assert not torch.equal(rng.normal((5, 7), (3, 3)), first)
+    assert not torch.equal(rng.normal((5, 7), (4, 2)), first)
+    with pytest.raises(ValueError):
+        rng.normal((2,), (2**32,))
+
+
+def test_uniforms_have_53_bit_resolution():
+    u = SecureRandom.from_os().uniform(200_000, (9,))
+    assert u.dtype == torch.float64 and 0 < float(u.min()) and float(u.max()) <= 1
+    m = u * 2.0**53 - 1
+    assert torch.equal(m, m.round())  # on the (m + 1)·2⁻⁵³ grid
+    low_bits = (m.to(torch.int64) & ((1 << 29) - 1)) != 0  # bits float32 uniforms (24 bits) never set
+    assert low_bits.float().mean() > 0.99
+    assert abs(float((m.to(torch.int64) & 1).double().mean()) - 0.5) < 0.01  # the last bit is random too
+
+
+def test_uniforms_are_uniform():
+    u = SecureRandom.from_os().uniform(100_000, (1,))
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-4
+
+
+def test_normals_follow_the_normal_law_in_float64_and_float32():
+    rng = SecureRandom.from_seed(11, "test")
+    for dtype in (torch.float64, torch.float32):
+        z = rng.normal((300_001,), (int(dtype == torch.float32),), dtype=dtype)  # odd size: a half pair
+        assert z.dtype == dtype and z.shape == (300_001,)
+        assert stats.kstest(z.double().numpy(), "norm").pvalue > 1e-4
+        beyond3 = int((z.abs() > 3).sum())
+        expected = 300_001 * 2 * stats.norm.sf(3)
+        assert abs(beyond3 - expected) < 5 * math.sqrt(expected)
+
+
+def test_scaled_noise_has_std_and_reaches_past_float32_uniform_limits():
+    z = SecureRandom.from_seed(2, "test").normal((200_000,), (0,), std=3.5, dtype=torch.float64)
+    assert float(z.std()) == pytest.approx(3.5, rel=0.01)
+    # the smallest uniform the stream can give, 2⁻⁵³, maps to r = 8.57; float32 uniforms stop at ≈ 5.8
+    z = box_muller(torch.tensor([2.0**-53, 2.0**-53], dtype=torch.float64))  # θ = 2π·2⁻⁵³: cos θ = 1
+    assert float(z[0]) == pytest.approx(math.sqrt(106 * math.log(2)))
+    assert float(z[0]) > 8.5
