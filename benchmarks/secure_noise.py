@@ -5,8 +5,11 @@
    :class:`privlm.randomness.SecureRandom` (ChaCha20 + float64 Box–Muller, cast to float32) and by
    ``torch.randn`` from a ``torch.Generator`` (float32, what privlm used before the audit), medians of
    ``--repeats`` draws in the same process (process CPU seconds; ratios, not absolute times, are the
-   result on a shared machine). The in-step ratio at T = 2048 comes from ``benchmarks/norms.py --modes
-   hutchinson hutchinson-torch-rng`` (the same step with either generator).
+   result on a shared machine). In-step: a private Hutchinson step (k = 32, book-keeping) of the
+   SmolLM2-shaped 3-layer model of ``benchmarks/norms.py`` at T = 2048, full fine-tuning, with the secure
+   stream and with torch's generator (probes and noise), *alternating* step by step so that drift of a
+   shared machine hits both alike (``benchmarks/norms.py --modes hutchinson hutchinson-torch-rng``
+   measures the same pair one mode after the other).
 2. Tails: ``--draws`` (default 10⁸) standard normals from the secure stream in float64: counts beyond
    3σ, 4σ, 5σ and 6σ against the normal law (expected count, and the z-score of the observed count), the
    largest |z|, and the same for ``torch.randn`` in float32 (whose 24-bit uniforms cannot pass ≈ 5.8σ).
@@ -31,6 +34,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from norms import TorchRandom, _batch, smollm2_shaped  # noqa: E402  (benchmarks/norms.py)
+from privlm.dpsgd.clipping import PerSampleClipper  # noqa: E402
+from privlm.dpsgd.losses import causal_lm_losses  # noqa: E402
+from privlm.dpsgd.optimizer import DPOptimizer  # noqa: E402
 from privlm.randomness import SecureRandom  # noqa: E402
 
 # SmolLM2-135M: vocab 49,152, d = 576, 30 blocks, MLP 1,536, 9 query / 3 key-value heads of 64, tied head.
@@ -58,6 +65,33 @@ def draw_cost(n: int, repeats: int) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"params": n, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
             "extra_s": med["secure"] - med["torch"]}
+
+
+def in_step(seq_len: int, steps: int, layers: int = 3) -> dict:
+    """Median CPU seconds of a private Hutchinson step with either generator, steps interleaved."""
+    batch = _batch(seq_len, 1)
+    runners = {}
+    for name, make in (("secure", lambda s: SecureRandom.from_seed(s, "benchmark")), ("torch", TorchRandom)):
+        model = smollm2_shaped(layers, tied=True)
+        clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32,
+                                   randomness=make(1))
+        opt = DPOptimizer(torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0,
+                          expected_batch_size=1.0, randomness=make(2))
+        runners[name] = (clipper, opt)
+    times = {name: [] for name in runners}
+    for index in range(steps + 1):
+        for name, (clipper, opt) in runners.items():
+            def step() -> None:
+                opt.zero_grad()
+                clipper.clipped_backward(batch)
+                opt.step()
+            seconds = _cpu_seconds(step)
+            if index:  # the first round warms up
+                times[name].append(seconds)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    return {"seq_len": seq_len, "layers": layers, "params": sum(p.numel() for p in runners["secure"][0].params),
+            "steps": steps, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
+            "secure_all_s": times["secure"], "torch_all_s": times["torch"]}
 
 
 def tail_counts(draws: int, source: str) -> dict:
@@ -94,7 +128,9 @@ def plot(result: dict, path: Path) -> None:
     axes[0].set_ylabel("CPU s per step's noise")
     axes[0].set_yscale("log")
     axes[0].legend()
-    axes[0].set_title("Noise of one private step (SmolLM2-135M)")
+    step = result["in_step"]
+    axes[0].set_title(f"Noise of one private step (SmolLM2-135M)\nwhole Hutchinson step, T={step['seq_len']}, "
+                      f"{step['params'] / 1e6:.0f}M params: secure / torch = {step['ratio']:.3f}", fontsize=9)
     for tails, marker in ((result["tails_secure"], "o"), (result["tails_torch"], "x")):
         t = [r["threshold"] for r in tails["tails"]]
         axes[1].plot(t, [max(r["observed"], 0.5) for r in tails["tails"]], marker=marker, ls="",
@@ -118,13 +154,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draws", type=int, default=100_000_000, help="normals for the tail counts")
     parser.add_argument("--repeats", type=int, default=5, help="timed draws per generator and size")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seq-len", type=int, default=2048, help="T of the in-step comparison")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per generator in the in-step comparison")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cost = {"full": draw_cost(FULL, args.repeats), "lora-r8": draw_cost(LORA_R8, args.repeats)}
     print(json.dumps(cost), flush=True)
+    step = in_step(args.seq_len, args.steps)
+    print(json.dumps({k: v for k, v in step.items() if not k.endswith("_all_s")}), flush=True)
     result = {
         "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu"},
         "cost": cost,
+        "in_step": step,
         "tails_secure": tail_counts(args.draws, "secure"),
         "tails_torch": tail_counts(args.draws, "torch"),
     }
