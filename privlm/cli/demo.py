@@ -78,7 +78,7 @@ def demo(
     if not as_json:
         console.print(Panel.fit(
             f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters\n"
-            f"private data [bold]{data}[/] (train split, up to {config.private_per_class} per class)\n"
+            f"private data [bold]{data}[/] (train split, {config.private_per_class or 'all'} per class)\n"
             + "\n".join(f"{i}. {line}" for i, line in enumerate(PLAN, start=1)),
             title=f"privlm demo: (ε={epsilon:g}, δ={delta:g})-DP synthetic text",
         ))

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.errors import UserError
-from privlm.gradmm.config import PRESETS, SynthConfig, make_config
+from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SynthConfig, make_config
 from privlm.gradmm.generate import batches_per_class
 from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
@@ -42,6 +42,11 @@ def private_examples(data: str, per_class: int | None, labels: object = None) ->
             if per_class is None or taken.get(label, 0) < per_class:
                 taken[label] = taken.get(label, 0) + 1
                 chosen.append((text, label))
+        if per_class is not None and min(taken.values(), default=0) < per_class:
+            raise UserError(
+                f"--private-per-class {per_class} is larger than a class of the private train split "
+                f"(smallest: {min(taken.values(), default=0)}); omit it to use the whole split"
+            )
         return chosen
 
     return load
@@ -79,6 +84,10 @@ def synthesize_with_progress(
     prompt = build_prompt(
         tokenizer, dataset.verbalizer.suffix, dataset.verbalizer.label_words, dataset.label_names
     )
+    load_private = private_examples(data, config.private_per_class, labels)
+    if config.private_per_class is not None and not RunPaths(out).release.exists():
+        examples = load_private()  # a cut larger than a class is refused here, before anything is written
+        load_private = examples.copy
     n_batches = batches_per_class(per_class, config) * len(prompt.label_token_ids)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as progress:
@@ -95,7 +104,7 @@ def synthesize_with_progress(
             progress.reset(steps, description="ADMM steps")
 
         result = run_synthesis(
-            model, tokenizer, prompt, private_examples(data, config.private_per_class, labels),
+            model, tokenizer, prompt, load_private,
             out=out, per_class=per_class, config=config, dp=dp, epsilon=epsilon, delta=delta, resume=resume,
             settings={"model": model_name, "data": data},
             on_private_batch=lambda n: progress.advance(private, n),
@@ -119,11 +128,13 @@ def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
             f"(σ = {privacy['noise_multiplier']:.4f}, C = {privacy['clip']:g}); release {privacy['release_sha256'][:16]}"
             + (" (reused, no new privacy spent)" if result.reused_release else "")
         )
+        rows = privacy["released_rows"]
         console.print(
-            f"[yellow]signal vs noise: each class target carries noise of norm ≈ {privacy['noise_norm_per_class']:,.0f}, "
-            f"and n private examples add at most n·C = n·{privacy['clip']:g}: with fewer than "
-            f"≈ {privacy['examples_per_class_to_match_noise']:,.0f} examples per class the target is mostly noise "
-            "and the text depends on it little.[/yellow]"
+            f"[yellow]signal vs noise: the release keeps {'all' if rows == 'all' else len(rows)} rows of the LM-head "
+            f"gradient ({privacy['released_dim_per_class']:,} coordinates per class); each class target carries noise "
+            f"of norm ≈ {privacy['noise_norm_per_class']:,.0f}, and n private examples add at most "
+            f"n·C = n·{privacy['clip']:g}: with fewer than ≈ {privacy['examples_per_class_to_match_noise']:,.0f} "
+            "examples per class the target is mostly noise and the text depends on it little.[/yellow]"
         )
     else:
         console.print(f"[bold red]{privacy['warning']}[/bold red]")
@@ -160,7 +171,13 @@ def register(app: typer.Typer) -> None:
         delta: float | None = typer.Option(None, "--delta", help="privacy parameter δ"),
         no_dp: bool = typer.Option(False, "--no-dp", help="no clipping, no noise: NOT private"),
         preset: str = typer.Option("paper", "--preset", help=f"one of {sorted(PRESETS)}"),
-        private_per_class: int | None = typer.Option(None, "--private-per-class", help="private examples per class"),
+        private_per_class: int | None = typer.Option(
+            None, "--private-per-class", help="cut the private set to the first N per class (default: all of it)"),
+        release: str | None = typer.Option(
+            None, "--release", help=f"released rows of the LM-head gradient: {' or '.join(RELEASES)} (default label-rows)"),
+        optimizer: str | None = typer.Option(
+            None, "--optimizer", help=f"{' or '.join(OPTIMIZERS)}: ADMM (the paper's) or generate-select"),
+        oversample: float | None = typer.Option(None, "--oversample", help="candidates per kept example"),
         length: int | None = typer.Option(None, "--length", help="synthetic tokens per example (public)"),
         batch: int | None = typer.Option(None, "--batch", help="sequences per ADMM batch"),
         outer_steps: int | None = typer.Option(None, "--outer-steps"),
@@ -183,7 +200,7 @@ def register(app: typer.Typer) -> None:
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
             inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
-            class_context=class_context,
+            class_context=class_context, release=release, optimizer=optimizer, oversample=oversample,
         )
         from privlm.resources.models import load_model
 

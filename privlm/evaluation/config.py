@@ -4,7 +4,7 @@ Example (``experiments/rotten_tomatoes.toml``)::
 
     model = "smollm2-135m"
     dataset = "rotten-tomatoes"  # or "jsonl:PATH" / "csv:PATH" with labels = [...] (below)
-    pool_per_class = 50          # the private pool, drawn once from the train split
+    pool_per_class = 50          # the private pool, drawn once from the train split ("all": the whole split)
     n_per_class = [5, 10, 20]
     seeds = [0, 1, 2]
     test_size = 500              # seeded subset of the test split (omit: all of it)
@@ -50,6 +50,7 @@ from privlm.resources.labels import LabelSpec, as_labels
 
 NO_DP = "none"
 FULL_POOL = "full-pool"
+WHOLE_SPLIT = "all"  # pool_per_class = "all": the whole train split is the private pool
 _METHOD_NAME = re.compile(r"[A-Za-z0-9_-]+(@[A-Za-z0-9._-]+)?")
 
 
@@ -99,9 +100,9 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """Stable identifier, also the file name of the cell's cached training set."""
+        """Stable identifier, also the file name of the cell's cached training set (``n = 0``: the whole pool)."""
         eps = NO_DP if self.epsilon is None else f"{self.epsilon:g}"
-        return f"{self.method}_n{self.n_per_class}_seed{self.seed}_eps{eps}"
+        return f"{self.method}_n{self.n_per_class or WHOLE_SPLIT}_seed{self.seed}_eps{eps}"
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class ExperimentConfig:
 
     model: str
     dataset: str
-    pool_per_class: int
+    pool_per_class: int | str  # or WHOLE_SPLIT
     n_per_class: tuple[int, ...]
     seeds: tuple[int, ...]
     methods: tuple[MethodSpec, ...]
@@ -154,10 +155,12 @@ class ExperimentConfig:
         return [replace(base, **entry) for entry in self.finetune.get("grid", [])]
 
     def cells(self) -> list[Cell]:
-        """The grid in run order: method, ε, n, seed (``full-pool`` uses ``n = pool_per_class`` once)."""
+        """The grid in run order: method, ε, n, seed (``full-pool`` uses ``n = pool_per_class`` once, ``n = 0``
+        for the whole train split)."""
         grid = []
+        whole = 0 if self.pool_per_class == WHOLE_SPLIT else self.pool_per_class
         for method in self.methods:
-            sizes = (self.pool_per_class,) if base_name(method.name) == FULL_POOL else self.n_per_class
+            sizes = (whole,) if base_name(method.name) == FULL_POOL else self.n_per_class
             for eps in method.epsilons:
                 for n in sizes:
                     grid.extend(Cell(method.name, n, seed, eps) for seed in self.seeds)
@@ -203,8 +206,16 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         methods.append(MethodSpec(name, tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons), params))
     n_per_class = _int_list(data["n_per_class"], f"{source}: n_per_class")
     pool = data["pool_per_class"]
-    if not isinstance(pool, int) or pool < max(n_per_class):
-        raise UserError(f"{source}: pool_per_class must be an integer >= every n_per_class, got {pool!r}")
+    if pool == WHOLE_SPLIT:
+        if data.get("mia", True):
+            raise UserError(
+                f"{source}: pool_per_class = {WHOLE_SPLIT!r} leaves no train examples as membership non-members; "
+                "set mia = false"
+            )
+    elif isinstance(pool, bool) or not isinstance(pool, int) or pool < max(n_per_class):
+        raise UserError(
+            f"{source}: pool_per_class must be an integer >= every n_per_class or {WHOLE_SPLIT!r}, got {pool!r}"
+        )
     if min(n_per_class) < 1:
         raise UserError(f"{source}: n_per_class values must be >= 1")
     for key in ("test_size", "validation_size"):

@@ -13,9 +13,12 @@ Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` ru
 an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
 re-read before each cell, so a cell another process finished meanwhile is not run again.
 
-Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``);
-the membership non-members are as many other train examples; validation and test are seeded subsets
-of their own splits. All cells share them.
+Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``), or
+the whole train split (``"all"``); the membership non-members are as many other train examples;
+validation and test are seeded subsets of their own splits. All cells share them.
+``DIR/work/private-cache/<shared hash>/`` holds what methods compute once from the private pool for all
+cells (GRADMM's per-example last-layer factors): PRIVATE, as sensitive as the data (``work/`` is never
+published; ``results/*/work/`` is git-ignored).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
-from privlm.evaluation.config import Cell, ExperimentConfig, method_hash, shared_hash
+from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.methods import MethodContext, get_method
@@ -176,10 +179,13 @@ def run_experiment(
     write_text_atomic(out / "config.json", saved_config)
 
     train = load_dataset(config.dataset, split="train", seed=config.data_seed, labels=config.labels)
-    pool_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed)
-    pool = [train.examples[i] for i in pool_idx]
-    held_out_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed + 1, exclude=pool_idx)
-    nonmembers = [train.examples[i] for i in held_out_idx]
+    if config.pool_per_class == WHOLE_SPLIT:
+        pool, nonmembers = list(train.examples), []  # parse_config refused mia = true here
+    else:
+        pool_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed)
+        pool = [train.examples[i] for i in pool_idx]
+        held_out_idx = per_class_indices(train.labels, config.pool_per_class, config.data_seed + 1, exclude=pool_idx)
+        nonmembers = [train.examples[i] for i in held_out_idx]
     validation = None
     if config.validation_size is not None:
         valid = load_dataset(config.dataset, split="validation", seed=config.data_seed, labels=config.labels)
@@ -210,6 +216,7 @@ def run_experiment(
                 model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
                 label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
                 delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+                private_cache=out / "work" / "private-cache" / config.shared_hash,
             )
             write_jsonl_atomic(set_path, method.run(ctx))
         generation_s = time.perf_counter() - start

@@ -3,8 +3,12 @@
 The private pool enters only through GRADMM's DP release (``load_private``); generation and
 filtering see the release alone. The run lives in the cell's ``workdir`` and is always resumed:
 a saved release is reused, never redrawn, so an interrupted experiment does not spend ε twice.
+The pool's last-layer factors are computed once per experiment and kept in ``ctx.private_cache``
+(private); each cell's release is then their clipped sum plus its own fresh noise.
 Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``) and any
-:class:`privlm.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``.
+:class:`privlm.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
+(e.g. ``[methods."gradmm@noise"]``) is the noise-only control: pure noise at the cell's σ and C, no
+private data read, ε spent 0.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import copy
 from dataclasses import fields
 from typing import Any
 
+from privlm.evaluation.config import digest
 from privlm.evaluation.methods import Method, MethodContext, register_method
 from privlm.gradmm.config import SynthConfig, make_config
 from privlm.gradmm.pipeline import run_synthesis
@@ -27,10 +32,13 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     prompt = build_prompt(ctx.tokenizer, ctx.suffix, ctx.label_words, ctx.label_names)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     dp = ctx.epsilon is not None
+    cache = None if ctx.private_cache is None else ctx.private_cache / (
+        "gradmm-factors-" + digest({"prompt": prompt.to_dict(), "max_tokens": config.max_private_tokens}) + ".pt"
+    )
     result = run_synthesis(
         model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
         out=ctx.workdir / "synthetic.jsonl", per_class=ctx.n_per_class, config=config, dp=dp,
-        epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True,
+        epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
@@ -39,7 +47,8 @@ register_method(
     "gradmm",
     Method(
         gradmm_rows,
-        "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'",
+        "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'; "
+        "noise_only: public control, reads no private data",
         takes_epsilon=True,
         params=frozenset({"preset"} | {f.name for f in fields(SynthConfig)} - {"seed"}),
     ),

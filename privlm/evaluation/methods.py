@@ -29,7 +29,9 @@ NON_PRIVATE = "NON-PRIVATE: uses private examples directly"
 class MethodContext:
     """What a method may use. ``pool`` is the private pool; DP methods must touch it only through
     their own private mechanism. ``pool_features()`` gives the base model's last-token features of the
-    pool (computed once per experiment). ``workdir`` is a folder reserved for this cell."""
+    pool (computed once per experiment). ``workdir`` is a folder reserved for this cell; ``private_cache``
+    a folder shared by the experiment's cells for what is computed once from the pool (PRIVATE: as
+    sensitive as the pool, never published)."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -44,6 +46,7 @@ class MethodContext:
     workdir: Path
     pool_features: Callable[[], np.ndarray]
     params: dict[str, Any] = field(default_factory=dict)
+    private_cache: Path | None = None
 
 
 @dataclass(frozen=True)

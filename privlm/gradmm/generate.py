@@ -1,4 +1,5 @@
-"""Synthetic text from the DP release: ADMM batches per class, then filtering.
+"""Synthetic text from the DP release: candidate batches per class (ADMM, or public samples for
+generate–select), then filtering and selection.
 
 The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
 (model, tokenizer, settings, seeds) only — there is no parameter through which private data could
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_ex
 from privlm.gradmm.projection import Projector
 from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds
 from privlm.gradmm.release import Release, model_fingerprint
+from privlm.gradmm.select import select_matching
 
 StepCallback = Callable[[int, int, float], None]
 
@@ -56,16 +58,20 @@ def make_objective(
     label_token: int,
     target: torch.Tensor,
     closed_form: bool = True,
+    rows: Sequence[int] | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The ADMM objective ``X ↦ 1 − cos(target, G_syn(X))`` for synthetic embeddings X (B × L × d).
+    """The ADMM objective ``X ↦ 1 − cos(target, G_syn(X))`` for synthetic embeddings X (B × L × d),
+    in the released ``rows`` (None: all; target |R| × d).
 
-    ``closed_form=False`` gives the autograd double-backward version (benchmark reference only).
+    ``closed_form=False`` gives the autograd double-backward version (benchmark reference only, all rows).
     """
+    if not closed_form and rows is not None:
+        raise ValueError("the double-backward reference matches all rows only")
 
     def objective(x: torch.Tensor) -> torch.Tensor:
         hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, x))
         if closed_form:
-            return matching_loss(hidden, head_logits(model, hidden), label_token, target)
+            return matching_loss(hidden, head_logits(model, hidden), label_token, target, rows)
         return autograd_matching_loss(hidden, head_weight(model), label_token, target)
 
     return objective
@@ -90,24 +96,27 @@ def generate_batch(
     seed: int,
     on_step: StepCallback | None = None,
 ) -> list[Candidate]:
-    """One ADMM batch of ``config.batch`` sequences for class ``label``, matched to ``release.targets[label]``."""
+    """One batch of ``config.batch`` candidates for class ``label`` from a seeded public sample: optimized
+    by ADMM against ``release.targets[label]`` (``optimizer = "admm"``), or kept as sampled (``"select"``:
+    :func:`~privlm.gradmm.select.select_matching` chooses among them later)."""
     prompt = release.prompt
     target = release.targets[label].to(projector.embedding.dtype)
     label_token = prompt.label_token_ids[label]
-    objective = make_objective(model, prompt, label_token, target)
     gen = torch.Generator().manual_seed(seed)
-    start = projector.sample(config.batch, config.length, gen)
-    result = run_admm(
-        objective, projector, projector.embed(start),
-        rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
-        on_step=on_step,
-    )
+    ids = projector.sample(config.batch, config.length, gen)
+    if config.optimizer == "admm":
+        objective = make_objective(model, prompt, label_token, target, rows=release.rows)
+        ids = run_admm(
+            objective, projector, projector.embed(ids),
+            rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
+            on_step=on_step,
+        ).ids
     with torch.no_grad():
-        hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, projector.embed(result.ids)))
-        losses = per_example_matching_loss(hidden, head_logits(model, hidden), label_token, target)
+        hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, projector.embed(ids)))
+        losses = per_example_matching_loss(hidden, head_logits(model, hidden), label_token, target, release.rows)
     return [
         Candidate(ids=tuple(ids), text=tokenizer.decode(ids).strip(), label=label, match_loss=float(loss))
-        for ids, loss in zip(result.ids.tolist(), losses.tolist(), strict=True)
+        for ids, loss in zip(ids.tolist(), losses.tolist(), strict=True)
     ]
 
 
@@ -169,4 +178,6 @@ def synthesize(
         predicted = few_shot_labels(model, tokenizer, release.prompt, [c.text for c in candidates])
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
+    if config.optimizer == "select":
+        return select_matching(model, release, candidates, predicted, per_class)
     return select(candidates, predicted, per_class, n_classes)

@@ -7,37 +7,49 @@ is ``G = Σ_j r_j h_jᵀ`` with ``r_j = p_j − e_y``. Then, without forming the
     ⟨S, G⟩ = Σ_j r_j · (S h_j)          ‖G‖² = Σ_jk (r_j · r_k)(h_j · h_k)
 
 so the loss and its gradient with respect to the input embeddings need one ordinary backward pass.
+With ``rows`` (the release's public subspace, e.g. the label-token rows) both ``G`` and the target are
+restricted to those rows of the V × d gradient: ``r_j`` becomes ``(p_j − e_y)_R`` and the target is |R| × d.
 :func:`autograd_matching_loss` is the textbook double-backward version, kept as the reference that the
 tests and ``benchmarks/gradmm_step.py`` compare against.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
-def _residuals(logits: torch.Tensor, label_token: int) -> torch.Tensor:
+def _residuals(logits: torch.Tensor, label_token: int, rows: Sequence[int] | None) -> torch.Tensor:
     resid = torch.softmax(logits, dim=-1)
     onehot = torch.zeros_like(resid)
     onehot[:, label_token] = 1.0
-    return resid - onehot
+    return resid - onehot if rows is None else (resid - onehot)[:, list(rows)]
 
 
 def matching_loss(
-    hidden: torch.Tensor, logits: torch.Tensor, label_token: int, target: torch.Tensor
+    hidden: torch.Tensor,
+    logits: torch.Tensor,
+    label_token: int,
+    target: torch.Tensor,
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """``1 − cos(target, Σ_j (p_j − e_y) h_jᵀ)`` for hidden (B × d), logits (B × V), target (V × d)."""
-    resid = _residuals(logits, label_token)
+    """``1 − cos(target, Σ_j (p_j − e_y)_R h_jᵀ)`` for hidden (B × d), logits (B × V), target (|R| × d)."""
+    resid = _residuals(logits, label_token, rows)
     inner = (resid * (hidden @ target.T)).sum()
     gram = ((resid @ resid.T) * (hidden @ hidden.T)).sum()
     return 1.0 - inner / (gram.clamp_min(1e-30).sqrt() * target.norm())
 
 
 def per_example_matching_loss(
-    hidden: torch.Tensor, logits: torch.Tensor, label_token: int, target: torch.Tensor
+    hidden: torch.Tensor,
+    logits: torch.Tensor,
+    label_token: int,
+    target: torch.Tensor,
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """``1 − cos(target, (p_j − e_y) h_jᵀ)`` for each example j of the batch (B)."""
-    resid = _residuals(logits, label_token)
+    """``1 − cos(target, (p_j − e_y)_R h_jᵀ)`` for each example j of the batch (B)."""
+    resid = _residuals(logits, label_token, rows)
     inner = (resid * (hidden @ target.T)).sum(dim=1)
     return 1.0 - inner / (resid.norm(dim=1) * hidden.norm(dim=1) * target.norm()).clamp_min(1e-30)
 

@@ -17,7 +17,10 @@ On disk, next to the output ``FILE.jsonl``:
   at the end, so they are never half-written.
 
 Private data enters through the ``load_private`` callable alone, which is called only when a release
-has to be drawn; the generation and filtering that follow see the release only.
+has to be drawn (and not at all for the noise-only control, ``config.noise_only``); the generation and
+filtering that follow see the release only. ``factor_cache`` (optional) is a file where the private
+examples' last-layer factors are kept between runs on the same data (an experiment's cells): it holds
+private data and must live where the data may be kept, never in published results.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
-from privlm.gradmm.release import Release, draw_release
+from privlm.gradmm.release import PrivateFactors, Release, draw_release, private_factors, released_rows
 from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.gaussian import gaussian_noise_multiplier
@@ -99,11 +102,28 @@ def privacy_statement(release: Release) -> dict:
             "warning": "NOT differentially private (--no-dp): no clipping, no noise; the output may reveal the private data",
             "release_sha256": release.sha256(),
         }
+    noise_norm = release.noise_norm()
+    public = {
+        "released_rows": "all" if release.rows is None else list(release.rows),
+        "released_dim_per_class": release.released_dim,
+        "noise_multiplier": release.noise_multiplier,
+        "noise_std": release.noise_multiplier * release.clip,
+        "clip": release.clip,
+        "noise_norm_per_class": noise_norm,
+        # n·C ≤ noise norm below this many examples per class: the target is then mostly noise (Release.noise_norm)
+        "examples_per_class_to_match_noise": noise_norm / release.clip,
+        "release_sha256": release.sha256(),
+    }
+    if release.noise_only:
+        return {
+            "dp": True, "noise_only": True, "epsilon": 0.0, "delta": 0.0, **public,
+            "mechanism": "noise-only control: pure Gaussian noise at the σ and C of the DP release; "
+            "no private data was read, so it spends no privacy",
+        }
     event = GaussianRelease(release.noise_multiplier)
     ledger = PrivacyAccountant()
     ledger.record(event)
     accounted = ledger.epsilon(release.delta)
-    noise_norm = release.noise_norm()
     return {
         "dp": True,
         "epsilon": max(release.epsilon, accounted),
@@ -111,23 +131,19 @@ def privacy_statement(release: Release) -> dict:
         "epsilon_accounted": accounted,
         "ledger": [event.to_dict()],
         "delta": release.delta,
-        "noise_multiplier": release.noise_multiplier,
-        "noise_std": release.noise_multiplier * release.clip,
-        "clip": release.clip,
-        "noise_norm_per_class": noise_norm,
-        # n·C ≤ noise norm below this many examples per class: the target is then mostly noise (Release.noise_norm)
-        "examples_per_class_to_match_noise": noise_norm / release.clip,
-        "clipping": "per-sample L2 clipping of the last-position LM-head gradient (closed form, rank one)",
+        **public,
+        "clipping": "per-sample L2 clipping of the last-position LM-head gradient in the released rows "
+        "(closed form, rank one)",
         "mechanism": "Gaussian, one release per class (disjoint classes, parallel composition), "
         "add/remove-one adjacency, sensitivity C; generation and filtering are post-processing",
-        "release_sha256": release.sha256(),
     }
 
 
 def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
     names = release.prompt.label_names
     return [
-        {"text": c.text, "label": c.label, "label_name": names[c.label], "match_loss": c.match_loss, "dp": release.dp}
+        {"text": c.text, "label": c.label, "label_name": names[c.label], "match_loss": c.match_loss, "dp": release.dp,
+         **({"noise_only": True} if release.noise_only else {})}
         for c in selected
     ]
 
@@ -157,6 +173,7 @@ def obtain_release(
     epsilon: float | None,
     delta: float | None,
     resume: bool,
+    factor_cache: Path | None = None,
     on_private_batch: Callable[[int], None] | None = None,
 ) -> tuple[Release, bool]:
     """The run's release and whether it was reused: reloaded under ``resume``, else drawn and saved."""
@@ -168,20 +185,44 @@ def obtain_release(
             )
         _check_manifest(paths.manifest, settings)
         release = Release.load(paths.release)
-        if release.dp:  # a release saved by an older privlm had no ledger beside it: account for it now
+        if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger beside it: account for it now
             _write_ahead(paths, release.noise_multiplier)
         return release, True
     paths.workdir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
-    if dp:  # write-ahead: the ledger is durable before the release (or anything from it) is written
+    if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
         _write_ahead(paths, gaussian_noise_multiplier(epsilon, delta) if epsilon is not None and delta is not None
                      else None)
+    rows = released_rows(prompt, config.release)
+    factors = None if config.noise_only else load_factors(
+        model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
+    )
     release = draw_release(
-        model, tokenizer, load_private(), prompt,
-        epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, max_tokens=config.max_private_tokens,
-        save_to=paths.release, meta={"settings": settings}, on_batch=on_private_batch,
+        model, prompt, factors, epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, rows=rows,
+        max_tokens=config.max_private_tokens, save_to=paths.release, meta={"settings": settings},
     )
     return release, False
+
+
+def load_factors(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    max_tokens: int,
+    cache: Path | None,
+    on_batch: Callable[[int], None] | None = None,
+) -> PrivateFactors:
+    """The private examples' factors: read from ``cache`` when it exists, else computed (and saved there).
+
+    Assumption: ``cache`` names one (data, model, prompt, ``max_tokens``) combination; the caller keys it."""
+    if cache is not None and cache.exists():
+        return PrivateFactors.load(cache)
+    factors = private_factors(model, tokenizer, load_private(), prompt, max_tokens=max_tokens, on_batch=on_batch)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        factors.save(cache)
+    return factors
 
 
 def _write_ahead(paths: RunPaths, sigma: float | None) -> None:
@@ -213,6 +254,7 @@ def run_synthesis(
     delta: float | None,
     resume: bool = False,
     settings: dict | None = None,
+    factor_cache: Path | None = None,
     on_private_batch: Callable[[int], None] | None = None,
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
@@ -227,7 +269,8 @@ def run_synthesis(
     }
     release, reused = obtain_release(
         model, tokenizer, prompt, load_private, paths=paths, settings=settings, config=config,
-        dp=dp, epsilon=epsilon, delta=delta, resume=resume, on_private_batch=on_private_batch,
+        dp=dp, epsilon=epsilon, delta=delta, resume=resume, factor_cache=factor_cache,
+        on_private_batch=on_private_batch,
     )
     selected = synthesize(
         model, tokenizer, release, per_class=per_class, config=config, batch_dir=paths.batches,

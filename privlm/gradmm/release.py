@@ -1,22 +1,31 @@
-"""The one DP release of GRADMM: per class, the noisy sum of clipped last-layer gradients.
+"""The one DP release of GRADMM: per class, the noisy sum of clipped last-layer gradients in a public subspace.
 
 For a private example with final hidden state ``h`` (d) and next-token probabilities ``p`` (V) at the
 last position, and label token ``y``, the gradient of the cross-entropy with respect to the LM-head
-weight is rank one, ``g = (p − e_y) hᵀ`` (V × d), so ``‖g‖_F = ‖p − e_y‖·‖h‖``. Each ``g`` is clipped
-to norm ``C`` *without forming it*, and per class ``c``::
+weight is rank one, ``g = (p − e_y) hᵀ`` (V × d). The release keeps the rows ``R`` of ``g`` named by a
+public choice (:func:`released_rows`): ``label-rows`` — the K label-token rows (K × d coordinates,
+≈ 95 % of the energy; the default) — or ``full`` — all V rows (the paper's). The restricted gradient
+``g_R = (p − e_y)_R hᵀ`` has norm ``‖(p − e_y)_R‖·‖h‖``; it is clipped to ``C`` *without forming it*,
+and per class ``c``::
 
-    S_c = Σ_{i ∈ c} min(1, C/‖g_i‖) g_i + N(0, σ² C² I),      σ = gaussian_noise_multiplier(ε, δ).
+    S_c = Σ_{i ∈ c} min(1, C/‖g_{i,R}‖) g_{i,R} + N(0, σ² C² I_{|R|·d}),      σ = gaussian_noise_multiplier(ε, δ).
 
 Guarantee: under add/remove-one adjacency an example changes exactly one class's sum by at most ``C``
-in L2, so the whole release (all classes together) is one Gaussian mechanism with sensitivity ``C``
-and is (ε, δ)-DP (classes compose in parallel). Assumptions: labels are part of the record (replace-one
+in L2 (it is clipped in the released coordinates themselves), so the whole release (all classes
+together) is one Gaussian mechanism with sensitivity ``C`` and is (ε, δ)-DP (classes compose in
+parallel). The rows ``R`` depend on the public verbalizer only, never on the data. Assumptions: labels are part of the record (replace-one
 adjacency would need sensitivity √2·C, i.e. twice the ε budget); the noise comes from a fresh
 256-bit OS key through :class:`privlm.randomness.SecureRandom` (ChaCha20, float64 Box–Muller from 53-bit
 uniforms; its floating-point assumption is stated there); no private count is released (cosine matching is scale-free). ``dp=False`` skips clipping and noise
 and the release says so.
 
-Under ``torch.distributed`` each rank sums its shard of the examples, the clipped sums are all-reduced,
-and the noise is drawn once on rank 0 and broadcast.
+The private pass over the data is separated from the release: :func:`private_factors` computes each
+example's last hidden state ``h`` once (``p`` is recomputed from ``h`` and the public head), and
+:func:`factor_class_sums` turns them into clipped sums in seconds, so several (ε, seed) releases of one
+data set cost one pass. The factors are private data (same protection as the texts).
+
+Under ``torch.distributed`` each rank computes the factors of its shard of the examples, the clipped
+sums are all-reduced, and the noise is drawn once on rank 0 and broadcast.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
+from privlm.gradmm.config import RELEASES
 from privlm.randomness import SecureRandom
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.gaussian import gaussian_noise_multiplier
@@ -40,7 +50,8 @@ from privlm.privacy.gaussian import gaussian_noise_multiplier
 
 @dataclass(frozen=True)
 class Release:
-    """Per-class targets ``S`` (K × V × d, float32 or wider) and how they were made (all of it public after release)."""
+    """Per-class targets ``S`` (K × |R| × d, float32 or wider) in the released rows ``rows`` of the LM-head
+    gradient (``None``: all V rows) and how they were made (all of it public after release)."""
 
     targets: torch.Tensor
     prompt: Prompt
@@ -52,10 +63,22 @@ class Release:
     max_tokens: int
     model_fingerprint: str
     meta: dict = field(default_factory=dict)
+    rows: tuple[int, ...] | None = None
+
+    @property
+    def noise_only(self) -> bool:
+        """True for the noise-only control: a release of pure noise that read no data (:func:`noise_release`)."""
+        return bool(self.meta.get("noise_only", False))
+
+    @property
+    def released_dim(self) -> int:
+        """Coordinates per class target, ``|R|·d`` (public)."""
+        return self.targets[0].numel()
 
     def metadata(self) -> dict:
-        """Everything but the tensor, JSON-able."""
-        return {
+        """Everything but the tensor, JSON-able (``rows`` only when not all rows: older releases keep their hash)."""
+        extra = {} if self.rows is None else {"rows": list(self.rows)}
+        return {**extra,
             "prompt": self.prompt.to_dict(),
             "dp": self.dp,
             "epsilon": self.epsilon,
@@ -68,16 +91,17 @@ class Release:
         }
 
     def noise_norm(self) -> float | None:
-        """Expected L2 norm of the noise in one class target, ``σ·C·√(V·d)`` (public); ``None`` without DP.
+        """Expected L2 norm of the noise in one class target, ``σ·C·√(|R|·d)`` (public); ``None`` without DP.
 
         A class's clipped sum of n examples has norm at most ``n·C``, so the signal can outweigh the noise
-        only when ``n ≳ σ·√(V·d)`` examples per class; with fewer, the target is mostly noise and the
-        generated text depends on it little. Measured: SmolLM2-135M (V·d = 28.3M), ε = 1 (σ = 3.73),
-        50 examples per class: noise norm 19,800, ``cos(DP target, no-DP target)`` ≈ 0.002.
+        only when ``n ≳ σ·√(|R|·d)`` examples per class; with fewer, the target is mostly noise and the
+        generated text depends on it little. Measured: SmolLM2-135M, ε = 1 (σ = 3.73), full release
+        (V·d = 28.3M), 50 examples per class: noise norm 19,800, ``cos(DP target, no-DP target)`` ≈ 0.002;
+        label rows (K·d = 1,152): noise norm ≈ 127.
         """
         if not self.dp:
             return None
-        return float(self.noise_multiplier * self.clip * self.targets[0].numel() ** 0.5)
+        return float(self.noise_multiplier * self.clip * self.released_dim**0.5)
 
     def sha256(self) -> str:
         """Hash of the released tensor and its metadata (identifies the release in outputs and ledgers)."""
@@ -109,6 +133,7 @@ class Release:
             max_tokens=meta["max_tokens"],
             model_fingerprint=meta["model_fingerprint"],
             meta=meta["meta"],
+            rows=None if meta.get("rows") is None else tuple(meta["rows"]),
         )
 
 
@@ -116,6 +141,108 @@ def model_fingerprint(model: PreTrainedModel) -> str:
     """SHA-256 of the LM-head weight: a release is only meaningful for the model that made it."""
     weight = head_weight(model).detach().to(torch.float32).contiguous().cpu()
     return hashlib.sha256(weight.numpy().tobytes()).hexdigest()
+
+
+def released_rows(prompt: Prompt, release: str) -> tuple[int, ...] | None:
+    """The LM-head rows a release of kind ``release`` keeps: the label tokens (``label-rows``) or all (``full``: None).
+
+    Public: depends on the verbalizer only. Unknown kinds are a :class:`UserError` naming the choices."""
+    if release not in RELEASES:
+        raise UserError(f"--release {release!r} is not one of {', '.join(RELEASES)}")
+    return tuple(prompt.label_token_ids) if release == "label-rows" else None
+
+
+@dataclass(frozen=True)
+class PrivateFactors:
+    """Per-example last hidden states ``hidden`` (N × d) and class indices ``labels`` (N) of private examples.
+
+    PRIVATE: as sensitive as the texts they come from (cache them only where the data may be kept).
+    Under ``torch.distributed`` a rank's factors are those of its own shard of the examples."""
+
+    hidden: torch.Tensor
+    labels: torch.Tensor
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (a reader never sees half a cache)."""
+        with atomic_path(path) as tmp:
+            torch.save({"hidden": self.hidden.contiguous(), "labels": self.labels.contiguous()}, tmp)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PrivateFactors:
+        """Read factors written by :meth:`save`."""
+        blob = torch.load(path, weights_only=True)
+        return cls(hidden=blob["hidden"], labels=blob["labels"])
+
+
+@torch.no_grad()
+def private_factors(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[tuple[str, int]],
+    prompt: Prompt,
+    *,
+    max_tokens: int,
+    batch_size: int = 16,
+    on_batch: Callable[[int], None] | None = None,
+) -> PrivateFactors:
+    """The one pass over the private ``examples`` (``(text, class_index)``): last hidden state of each.
+
+    Under ``torch.distributed`` this rank takes ``examples[rank::world]``. Order: by token length."""
+    n_classes = len(prompt.label_token_ids)
+    if dist.is_available() and dist.is_initialized():
+        examples = list(examples)[dist.get_rank() :: dist.get_world_size()]
+    for _, k in examples:
+        if not 0 <= k < n_classes:
+            raise UserError(f"label {k} out of range for {n_classes} classes")
+    encoded = sorted(  # length-sorted batches waste little on padding; the sums do not depend on order
+        ((encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples), key=lambda e: len(e[0])
+    )
+    hidden = [torch.zeros(0, head_weight(model).shape[1], dtype=head_weight(model).dtype)]
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        hidden.append(last_hidden_from_ids(model, [ids for ids, _ in chunk]))
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return PrivateFactors(torch.cat(hidden), torch.tensor([k for _, k in encoded], dtype=torch.long))
+
+
+@torch.no_grad()
+def factor_class_sums(
+    model: PreTrainedModel,
+    factors: PrivateFactors,
+    prompt: Prompt,
+    *,
+    clip: float | None,
+    rows: Sequence[int] | None = None,
+    batch_size: int = 256,
+) -> torch.Tensor:
+    """Σ_{i∈c} min(1, C/‖g_{i,R}‖) g_{i,R} per class (K × |R| × d), never forming a per-sample gradient.
+
+    ``rows=None``: all V rows; ``clip=None`` sums unclipped gradients. ``p`` is recomputed from the
+    cached ``h`` by the public head. Under ``torch.distributed`` the sums are all-reduced."""
+    weight = head_weight(model)
+    n_classes = len(prompt.label_token_ids)
+    dtype = torch.promote_types(weight.dtype, torch.float32)
+    n_rows = weight.shape[0] if rows is None else len(rows)
+    sums = torch.zeros(n_classes, n_rows, weight.shape[1], dtype=dtype)
+    label_tokens = torch.tensor(prompt.label_token_ids)
+    for start in range(0, len(factors.labels), batch_size):
+        hidden = factors.hidden[start : start + batch_size]
+        classes = factors.labels[start : start + batch_size]
+        probs = torch.softmax(head_logits(model, hidden).to(dtype), dim=-1)
+        hidden = hidden.to(dtype)
+        resid, _ = per_sample_factors(hidden, probs, label_tokens[classes])
+        if rows is not None:
+            resid = resid[:, list(rows)]
+        if clip is not None:
+            norms = resid.norm(dim=1) * hidden.norm(dim=1)
+            resid = resid * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)[:, None]
+        for k in classes.unique().tolist():
+            members = classes == k
+            sums[k] += resid[members].T @ hidden[members]
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+    return sums
 
 
 def per_sample_factors(
@@ -127,7 +254,6 @@ def per_sample_factors(
     return resid, resid.norm(dim=1) * hidden.norm(dim=1)
 
 
-@torch.no_grad()
 def clipped_class_sums(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -136,45 +262,12 @@ def clipped_class_sums(
     *,
     clip: float | None,
     max_tokens: int,
+    rows: Sequence[int] | None = None,
     batch_size: int = 16,
-    on_batch: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
-    """Σ_{i∈c} min(1, C/‖g_i‖) g_i per class (K × V × d), never forming a per-sample gradient.
-
-    ``examples`` are ``(text, class_index)``; ``clip=None`` sums unclipped gradients. Under
-    ``torch.distributed`` this rank takes ``examples[rank::world]`` and the sums are all-reduced.
-    """
-    weight = head_weight(model)
-    n_classes = len(prompt.label_token_ids)
-    dtype = torch.promote_types(weight.dtype, torch.float32)
-    sums = torch.zeros(n_classes, *weight.shape, dtype=dtype)
-    if dist.is_available() and dist.is_initialized():
-        examples = list(examples)[dist.get_rank() :: dist.get_world_size()]
-    label_tokens = torch.tensor(prompt.label_token_ids)
-    for _, k in examples:
-        if not 0 <= k < n_classes:
-            raise UserError(f"label {k} out of range for {n_classes} classes")
-    encoded = sorted(  # length-sorted batches waste little on padding; the sum does not depend on order
-        ((encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples), key=lambda e: len(e[0])
-    )
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start : start + batch_size]
-        seqs = [ids for ids, _ in chunk]
-        hidden = last_hidden_from_ids(model, seqs)
-        probs = torch.softmax(head_logits(model, hidden).to(dtype), dim=-1)
-        hidden = hidden.to(dtype)
-        classes = torch.tensor([k for _, k in chunk])
-        resid, norms = per_sample_factors(hidden, probs, label_tokens[classes])
-        if clip is not None:
-            resid = resid * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)[:, None]
-        for k in classes.unique().tolist():
-            rows = classes == k
-            sums[k] += resid[rows].T @ hidden[rows]
-        if on_batch is not None:
-            on_batch(len(chunk))
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-    return sums
+    """:func:`factor_class_sums` of :func:`private_factors` of ``examples`` (K × |R| × d)."""
+    factors = private_factors(model, tokenizer, examples, prompt, max_tokens=max_tokens, batch_size=batch_size)
+    return factor_class_sums(model, factors, prompt, clip=clip, rows=rows)
 
 
 def add_gaussian_noise(sums: torch.Tensor, std: float) -> torch.Tensor:
@@ -193,24 +286,24 @@ def add_gaussian_noise(sums: torch.Tensor, std: float) -> torch.Tensor:
 
 def draw_release(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    examples: Sequence[tuple[str, int]],
     prompt: Prompt,
+    factors: PrivateFactors | None,
     *,
     epsilon: float | None,
     delta: float | None,
     clip: float = 1.0,
     dp: bool = True,
+    rows: Sequence[int] | None = None,
     max_tokens: int = 64,
-    batch_size: int = 16,
     save_to: str | Path | None = None,
     meta: dict | None = None,
-    on_batch: Callable[[int], None] | None = None,
 ) -> Release:
-    """Draw the (ε, δ)-DP per-class release from the private ``examples`` (see module docstring).
+    """Draw the (ε, δ)-DP per-class release in rows ``rows`` from the private ``factors`` (module docstring).
 
-    If ``save_to`` is given the release is written there (atomically, rank 0 only) before this function
-    returns, so a crash afterwards never leads to drawing it again.
+    ``factors=None`` is the noise-only control: the same σ and C, clipped sums of zero, so the release is
+    pure noise and reads no data at all (``meta["noise_only"]``; needs ``dp``). ``max_tokens`` is recorded
+    only (the factors were computed with it). If ``save_to`` is given the release is written there
+    (atomically, rank 0 only) before this function returns, so a crash afterwards never draws it again.
     """
     if dp:
         if epsilon is None or delta is None or not epsilon > 0 or not 0 < delta < 1:
@@ -218,10 +311,14 @@ def draw_release(
         if not clip > 0:
             raise UserError(f"clip must be > 0 (got {clip})")
         sigma = gaussian_noise_multiplier(epsilon, delta)
-    sums = clipped_class_sums(
-        model, tokenizer, examples, prompt,
-        clip=clip if dp else None, max_tokens=max_tokens, batch_size=batch_size, on_batch=on_batch,
-    )
+    elif factors is None:
+        raise UserError("the noise-only control needs epsilon and delta (it is noise at their σ)")
+    if factors is None:
+        weight = head_weight(model)
+        shape = (len(prompt.label_token_ids), weight.shape[0] if rows is None else len(rows), weight.shape[1])
+        sums = torch.zeros(shape, dtype=torch.promote_types(weight.dtype, torch.float32))
+    else:
+        sums = factor_class_sums(model, factors, prompt, clip=clip if dp else None, rows=rows)
     targets = add_gaussian_noise(sums, sigma * clip) if dp else sums
     if not dp and bool((targets.flatten(1).norm(dim=1) == 0).any()):
         raise UserError("a class has no private examples; every class needs at least one for --no-dp")
@@ -235,7 +332,8 @@ def draw_release(
         clip=float(clip) if dp else None,
         max_tokens=max_tokens,
         model_fingerprint=model_fingerprint(model),
-        meta=dict(meta or {}),
+        meta={**(meta or {}), **({"noise_only": True} if factors is None else {})},
+        rows=None if rows is None else tuple(rows),
     )
     if save_to is not None and (not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0):
         release.save(save_to)

@@ -55,6 +55,9 @@ def _synth(args: list[str]) -> int:
         ({"--data": "jsonl:/nonexistent/data.jsonl"}, ["--no-dp"], "/nonexistent/data.jsonl"),
         ({"--out": "/nonexistent/dir/out.jsonl"}, ["--no-dp"], "/nonexistent/dir"),
         ({"--model": "no-such-model"}, ["--no-dp"], "no-such-model"),
+        ({}, ["--no-dp", "--release", "rows"], "label-rows, full"),
+        ({}, ["--no-dp", "--optimizer", "sgd"], "admm, select"),
+        ({}, ["--epsilon", "1", "--delta", "1e-5", "--private-per-class", "6"], "--private-per-class 6 is larger"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(override, flags, fragment, tmp_path, capsys) -> None:

@@ -10,12 +10,7 @@ from privlm.evaluation.experiment import run_experiment
 
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
-    data = tmp_path / "data.jsonl"
-    words = {0: ["dull", "slow", "bad"], 1: ["warm", "funny", "great"]}
-    data.write_text("".join(
-        json.dumps({"text": f"the film is {words[y][i % 3]} number {i}", "label": ["bad", "great"][y]}) + "\n"
-        for i in range(30) for y in (0, 1)
-    ))
+    data = _write_data(tmp_path)
     config = parse_config({
         "model": "tiny-llama", "dataset": f"jsonl:{data}", "labels": ["bad", "great"], "pool_per_class": 4, "n_per_class": [2], "seeds": [0],
         "test_size": 6, "mia": False, "finetune": {"preset": "tiny", "epochs": 1},
@@ -41,3 +36,51 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     again = run_experiment(config, out, resume=True)
     assert release.read_bytes() == drawn
     assert again[1]["accuracy"] == rows[1]["accuracy"]
+
+
+def _write_data(tmp_path: Path) -> Path:
+    data = tmp_path / "data.jsonl"
+    words = {0: ["dull", "slow", "bad"], 1: ["warm", "funny", "great"]}
+    data.write_text("".join(
+        json.dumps({"text": f"the film is {words[y][i % 3]} number {i}", "label": ["bad", "great"][y]}) + "\n"
+        for i in range(30) for y in (0, 1)
+    ))
+    return data
+
+
+def test_the_whole_split_is_read_once_and_the_noise_control_reads_nothing(tmp_path: Path, monkeypatch) -> None:
+    import privlm.gradmm.pipeline as pipeline
+
+    passes = []
+    real = pipeline.private_factors
+    monkeypatch.setattr(pipeline, "private_factors", lambda *a, **k: passes.append(len(a[2])) or real(*a, **k))
+    tiny = {"preset": "demo", "length": 3, "batch": 2, "top_k": 20, "label_filter": False, "optimizer": "select"}
+    config = parse_config({
+        "model": "tiny-llama", "dataset": f"jsonl:{_write_data(tmp_path)}", "labels": ["bad", "great"],
+        "pool_per_class": "all", "n_per_class": [2], "seeds": [0, 1], "test_size": 6, "mia": False,
+        "finetune": {"preset": "tiny", "epochs": 1},
+        "methods": {"gradmm": {"epsilons": ["none", 2.0], **tiny},
+                    "gradmm@noise": {"epsilons": [2.0], "noise_only": True, **tiny}},
+    }, "test")
+    rows = run_experiment(config, tmp_path / "out")
+    assert len(rows) == 6
+    assert len(passes) == 1 and passes[0] > 30  # one pass over the whole train split, shared by 4 cells
+    caches = list((tmp_path / "out" / "work" / "private-cache").rglob("*.pt"))
+    assert len(caches) == 1
+    noise = [r for r in rows if r["method"] == "gradmm@noise"]
+    for row in noise:
+        synthetic = (tmp_path / "out" / "sets" / f"{row['cell']}.jsonl").read_text().splitlines()
+        assert all(json.loads(line)["epsilon_spent"] == 0.0 and json.loads(line)["noise_only"] for line in synthetic)
+
+
+def test_whole_split_pool_needs_mia_off(tmp_path: Path) -> None:
+    import pytest
+
+    from privlm.errors import UserError
+
+    data = {"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "n_per_class": [2],
+            "seeds": [0], "methods": {"full-pool": {}}}
+    with pytest.raises(UserError, match="mia = false"):
+        parse_config(data, "test")
+    config = parse_config({**data, "mia": False}, "test")
+    assert [c.key for c in config.cells()] == ["full-pool_nall_seed0_epsnone"]

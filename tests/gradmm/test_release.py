@@ -1,4 +1,5 @@
-"""The DP release: closed-form clipped sums vs a per-sample autograd loop; noise scale; save/load."""
+"""The DP release: closed-form clipped sums vs a per-sample autograd loop (all rows and label rows);
+sensitivity on neighbouring data sets; noise scale; the noise-only control; save/load."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from privlm.errors import UserError
 from privlm.gradmm.prompt import build_prompt, encode_text
-from privlm.gradmm.release import Release, clipped_class_sums, draw_release
+from privlm.gradmm.release import Release, clipped_class_sums, draw_release, private_factors, released_rows
 from privlm.privacy.gaussian import gaussian_noise_multiplier
 from privlm.resources.tiny import build_tiny_model
 
@@ -21,6 +22,10 @@ EXAMPLES = [
     ("I loved every minute of it", 1),
     ("wooden", 0),
 ]
+
+
+def _factors(model, tokenizer, prompt, examples=EXAMPLES):
+    return private_factors(model, tokenizer, examples, prompt, max_tokens=64)
 
 
 def _untied_head_gradients(name: str, prompt, tokenizer) -> list[torch.Tensor]:
@@ -57,14 +62,14 @@ def test_noise_std_matches_calibration_over_a_million_coordinates() -> None:
     model, tokenizer = build_tiny_model("tiny-llama", hidden_size=1024, layers=1, heads=4)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
     epsilon, delta, clip = 2.0, 1e-5, 0.5
-    release = draw_release(model, tokenizer, EXAMPLES, prompt, epsilon=epsilon, delta=delta, clip=clip)
+    release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=epsilon, delta=delta, clip=clip)
     noise = release.targets - clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=clip, max_tokens=64)
     assert noise.numel() >= 10**6
     sigma = gaussian_noise_multiplier(epsilon, delta)
     assert release.noise_multiplier == sigma
     assert abs(float(noise.std()) / (sigma * clip) - 1) < 0.01
     assert abs(float(noise.mean())) < 0.01 * sigma * clip
-    for k in range(2):  # the public signal-to-noise statement: each class's noise has norm sigma * C * sqrt(V * d)
+    for k in range(2):  # the public signal-to-noise statement: each class's noise has norm sigma * C * sqrt(|R| * d)
         assert float(noise[k].norm()) == pytest.approx(release.noise_norm(), rel=0.01)
     # The calibration itself, checked with an independent accountant: sigma spends epsilon at delta.
     pld = dp_accounting.pld.PLDAccountant()
@@ -75,14 +80,14 @@ def test_noise_std_matches_calibration_over_a_million_coordinates() -> None:
 def test_noise_is_not_reproducible() -> None:
     model, tokenizer = build_tiny_model("tiny-llama")
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
-    a, b = (draw_release(model, tokenizer, EXAMPLES, prompt, epsilon=1.0, delta=1e-5) for _ in range(2))
+    a, b = (draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=1.0, delta=1e-5) for _ in range(2))
     assert not torch.equal(a.targets, b.targets)
 
 
 def test_no_dp_release_is_the_plain_sum_and_says_so() -> None:
     model, tokenizer = build_tiny_model("tiny-gpt2")
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
-    release = draw_release(model, tokenizer, EXAMPLES, prompt, epsilon=None, delta=None, dp=False)
+    release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=None, delta=None, dp=False)
     plain = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=None, max_tokens=64)
     assert torch.equal(release.targets, plain)
     assert not release.dp and release.epsilon is None and release.noise_multiplier is None and release.noise_norm() is None
@@ -92,7 +97,7 @@ def test_release_is_saved_when_drawn_and_loads_identically(tmp_path) -> None:
     model, tokenizer = build_tiny_model("tiny-llama")
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
     path = tmp_path / "sub" / "release.pt"
-    release = draw_release(model, tokenizer, EXAMPLES, prompt, epsilon=4.0, delta=1e-5, save_to=path)
+    release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=4.0, delta=1e-5, save_to=path)
     assert sorted(p.name for p in path.parent.iterdir()) == ["release.pt"]
     loaded = Release.load(path)
     assert torch.equal(loaded.targets, release.targets)
@@ -107,4 +112,67 @@ def test_bad_privacy_parameters_are_user_errors(kwargs: dict) -> None:
     model, tokenizer = build_tiny_model("tiny-llama")
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
     with pytest.raises(UserError):
-        draw_release(model, tokenizer, EXAMPLES, prompt, **kwargs)
+        draw_release(model, prompt, _factors(model, tokenizer, prompt), **kwargs)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_label_row_sums_are_the_label_rows_of_the_full_gradient_clipped_in_those_rows(name: str) -> None:
+    model, tokenizer = build_tiny_model(name, seed=2, dtype=torch.float64)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    rows = released_rows(prompt, "label-rows")
+    assert rows == prompt.label_token_ids
+    full = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=None, max_tokens=64)
+    got = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=None, max_tokens=64, rows=rows)
+    torch.testing.assert_close(got, full[:, list(rows)], rtol=1e-12, atol=1e-12)
+    # Clipped: each per-sample autograd gradient, restricted to the label rows, clipped to C there.
+    grads = [g[list(rows)] for g in _untied_head_gradients(name, prompt, tokenizer)]
+    clip = float(torch.stack([g.norm() for g in grads]).median())
+    expected = torch.zeros(2, *grads[0].shape, dtype=torch.float64)
+    for g, (_, label) in zip(grads, EXAMPLES):
+        expected[label] += g * min(1.0, clip / float(g.norm()))
+    got = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=clip, max_tokens=64, rows=rows)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)  # autograd path differs in rounding only
+
+
+@pytest.mark.parametrize("release", ["label-rows", "full"])
+def test_a_neighbouring_data_set_moves_the_sums_by_at_most_c(release: str) -> None:
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    rows = released_rows(prompt, release)
+    clip = 0.05  # below every example's norm here: each one moves the sums by exactly C
+    full = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=clip, max_tokens=64, rows=rows)
+    for i in range(len(EXAMPLES)):
+        neighbour = EXAMPLES[:i] + EXAMPLES[i + 1 :]
+        moved = full - clipped_class_sums(model, tokenizer, neighbour, prompt, clip=clip, max_tokens=64, rows=rows)
+        assert float(moved.norm()) == pytest.approx(clip, rel=1e-9)
+        assert float(moved[1 - EXAMPLES[i][1]].norm()) < 1e-12  # the other class does not move
+
+
+def test_noise_only_release_is_noise_at_the_same_sigma_and_reads_nothing() -> None:
+    model, tokenizer = build_tiny_model("tiny-llama", hidden_size=512, layers=1, heads=4)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    release = draw_release(model, prompt, None, epsilon=2.0, delta=1e-5, clip=0.5, rows=None)
+    assert release.noise_only and release.dp
+    sigma = gaussian_noise_multiplier(2.0, 1e-5)
+    assert abs(float(release.targets.std()) / (sigma * 0.5) - 1) < 0.01
+    with pytest.raises(UserError, match="noise-only"):
+        draw_release(model, prompt, None, epsilon=None, delta=None, dp=False)
+
+
+def test_unknown_release_kind_names_the_choices() -> None:
+    _, tokenizer = build_tiny_model("tiny-llama")
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    with pytest.raises(UserError, match="label-rows, full"):
+        released_rows(prompt, "rows")
+
+
+def test_label_row_release_is_small_and_says_so(tmp_path) -> None:
+    model, tokenizer = build_tiny_model("tiny-llama")
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    rows = released_rows(prompt, "label-rows")
+    release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=1.0, delta=1e-5, rows=rows,
+                           save_to=tmp_path / "r.pt")
+    d = model.get_output_embeddings().weight.shape[1]
+    assert release.targets.shape == (2, 2, d) and release.released_dim == 2 * d
+    assert release.noise_norm() == pytest.approx(release.noise_multiplier * (2 * d) ** 0.5)
+    assert Release.load(tmp_path / "r.pt").rows == rows

@@ -1,0 +1,140 @@
+"""Every optimizer (ADMM, generate–select) and the noise-only control behind the wall: the output is a
+function of (release, public inputs, seed) — deterministic, resumable without a new draw, and blind to
+the private data once the release exists (poison test)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from privlm.gradmm import generate
+from privlm.gradmm.config import make_config
+from privlm.gradmm.filtering import Candidate
+from privlm.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.gradmm.prompt import build_prompt
+from privlm.gradmm.select import candidate_factors, greedy_match
+from privlm.resources.tiny import build_tiny_model
+
+PRIVATE = [
+    ("the movie was a delight from start to finish", 1),
+    ("slow, dull and far too long", 0),
+    ("a warm, funny and moving story with a wonderful cast", 1),
+    ("the plot makes no sense and the acting is wooden", 0),
+]
+POISONED = [("POISON " * 5 + text[::-1], 1 - label) for text, label in PRIVATE]
+SETTINGS = {
+    "admm": {"optimizer": "admm"},
+    "select": {"optimizer": "select", "oversample": 3.0},
+    "admm-full": {"optimizer": "admm", "release": "full"},
+    "select-noise": {"optimizer": "select", "oversample": 3.0, "noise_only": True},
+}
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    model.requires_grad_(False)
+    return model, tokenizer, build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
+
+
+def _config(name: str):
+    return make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=2, top_k=8, seed=1,
+                       label_filter=False, **{"oversample": 2.0, **SETTINGS[name]})
+
+
+def _run(lm, out: Path, name: str, load_private, **kwargs):
+    model, tokenizer, prompt = lm
+    return run_synthesis(model, tokenizer, prompt, load_private, out=out, per_class=2, config=_config(name),
+                         dp=True, epsilon=4.0, delta=1e-5, **kwargs)
+
+
+def _copy_release(src: Path, dst: Path) -> None:
+    RunPaths(dst).workdir.mkdir(parents=True)
+    for name in ("release.pt", "run.json"):
+        shutil.copy(RunPaths(src).workdir / name, RunPaths(dst).workdir / name)
+
+
+def _first_draw(lm, out: Path, name: str):
+    load = (lambda: pytest.fail("the noise-only control must not read data")) if "noise" in name else (lambda: list(PRIVATE))
+    return _run(lm, out, name, load)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_output_is_a_function_of_the_release_and_blind_to_poison(lm, tmp_path, name: str) -> None:
+    first = _first_draw(lm, tmp_path / "a.jsonl", name)
+    assert len(first.rows) == 4
+    _copy_release(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    calls = []
+    again = _run(lm, tmp_path / "b.jsonl", name, lambda: calls.append(1) or POISONED, resume=True)
+    assert again.reused_release and calls == []
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_resume_after_a_crash_between_batches_needs_no_new_draw(lm, tmp_path, monkeypatch, name: str) -> None:
+    _first_draw(lm, tmp_path / "a.jsonl", name)
+    _copy_release(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    real, done = generate.generate_batch, []
+
+    def crashing(*args, **kwargs):
+        if len(done) == 1:
+            raise KeyboardInterrupt
+        done.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generate, "generate_batch", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, tmp_path / "b.jsonl", name, lambda: pytest.fail("the release must be reused"), resume=True)
+    monkeypatch.setattr(generate, "generate_batch", real)
+    _run(lm, tmp_path / "b.jsonl", name, lambda: pytest.fail("the release must be reused"), resume=True)
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+
+
+def test_noise_only_control_spends_nothing_and_says_so(lm, tmp_path) -> None:
+    result = _first_draw(lm, tmp_path / "a.jsonl", "select-noise")
+    privacy = json.loads(RunPaths(tmp_path / "a.jsonl").sidecar.read_text())
+    assert privacy["noise_only"] and privacy["epsilon"] == 0.0
+    assert privacy["noise_multiplier"] == result.release.noise_multiplier > 0
+    assert not RunPaths(tmp_path / "a.jsonl").ledger.exists()
+    assert all(row["noise_only"] for row in result.rows)
+
+
+def test_sidecar_reports_the_released_dimension(lm, tmp_path) -> None:
+    model, _, prompt = lm
+    _first_draw(lm, tmp_path / "a.jsonl", "admm")
+    privacy = json.loads(RunPaths(tmp_path / "a.jsonl").sidecar.read_text())
+    d = model.get_output_embeddings().weight.shape[1]
+    assert privacy["released_rows"] == list(prompt.label_token_ids) and privacy["released_dim_per_class"] == 2 * d
+    assert privacy["noise_norm_per_class"] == pytest.approx(privacy["noise_multiplier"] * (2 * d) ** 0.5)
+
+
+def test_greedy_match_equals_greedy_on_explicit_vectors() -> None:
+    gen = torch.Generator().manual_seed(0)
+    vectors = torch.randn(12, 7, generator=gen, dtype=torch.float64)
+    target = torch.randn(7, generator=gen, dtype=torch.float64)
+    chosen, total = [], torch.zeros(7, dtype=torch.float64)
+    for _ in range(5):
+        scores = [
+            -torch.inf if j in chosen else float(torch.nn.functional.cosine_similarity(total + v, target, dim=0))
+            for j, v in enumerate(vectors)
+        ]
+        chosen.append(max(range(12), key=lambda j: scores[j]))
+        total = total + vectors[chosen[-1]]
+    assert greedy_match(vectors @ vectors.T, vectors @ target, 5) == chosen
+
+
+def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -> None:
+    _, tokenizer, prompt = lm
+    model, _ = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
+    cands = [Candidate(ids=tuple(tokenizer.encode(t)[:5]), text=t, label=0, match_loss=0.0) for t, _ in PRIVATE]
+    rows = prompt.label_token_ids
+    resid, hidden = candidate_factors(model, prompt, cands, 0, rows)
+    formed = torch.stack([torch.outer(r, h) for r, h in zip(resid, hidden)])  # M × |R| × d
+    target = torch.randn(len(rows), hidden.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    flat = formed.flatten(1)
+    torch.testing.assert_close((resid @ resid.T) * (hidden @ hidden.T), flat @ flat.T)
+    torch.testing.assert_close((resid * (hidden @ target.T)).sum(1), flat @ target.flatten())
