@@ -39,7 +39,7 @@ from privlm.gradmm.generate import batch_seed, make_objective, projection_contex
 from privlm.gradmm.matching import per_example_matching_loss
 from privlm.gradmm.projection import Projector
 from privlm.gradmm.prompt import build_prompt, encode_text, head_logits, last_hidden_from_ids
-from privlm.gradmm.release import draw_release
+from privlm.gradmm.release import draw_release, private_factors
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 
@@ -96,7 +96,8 @@ def dp_targets(model, tokenizer, pool, prompt, clean: torch.Tensor, max_tokens: 
     """Per ε: σ, the expected noise norm per class, and ``cos(DP target, no-DP target)`` per class."""
     out = {}
     for epsilon in (1.0, 0.05):
-        release = draw_release(model, tokenizer, pool, prompt, epsilon=epsilon, delta=1e-5, max_tokens=max_tokens)
+        factors = private_factors(model, tokenizer, pool, prompt, max_tokens=max_tokens)
+        release = draw_release(model, prompt, factors, epsilon=epsilon, delta=1e-5, max_tokens=max_tokens)
         out[str(epsilon)] = {
             "noise_multiplier": release.noise_multiplier, "noise_norm_per_class": release.noise_norm(),
             "cos_with_no_dp_target": [
@@ -147,8 +148,9 @@ def main() -> None:
     model, tokenizer = load_model("smollm2-135m", seed=0)
     model.requires_grad_(False)
     prompt = build_prompt(tokenizer, train.verbalizer.suffix, train.verbalizer.label_words, train.label_names)
-    release = draw_release(
-        model, tokenizer, pool, prompt, epsilon=None, delta=None, dp=False, max_tokens=config.max_private_tokens
+    release = draw_release(  # all rows: the measurements below are about the full (paper's) release
+        model, prompt, private_factors(model, tokenizer, pool, prompt, max_tokens=config.max_private_tokens),
+        epsilon=None, delta=None, dp=False, max_tokens=config.max_private_tokens,
     )
     targets = release.targets
     projector = Projector(model, tokenizer, projection_context(tokenizer, prompt), config.top_k)

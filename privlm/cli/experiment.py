@@ -30,6 +30,9 @@ def experiment_command(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run; finished cells are kept."),
     only: list[str] | None = typer.Option(
         None, "--only", help="Run only this method's cells now (repeatable); the others wait for a later --resume."),
+    cell_patterns: list[str] | None = typer.Option(
+        None, "--cells", metavar="GLOB",
+        help="Run only the cells whose key matches this shell pattern, e.g. 'gradmm_n20_*_eps1' (repeatable)."),
     shard: str = typer.Option(
         "0/1", "--shard", metavar="K/N",
         help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid."),
@@ -40,6 +43,7 @@ def experiment_command(
     shard_k_n = parse_shard(shard)
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
     command += [arg for method in only or () for arg in ("--only", method)]
+    command += [arg for pattern in cell_patterns or () for arg in ("--cells", pattern)]
     command += ["--shard", shard] if shard_k_n != (0, 1) else []
     start = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -58,7 +62,8 @@ def experiment_command(
             step=lambda step, loss: progress.update(steps, completed=step),
         )
         rows = run_experiment(
-            config, out, resume=resume, hooks=hooks, only=only, shard=shard_k_n, command=shlex.join(command)
+            config, out, resume=resume, hooks=hooks, only=only, shard=shard_k_n, command=shlex.join(command),
+            cells_matching=cell_patterns,
         )
     elapsed = time.perf_counter() - start
     if as_json:

@@ -21,6 +21,7 @@ Example (``experiments/rotten_tomatoes.toml``)::
     [methods.full-pool]              # ignores n_per_class: trains on the whole pool
     [methods."gradmm@top50"]         # NAME@VARIANT: method NAME again, with other parameters (ablations)
     top_k = 50
+    n_per_class = [5, 10]            # optional: this method's own sizes instead of the grid's
 
 User data (``jsonl:``, ``csv:``, ``hf:`` without a ClassLabel column) needs its public class names,
 as ``privlm … --labels`` does: ``labels = ["negative", "positive"]`` (items may be ``"NAME=WORD"``) or
@@ -82,11 +83,13 @@ def base_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One method of the grid: its name, ε values (``None``: no DP / not applicable) and parameters."""
+    """One method of the grid: its name, ε values (``None``: no DP / not applicable), parameters, and its
+    own sizes ``n_per_class`` (``None``: the grid's; e.g. a slow method run to smaller n only)."""
 
     name: str
     epsilons: tuple[float | None, ...] = (None,)
     params: dict[str, Any] = field(default_factory=dict)
+    sizes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,9 @@ class ExperimentConfig:
         data = asdict(self)
         if self.labels is None:
             del data["labels"]
+        for method in data["methods"]:  # older configurations keep their hashes
+            if method["sizes"] is None:
+                del method["sizes"]
         return data
 
     @property
@@ -160,7 +166,7 @@ class ExperimentConfig:
         grid = []
         whole = 0 if self.pool_per_class == WHOLE_SPLIT else self.pool_per_class
         for method in self.methods:
-            sizes = (whole,) if base_name(method.name) == FULL_POOL else self.n_per_class
+            sizes = (whole,) if base_name(method.name) == FULL_POOL else method.sizes or self.n_per_class
             for eps in method.epsilons:
                 for n in sizes:
                     grid.extend(Cell(method.name, n, seed, eps) for seed in self.seeds)
@@ -203,8 +209,13 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         epsilons = params.pop("epsilons", [NO_DP])
         if not isinstance(epsilons, list) or not epsilons:
             raise UserError(f"{source}: methods.{name}.epsilons must be a non-empty list")
-        methods.append(MethodSpec(name, tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons), params))
+        sizes = params.pop("n_per_class", None)
+        methods.append(MethodSpec(
+            name, tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons), params,
+            None if sizes is None else _int_list(sizes, f"{source}: methods.{name}.n_per_class"),
+        ))
     n_per_class = _int_list(data["n_per_class"], f"{source}: n_per_class")
+    n_per_class_all = [*n_per_class, *(n for m in methods for n in m.sizes or ())]
     pool = data["pool_per_class"]
     if pool == WHOLE_SPLIT:
         if data.get("mia", True):
@@ -212,11 +223,11 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
                 f"{source}: pool_per_class = {WHOLE_SPLIT!r} leaves no train examples as membership non-members; "
                 "set mia = false"
             )
-    elif isinstance(pool, bool) or not isinstance(pool, int) or pool < max(n_per_class):
+    elif isinstance(pool, bool) or not isinstance(pool, int) or pool < max(n_per_class_all):
         raise UserError(
             f"{source}: pool_per_class must be an integer >= every n_per_class or {WHOLE_SPLIT!r}, got {pool!r}"
         )
-    if min(n_per_class) < 1:
+    if min(n_per_class_all) < 1:
         raise UserError(f"{source}: n_per_class values must be >= 1")
     for key in ("test_size", "validation_size"):
         value = data.get(key)

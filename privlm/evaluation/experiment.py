@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import functools
 import json
 import math
@@ -152,10 +153,12 @@ def run_experiment(
     only: Collection[str] | None = None,
     shard: tuple[int, int] = (0, 1),
     command: str | None = None,
+    cells_matching: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every unfinished cell of ``config`` into ``out`` — or only those of the methods in ``only``
     (same configuration, same hash: a way to order a long grid), and with ``shard=(k, n)`` only the
-    cells whose grid index is ``k`` mod ``n`` (so ``n`` processes sharing ``out`` split the grid) —
+    cells whose grid index is ``k`` mod ``n`` (so ``n`` processes sharing ``out`` split the grid), and with
+    ``cells_matching`` only the cells whose key matches one of its shell patterns (``gradmm_n20_*_eps1``) —
     then write the report of all finished cells, including those other shards finished meanwhile
     (``command`` is quoted in it); returns the finished rows, in grid order."""
     hooks = hooks or Hooks()
@@ -242,6 +245,8 @@ def run_experiment(
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
         if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
+            continue
+        if cells_matching is not None and not any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching):
             continue
         with _claim(out / "work" / f"{cell.key}.lock") as mine:
             if not mine:

@@ -280,3 +280,19 @@ def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> 
     toml.write_text('model = "tiny-llama"\ndataset = "x"\npool_per_class = 4\nn_per_class = [2, 3]\nseeds = [0, 1]\n'
                     '[methods."full-pool@again"]\n')
     assert [c.key for c in load_config(toml).cells()] == ["full-pool@again_n4_seed0_epsnone", "full-pool@again_n4_seed1_epsnone"]
+
+
+def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(head + '[methods.random]\n[methods.first-eps]\nepsilons = ["none", 1.0]\nn_per_class = [2]\n')
+    config = load_config(toml)
+    assert [c.key for c in config.cells() if c.method == "first-eps"] == [
+        f"first-eps_n2_seed{s}_eps{e}" for e in ("none", "1") for s in (0, 1)
+    ]
+    rows = run_experiment(config, tmp_path / "out", cells_matching=["first-eps_*_eps1", "random_n4_seed1_*"])
+    assert [r["cell"] for r in rows] == ["random_n4_seed1_epsnone", "first-eps_n2_seed0_eps1", "first-eps_n2_seed1_eps1"]
+    assert "UNFINISHED" in (tmp_path / "out" / "report.md").read_text()
+    # a configuration without per-method sizes hashes as it did before they existed
+    assert "sizes" not in json.dumps(load_config(toml).to_dict()["methods"][0])
