@@ -3,7 +3,9 @@
 Per (method, ε, n per class): mean and standard deviation of test accuracy over seeds, the mean of the
 per-seed 95% bootstrap bounds, and the mean membership-inference advantage and AUC. Plots: accuracy
 vs n per method, and accuracy vs ε for the methods that take ε. For every ε-method, ε and n, the
-report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline).
+report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline),
+and every DP entry of a method with a noise-only control in the grid (a table with ``noise_only = true``)
+is read against that control at the same ε and n: the difference is what the private data contributed.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from privlm.evaluation.config import FULL_POOL, ExperimentConfig, base_name  # noqa: E402
+from privlm.evaluation.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
 from privlm.evaluation.methods import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 
@@ -83,6 +85,33 @@ def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
             f"{'beats' if beats else 'does NOT beat'} the best baseline, {best['label']} {best['accuracy_mean']:.1%}"
             + (" (within noise: the mean 95% intervals overlap)." if overlap else ".")
         )
+    return lines
+
+
+def _noise_controls(config: ExperimentConfig) -> set[str]:
+    return {m.name for m in config.methods if m.params.get("noise_only")}
+
+
+def against_noise(summary: Sequence[dict[str, Any]], config: ExperimentConfig) -> list[str]:
+    """For each DP entry (ε given) of a method that is not a control: its mean accuracy minus the noise-only
+    control's at the same ε and n (same base method), and minus the same method without DP."""
+    controls = _noise_controls(config)
+    lines = []
+    for entry in summary:
+        if entry["epsilon"] is None or entry["method"] in controls:
+            continue
+        same = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] == entry["epsilon"]
+                and e["method"] in controls and base_name(e["method"]) == base_name(entry["method"])]
+        no_dp = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] is None
+                 and e["method"] == entry["method"]]
+        for control in same:
+            diff = entry["accuracy_mean"] - control["accuracy_mean"]
+            line = (f"n={entry['n_per_class']}: {entry['label']} {entry['accuracy_mean']:.1%} vs noise-only "
+                    f"{control['label']} {control['accuracy_mean']:.1%}: {100 * diff:+.1f} points from the private data "
+                    f"({entry['seeds']} and {control['seeds']} seeds)")
+            if no_dp:
+                line += f"; {100 * (entry['accuracy_mean'] - no_dp[0]['accuracy_mean']):+.1f} points vs no DP"
+            lines.append(line + ".")
     return lines
 
 
@@ -145,7 +174,7 @@ def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     body = []
     for e in sorted(summary, key=lambda e: (e["n_per_class"], -e["accuracy_mean"])):
         body.append([
-            e["label"], str(e["n_per_class"]), f"{e['n_train_mean']:.1f}".removesuffix(".0"), str(e["seeds"]),
+            e["label"], str(e["n_per_class"] or WHOLE_SPLIT), f"{e['n_train_mean']:.1f}".removesuffix(".0"), str(e["seeds"]),
             f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}", f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
             f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
             f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",
@@ -177,7 +206,9 @@ def write_report(
     unfinished = total_cells not in (None, len(rows))
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.release()}"
     facts = [
-        f"model `{config.model}`, dataset `{config.dataset}`, private pool {config.pool_per_class} per class, "
+        f"model `{config.model}`, dataset `{config.dataset}`, private pool "
+        + ("the whole train split" if config.pool_per_class == WHOLE_SPLIT else f"{config.pool_per_class} per class")
+        + ", "
         f"n per class {list(config.n_per_class)}, seeds {list(config.seeds)}, δ={config.delta:g}",
         f"config hash `{config.hash}`; {len(rows)} cells"
         + (f" of {total_cells} (UNFINISHED: the other cells are not run yet)" if unfinished else "")
@@ -188,12 +219,16 @@ def write_report(
     ]
     head, body = _table(summary)
     found = verdicts(summary)
+    noise = against_noise(summary, config)
     md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in body]
     verdict_title = "Against the best baseline" + (" (PROVISIONAL: the grid is unfinished)" if unfinished else "")
     if found:
         md += ["", f"## {verdict_title}", "", *[f"- {line}" for line in found]]
+    noise_title = "Against the noise-only control" + (" (PROVISIONAL: the grid is unfinished)" if unfinished else "")
+    if noise:
+        md += ["", f"## {noise_title}", "", *[f"- {line}" for line in noise]]
     md += ["", *[f"![{name}](plots/{name}.png)" for name in plots], ""]
     write_text_atomic(out / "report.md", "\n".join(md))
     cells = "".join(
@@ -209,7 +244,10 @@ def write_report(
         "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style></head><body>"
         "<h1>Experiment report</h1><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"
         "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells + "</table>"
-        + (f"<h2>{html.escape(verdict_title)}</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in found) + "</ul>" if found else "")
+        + "".join(
+            f"<h2>{html.escape(title)}</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in lines) + "</ul>"
+            for title, lines in ((verdict_title, found), (noise_title, noise)) if lines
+        )
         + images + "</body></html>"
     )
     write_text_atomic(out / "report.html", page)

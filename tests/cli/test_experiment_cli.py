@@ -19,9 +19,12 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
                     'seeds = [0]\ntest_size = 10\nvalidation_size = 4\n[finetune]\npreset = "tiny"\n'
                     'grid = [{epochs = 1}, {epochs = 2, lr = 1e-2}]\n[methods.random]\n[methods.herding]\n')
     out = tmp_path / "out"
-    assert run(["experiment", str(toml), "--out", str(out), "--only", "random", "--json"]) == 0
+    assert run(["experiment", str(toml), "--out", str(out), "--cells", "random_*", "--json"]) == 0
     assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
     assert "(UNFINISHED" in (out / "report.md").read_text()
+    assert "--cells 'random_*'" in (out / "report.md").read_text()
+    assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "random", "--json"]) == 0
+    assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "kcenter"]) == 2
     assert "--only: ['kcenter'] not among" in capsys.readouterr().err
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0

@@ -49,3 +49,18 @@ def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Pat
     html = (tmp_path / "report.html").read_text()
     embedded = html.split('src="data:image/png;base64,')[1].split('"')[0]
     assert base64.b64decode(embedded) == (tmp_path / "plots" / "accuracy_vs_n.png").read_bytes()
+
+
+def test_dp_entries_are_read_against_their_noise_only_control() -> None:
+    from privlm.evaluation.report import against_noise
+
+    config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "mia": False,
+                           "n_per_class": [20], "seeds": [0, 1], "methods": {
+                               "gradmm": {"epsilons": [1.0, "none"]}, "gradmm@noise": {"epsilons": [1.0], "noise_only": True},
+                               "zero-shot": {}}}, "test")
+    rows = [row("gradmm", 20, s, a, epsilon=1.0) for s, a in enumerate((0.74, 0.76))]
+    rows += [row("gradmm", 20, 0, 0.77), row("gradmm@noise", 20, 0, 0.70, epsilon=1.0), row("zero-shot", 20, 0, 0.72)]
+    assert against_noise(summarize(rows), config) == [
+        "n=20: gradmm (ε=1) 75.0% vs noise-only gradmm@noise (ε=1) 70.0%: +5.0 points from the private data "
+        "(2 and 1 seeds); -2.0 points vs no DP."
+    ]
