@@ -14,6 +14,7 @@ from privlm.dpsgd.norms import NORM_MODES
 from privlm.errors import UserError
 from privlm.training.data import TASKS
 from privlm.training.loop import TrainConfig, check_run_dir
+from privlm.training.recipe import defaults
 from privlm.training.run import fine_tune, set_up
 
 
@@ -31,13 +32,26 @@ def train_command(
         True, "--bookkeeping/--second-backward",
         help="Clipped sum from stored activations (default; every released use of a weight is clipped) "
              "or by a second backward."),
-    max_length: int = typer.Option(128, "--max-length", help="T: tokens per example (longer texts are cut)."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Expected logical batch size B (Poisson rate B/N)."),
+    max_length: int | None = typer.Option(
+        None, "--max-length", help="T: tokens per example (longer texts are cut). Default: 256 head-only, else 128."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="Expected logical batch size B (Poisson rate B/N). Default: 512 head-only, else 16."),
     physical_batch_size: int | None = typer.Option(None, "--physical-batch-size", help="Micro-batch cap (memory)."),
-    epochs: float = typer.Option(1.0, "--epochs", help="Passes over the data (in expectation)."),
-    lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
+    epochs: float | None = typer.Option(
+        None, "--epochs", help="Passes over the data (in expectation). Default: 40 head-only, else 1."),
+    lr: float | None = typer.Option(None, "--lr", help="AdamW learning rate. Default: 1e-2 head-only, else 1e-3."),
     clip: float = typer.Option(1.0, "--clip", help="Per-sample clipping norm C."),
-    lora: int = typer.Option(0, "--lora", help="LoRA rank R (0: full fine-tuning)."),
+    lora: int | None = typer.Option(
+        None, "--lora", help="LoRA rank R (0: full fine-tuning). Default: 0; classify without --lora trains head-only."),
+    head_only: bool | None = typer.Option(
+        None, "--head-only/--no-head-only",
+        help="classify: train only the label-word rows of the output layer (the default recipe for classify)."),
+    cache: bool = typer.Option(
+        True, "--cache/--no-cache",
+        help="Head-only: compute the frozen model's features once per example (private: kept with the run)."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir",
+        help="Feature cache folder (default OUT/prefix-cache, deleted at the end); PRIVATE like the data."),
     lora_layers: int | None = typer.Option(
         None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."),
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
@@ -62,15 +76,26 @@ def train_command(
         raise UserError("give --epsilon (the privacy budget), or --no-dp for a non-private baseline")
     if max_test is not None and max_test < 1:
         raise UserError(f"--max-test must be >= 1, got {max_test}")
+    chosen = defaults(task, {"head_only": head_only, "lora": lora, "lora_layers": lora_layers, "batch_size": batch_size,
+                             "epochs": epochs, "lr": lr, "max_length": max_length})
+    head_only, lora, batch_size, epochs, lr, max_length = (
+        chosen[k] for k in ("head_only", "lora", "batch_size", "epochs", "lr", "max_length"))
     config = TrainConfig(
         task=task, epsilon=epsilon, delta=delta, private=not no_dp, norm_mode=norm_mode, probes=probes,
         bookkeeping=bookkeeping, max_length=max_length, batch_size=batch_size, epochs=epochs, lr=lr,
-        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, lora_layers=lora_layers, seed=seed,
+        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, lora_layers=lora_layers,
+        head_only=head_only, cache="bfloat16" if cache else None, seed=seed,
         checkpoint_every=checkpoint_every, loss_bound=loss_bound, loss_noise_fraction=loss_noise_fraction,
     )
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-    session = set_up(model, data, config, max_train, labels)  # class names of user data: public input
+
+    def announce(n: int) -> None:
+        if not as_json:
+            err_console.print(f"computing the frozen model's features of {n} examples once (private cache)")
+
+    session = set_up(model, data, config, max_train, labels,  # class names of user data: public input
+                     cache_dir or out / "prefix-cache", announce)
     label = "DP loss" if config.private else "loss (not private)"
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{label} {{task.fields[loss]}}"),
                TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())

@@ -50,14 +50,52 @@ def _accepts_position_ids(model: nn.Module) -> bool:
 def causal_lm_losses(
     model: nn.Module, batch: Mapping[str, Tensor], reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX
 ) -> Tensor:
-    """Per-sample losses (B,) of a Hugging Face causal LM on ``batch`` (input_ids, attention_mask, labels).
+    """Per-sample losses (B,) of a Hugging Face causal LM on ``batch`` (input_ids, attention_mask, labels)."""
+    logits = model(**model_inputs(model, batch)).logits
+    return token_losses(logits, causal_lm_labels(batch, ignore_index), reduction, ignore_index)
 
-    Position ids 0..T−1 are passed per sample (B, T) when the model accepts them (right padding), so that
-    position-embedding layers see a batch dimension and their per-sample gradients stay separable."""
+
+def model_inputs(model: nn.Module, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The model's inputs from ``batch``: input_ids, attention_mask and position ids 0..T−1 per sample (B, T)
+    when the model accepts them (right padding), so that position-embedding layers see a batch dimension
+    and their per-sample gradients stay separable."""
     inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
     if "position_ids" not in inputs and _accepts_position_ids(model):
         batch_size, seq_len = inputs["input_ids"].shape
         positions = torch.arange(seq_len, device=inputs["input_ids"].device)
         inputs["position_ids"] = positions.expand(batch_size, seq_len)
-    logits = model(**inputs).logits
-    return token_losses(logits, causal_lm_labels(batch, ignore_index), reduction, ignore_index)
+    return inputs
+
+
+def label_word_targets(labels: Tensor, label_ids: Tensor, ignore_index: int = IGNORE_INDEX) -> tuple[Tensor, Tensor]:
+    """Where each row's label word is predicted and which class it is, from prompt targets.
+
+    ``labels`` (B, T) holds the label-word tokens at their own positions and ``ignore_index`` elsewhere
+    (:func:`privlm.evaluation.prompts.collate`); ``label_ids`` (K,) are the classes' first label-word tokens.
+    Returns ``positions`` (B,): the position whose logits predict the first label-word token (one before
+    it), and ``classes`` (B,): the index in ``label_ids`` of that token."""
+    targeted = labels != ignore_index
+    if not bool(targeted.any(1).all()):
+        raise ValueError("every row needs a label word (a target token)")
+    first = targeted.int().argmax(1)
+    tokens = labels.gather(1, first[:, None])
+    matches = tokens == label_ids[None, :]
+    if not bool(matches.any(1).all()):
+        raise ValueError("a row's first target token is not one of the label words' first tokens")
+    return first - 1, matches.int().argmax(1)
+
+
+def label_word_losses(class_logits: Tensor, classes: Tensor) -> Tensor:
+    """Per-sample K-way cross-entropy (B,): −log softmax(class_logits)[class] over the K label words only,
+    from ``class_logits`` (B, K) and ``classes`` (B,)."""
+    return F.cross_entropy(class_logits, classes, reduction="none")
+
+
+def label_word_lm_losses(model: nn.Module, batch: Mapping[str, Tensor], label_ids: Tensor) -> Tensor:
+    """The label-word objective of a causal LM classifier (B,): the K-way cross-entropy over the logits of
+    the label words' first tokens ``label_ids`` (K,) at the position that predicts them. Every use of a
+    weight goes through the model's own layers (hooks see the full output layer)."""
+    logits = model(**model_inputs(model, batch)).logits
+    positions, classes = label_word_targets(batch["labels"], label_ids)
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    return label_word_losses(logits[rows, positions][:, label_ids], classes)

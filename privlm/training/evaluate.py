@@ -1,16 +1,19 @@
-"""Test metrics after training: label-word accuracy (classify) or perplexity (lm) on the test split."""
+"""Test metrics after training: label-word accuracy (classify) or perplexity (lm) on the test split, and
+the per-example predictions of a classifier (``predictions.jsonl``: test index, gold, predicted, per-class
+scores) from which paired comparisons and confusion matrices are computed."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.dpsgd.losses import IGNORE_INDEX, causal_lm_labels, token_losses
-from privlm.evaluation.scoring import evaluate_accuracy
+from privlm.evaluation.scoring import accuracy_ci, option_scores
 from privlm.training.data import TaskData, encode, make_collate
 
 
@@ -33,6 +36,26 @@ def perplexity(
     return (math.exp(total / tokens) if tokens else float("nan")), tokens
 
 
+def label_word_scores(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, data: TaskData, max_length: int,
+    *, batch_size: int = 8, max_examples: int | None = None,
+) -> np.ndarray:
+    """Label-word scores (M, K) of the first ``max_examples`` test examples (:func:`option_scores`)."""
+    test = data.test[:max_examples] if max_examples else data.test
+    return option_scores(model, tokenizer, [t for t, _ in test], data.verbalizer.suffix, data.verbalizer.label_words,
+                         batch_size=batch_size, max_length=max_length)
+
+
+def classify_report(scores: np.ndarray, gold: Sequence[int], seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Accuracy with its 95% bootstrap interval, and one record per test example (index, gold, predicted =
+    argmax of the scores, the K scores), from ``scores`` (M, K) and the gold classes (M,)."""
+    gold = np.asarray(gold)[: len(scores)]
+    predicted = scores.argmax(axis=1)
+    records = [{"index": i, "gold": int(y), "predicted": int(p), "scores": [float(v) for v in row]}
+               for i, (y, p, row) in enumerate(zip(gold, predicted, scores))]
+    return accuracy_ci(predicted == gold, seed=seed).as_dict(), records
+
+
 def test_metrics(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -47,11 +70,8 @@ def test_metrics(
     ``max_examples`` test examples (the test split is already shuffled by its seeded split)."""
     test = data.test[:max_examples] if max_examples else data.test
     if data.task == "classify":
-        accuracy = evaluate_accuracy(
-            model, tokenizer, test, data.verbalizer.suffix, data.verbalizer.label_words,
-            batch_size=batch_size, max_length=max_length, seed=seed,
-        )
-        return accuracy.as_dict()
+        scores = label_word_scores(model, tokenizer, data, max_length, batch_size=batch_size, max_examples=max_examples)
+        return classify_report(scores, [y for _, y in test], seed)[0]
     subset = TaskData(data.task, (), tuple(test), None)
     encoded = encode(subset, tokenizer, max_length, split="test")
     collate: Callable = make_collate(tokenizer)

@@ -38,6 +38,7 @@ fingerprint a replay on other rows of the same size would release a second value
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -52,6 +53,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.atomic import write_text_atomic
+from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
@@ -92,7 +94,9 @@ class TrainConfig:
     (the default) draws three independent 256-bit keys from the OS (:mod:`privlm.randomness`). ``loss_bound`` L and ``loss_noise_fraction`` α
     set the DP loss release (:class:`~privlm.dpsgd.loss_release.LossRelease`; α = 0 switches it off);
     the defaults L = 10 nats (mean token loss; ln of a 50k vocabulary is 10.8) and α = 0.2 cost σ a
-    factor √1.04 ≈ 1.02 in the accounting."""
+    factor √1.04 ≈ 1.02 in the accounting. ``head_only`` (classify): train only the label-word rows of the
+    output layer (:mod:`privlm.training.head`); ``cache``: the dtype its frozen features are cached in
+    once per example (:mod:`privlm.training.prefix_cache`), None to recompute them every step."""
 
     task: str = "classify"
     epsilon: float | None = None
@@ -110,6 +114,8 @@ class TrainConfig:
     physical_batch_size: int | None = None
     lora: int = 0
     lora_layers: int | None = None
+    head_only: bool = False
+    cache: str | None = "bfloat16"
     seed: int | None = None
     accountant: str = "pld"
     loss_bound: float = 10.0
@@ -136,6 +142,8 @@ class TrainConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.lora_layers is not None and (self.lora < 1 or self.lora_layers < 1):
             raise UserError(f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})")
+        if self.head_only and (self.task != "classify" or self.lora or self.lora_layers is not None):
+            raise UserError("--head-only trains the label-word rows of a classify task: it excludes --lora and --task lm")
         if not (self.epochs > 0 and self.lr > 0 and self.max_grad_norm > 0 and self.lora >= 0):
             raise UserError(
                 f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
@@ -162,6 +170,7 @@ class Run:
     private_model: PrivateModel | None
     rows: Sequence[Any]
     collate: Callable[[list], Any]
+    loss_fn: LossFn
     sample_rate: float
     total_steps: int
     streams: RunStreams
@@ -199,9 +208,12 @@ def prepare(
     collate: Callable[[list], Any],
     config: TrainConfig,
     ctx: DistContext | None = None,
+    loss_fn: LossFn | None = None,
 ) -> Run:
     """Wrap ``module`` (its trainable parameters are trained) for DP-SGD on ``rows`` (all ranks pass
-    the same rows in the same order); ``collate`` turns a list of rows into a model batch."""
+    the same rows in the same order); ``collate`` turns a list of rows into a model batch;
+    ``loss_fn(module, batch)`` gives per-sample losses (B,) — default: the mean token loss."""
+    loss_fn = loss_fn or functools.partial(causal_lm_losses, reduction="mean")
     ctx = ctx or context()
     if len(rows) == 0:
         raise UserError("no training examples")
@@ -221,7 +233,7 @@ def prepare(
             max_grad_norm=config.max_grad_norm, noise_multiplier=config.noise_multiplier,
             target_epsilon=None if config.noise_multiplier is not None else config.epsilon,
             delta=config.delta, epochs=config.epochs,
-            max_physical_batch_size=config.physical_batch_size, loss_reduction="mean",
+            max_physical_batch_size=config.physical_batch_size, loss_fn=loss_fn,
             loss_release=config.loss_release(),
         )
         sample_rate = private_loader.batch_sampler.sample_rate
@@ -235,7 +247,7 @@ def prepare(
         if budget == 0:
             raise UserError(f"noise multiplier {config.noise_multiplier} (accounted {event.noise_multiplier:.4g}) "
                             f"cannot take a single step within ε = {config.epsilon}")
-    return Run(config, module, optimizer, engine, private_model, rows, collate, sample_rate, total,
+    return Run(config, module, optimizer, engine, private_model, rows, collate, loss_fn, sample_rate, total,
                streams, ctx, event, budget)
 
 
@@ -266,7 +278,7 @@ def _step(run: Run, batch: Any, n_local: int) -> float | None:
     params = [p for p in run.module.parameters() if p.requires_grad]
     losses = torch.zeros(0)
     if n_local:
-        losses = causal_lm_losses(run.module, batch, reduction="mean")
+        losses = run.loss_fn(run.module, batch)
         (losses.sum() / (run.sample_rate * len(run.rows))).backward()
         losses = losses.detach()
     all_reduce_grads(params, run.ctx)

@@ -6,23 +6,31 @@ writes the run folder and evaluates).
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 
+from privlm.atomic import write_text_atomic
+from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.errors import UserError
 from privlm.resources.models import load_model
+from privlm.training import prefix_cache
 from privlm.training.checkpoint import replace_folder, retire_checkpoints
 from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
 from privlm.training.distributed import barrier, init_from_env
-from privlm.training.evaluate import test_metrics
+from privlm.training.evaluate import classify_report, label_word_scores, test_metrics
+from privlm.training.head import LabelWordHead, head_losses, label_token_ids
 from privlm.training.loop import Run, TrainConfig, append_metrics, prepare, train_loop
 
 SPLIT_SEED = 0  # the datasets' standard seeded splits, whatever the training seed
@@ -70,9 +78,26 @@ def save_model(module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, run_
     return target
 
 
+def save_head(head: LabelWordHead, data: TaskData, model_name: str, run_dir: Path) -> Path:
+    """Write ``RUN_DIR/head`` atomically: ``label_rows.safetensors`` (the K × d trained rows) and ``head.json``
+    (the label words, their first-token ids and the base model, all public)."""
+    target = run_dir / "head"
+    tmp = run_dir / ".head.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({"rows": head.rows.weight.detach().contiguous()}, str(tmp / "label_rows.safetensors"))
+    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "suffix": data.verbalizer.suffix,
+            "label_token_ids": head.label_ids.tolist(),
+            "use": "replace these rows of the base model's output layer (untied) to get the trained classifier"}
+    (tmp / "head.json").write_text(json.dumps(info, indent=2) + "\n")
+    replace_folder(tmp, target)
+    return target
+
+
 @dataclass
 class Session:
-    """A run ready to train: the model (with LoRA if asked), its tokenizer, the data, the prepared loop."""
+    """A run ready to train: the model (with LoRA if asked, or the label-word head), its tokenizer, the
+    data, the prepared loop, and the cached features of a head-only run (None otherwise) with their folder."""
 
     model_name: str
     data_name: str
@@ -81,14 +106,21 @@ class Session:
     tokenizer: PreTrainedTokenizerBase
     data: TaskData
     run: Run
+    features: prefix_cache.Features | None = None
+    cache_dir: Path | None = None
 
 
 def set_up(
-    model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None, labels: object = None
+    model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None, labels: object = None,
+    cache_dir: Path | None = None, on_cache_build: Callable[[int], None] | None = None,
 ) -> Session:
     """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
     calibrate σ; every bad input raises :class:`UserError` here, before any training. ``max_train``
-    keeps the first examples of the (seeded, shuffled) train split — a data-independent choice."""
+    keeps the first examples of the (seeded, shuffled) train split — a data-independent choice.
+
+    ``classify`` trains on the label-word objective (K-way cross-entropy over the label words' first
+    tokens); with ``config.head_only`` only the label-word rows are trained, on features read from (or
+    built into) the private ``cache_dir`` when ``config.cache`` is set (:mod:`privlm.training.prefix_cache`)."""
     ctx = init_from_env()
     if max_train is not None and max_train < 1:
         raise UserError(f"--max-train must be >= 1, got {max_train}")
@@ -98,12 +130,59 @@ def set_up(
     if max_train is not None:
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
-    # The adapters' initial values are public and fixed (seed 0 without --seed, like the tiny models' weights):
-    # a resume rebuilds the very model it started from, which the model fingerprint checks.
-    module = with_lora(model, config.lora, config.seed or 0, config.lora_layers)
+    collate = make_collate(tokenizer)
+    label_ids = label_token_ids(tokenizer, data.verbalizer) if config.task == "classify" else None
+    features = None
+    if config.head_only:
+        if config.cache is not None and ctx.world > 1:
+            raise UserError("a cached head-only run runs on one process (the features are built once); drop torchrun")
+        module = LabelWordHead(model, label_ids)
+        loss_fn = head_losses
+        if config.cache is not None:
+            if cache_dir is None:
+                raise UserError("a cached head-only run needs a cache folder")
+            test_rows = encode(data, tokenizer, config.max_length, split="test")
+            features = prefix_cache.load_or_build(cache_dir, module, rows, test_rows, collate, config.cache, on_cache_build)
+            rows = prefix_cache.cached_rows(features.train, [y for _, y in data.train])
+            collate = prefix_cache.collate_cached
+    else:
+        # The adapters' initial values are public and fixed (seed 0 without --seed, like the tiny models' weights):
+        # a resume rebuilds the very model it started from, which the model fingerprint checks.
+        module = with_lora(model, config.lora, config.seed or 0, config.lora_layers)
+        loss_fn = (None if label_ids is None else
+                   functools.partial(label_word_lm_losses, label_ids=torch.tensor(label_ids, dtype=torch.long)))
     module.train()
-    run = prepare(module, rows, make_collate(tokenizer), config, ctx)
-    return Session(model_name, data_name, config, module, tokenizer, data, run)
+    run = prepare(module, rows, collate, config, ctx, loss_fn)
+    return Session(model_name, data_name, config, module, tokenizer, data, run, features, cache_dir)
+
+
+def head_scores(session: Session, max_test: int | None) -> Any:
+    """K-way log-softmax scores (M, K) of the trained head on the first ``max_test`` test examples."""
+    head, data = session.module, session.data
+    test = data.test[:max_test] if max_test else data.test
+    if session.features is not None:
+        features = session.features.test[: len(test)]
+    else:
+        rows = encode(replace(data, test=tuple(test)), session.tokenizer, session.config.max_length, split="test")
+        features = prefix_cache.compute_features(head, rows, make_collate(session.tokenizer))
+    with torch.inference_mode():
+        return torch.log_softmax(head({"features": features}).double(), dim=1).numpy()
+
+
+def evaluate_session(session: Session, run_dir: Path, max_test: int | None) -> dict[str, Any]:
+    """Test metrics of the trained model; for ``classify`` also ``RUN_DIR/predictions.jsonl`` (one line per
+    test example: index, gold, predicted, per-class scores — K-way log-probabilities for a head-only run,
+    label-word scores otherwise)."""
+    config, data = session.config, session.data
+    if config.task != "classify":
+        return test_metrics(session.module, session.tokenizer, data, config.max_length, max_examples=max_test)
+    if config.head_only:
+        scores = head_scores(session, max_test)
+    else:
+        scores = label_word_scores(session.module, session.tokenizer, data, config.max_length, max_examples=max_test)
+    metrics, records = classify_report(scores, [y for _, y in data.test])
+    write_text_atomic(run_dir / "predictions.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    return metrics
 
 
 def fine_tune(
@@ -114,10 +193,11 @@ def fine_tune(
     max_test: int | None = None,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> dict[str, Any]:
-    """Train (resuming from ``run_dir`` if asked), save the model or adapter, score the test split.
+    """Train (resuming from ``run_dir`` if asked), save the model, adapter or head, score the test split.
 
     Returns a JSON-ready summary (steps, why training stopped, σ drawn and σ accounted, ε spent, test
-    metrics, wall time)."""
+    metrics, wall time). A feature cache inside ``run_dir`` is deleted with the checkpoints at the end (it
+    holds the private data's features); one elsewhere is kept for other runs on the same data."""
     run, config = session.run, session.config
     result = train_loop(run, run_dir, resume, on_progress)
     summary: dict[str, Any] = {
@@ -131,10 +211,14 @@ def fine_tune(
         "resumed_from": result.resumed_from, "world_size": run.ctx.world, "train_wall_s": round(result.wall_s, 1),
     }
     if run.ctx.is_main:
-        summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0))
+        if config.head_only:
+            summary["saved"] = str(save_head(session.module, session.data, session.model_name, run_dir))
+        else:
+            summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0))
         retire_checkpoints(run_dir)  # they hold the noise and sampling RNG states: never beside the release
-        summary["test"] = test_metrics(session.module, session.tokenizer, session.data, config.max_length,
-                                       max_examples=max_test)
+        summary["test"] = evaluate_session(session, run_dir, max_test)
+        if session.cache_dir is not None and session.cache_dir.resolve().parent == run_dir.resolve():
+            shutil.rmtree(session.cache_dir, ignore_errors=True)
         append_metrics(run_dir, {"step": result.steps, "test": summary["test"]})
     barrier(run.ctx)
     return summary

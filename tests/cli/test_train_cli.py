@@ -1,6 +1,8 @@
 """``privlm train``: bad input exits 2 with the reason; SIGKILL + ``--resume`` ends with the same
 weights and the same ledger as an uninterrupted run; the lm task reports perplexity; ``metrics.jsonl``
-holds only the released DP loss (or no loss at all with ``--loss-noise-fraction 0``)."""
+holds only the released DP loss (or no loss at all with ``--loss-noise-fraction 0``); a classify run writes
+``predictions.jsonl``; the default classify recipe trains the label-word head on cached features and
+leaves neither the cache nor checkpoints behind."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ LABELLED = [(text, "pos" if i % 2 else "neg") for i, text in enumerate(TEXTS)]
 # 48 training examples (--max-train 48 of the per-row split's 50), B = 8: q = 1/6, 6 steps per epoch, 36 in all
 RUN = ["--model", "tiny-llama", "--labels", "neg,pos", "--max-train", "48", "--epsilon", "8", "--delta", "1e-5", "--norm-mode", "mixed", "--max-length", "48",
        "--batch-size", "8", "--epochs", "6", "--lr", "5e-3", "--seed", "3", "--checkpoint-every", "3",
-       "--max-test", "6"]
+       "--max-test", "6", "--lora", "0"]  # full fine-tuning on the label-word objective (classify's default is head-only)
 
 
 def _write(path: Path, rows: list[dict]) -> str:
@@ -193,3 +195,28 @@ def test_labelled_user_data_needs_public_labels_and_a_new_label_is_not_shown(dat
     assert f"leaky.jsonl:{len(LABELLED) + 1}: label is not one of the 2 class names" in captured.err
     assert "hiv_positive" not in captured.err + captured.out
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_predictions_hold_one_line_per_test_example_and_give_the_accuracy(uninterrupted):
+    records = [json.loads(line) for line in (uninterrupted / "predictions.jsonl").read_text().splitlines()]
+    final = json.loads((uninterrupted / "metrics.jsonl").read_text().splitlines()[-1])
+    n = final["test"]["n_test"]
+    assert n >= 3 and [r["index"] for r in records] == list(range(n))
+    for record in records:
+        assert set(record) == {"index", "gold", "predicted", "scores"} and len(record["scores"]) == 2
+        assert record["predicted"] == max(range(2), key=lambda c: record["scores"][c])
+    assert final["test"]["accuracy"] == sum(r["gold"] == r["predicted"] for r in records) / n
+
+
+def test_the_default_classify_recipe_trains_the_label_word_head_on_cached_features(data, tmp_path, capsys):
+    recipe = [a for a in RUN if a not in ("--lora", "0")]
+    out = tmp_path / "run"
+    assert _train([*recipe, "--data", data, "--epochs", "2", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["saved"] == str(out / "head") and summary["steps"] == 12
+    rows = load_file(out / "head" / "label_rows.safetensors")["rows"]
+    assert rows.shape == (2, 32)  # K label words × d
+    assert json.loads((out / "head" / "head.json").read_text())["label_words"] == ["neg", "pos"]
+    assert sorted(p.name for p in out.iterdir()) == ["FINISHED", "head", "metrics.jsonl", "predictions.jsonl", "privacy.json"]
+    assert _train([*recipe, "--data", data, "--lora", "4", "--head-only", "--out", str(tmp_path / "bad")]) == 2
+    assert "--head-only" in capsys.readouterr().err

@@ -1,12 +1,22 @@
-"""Token-level per-sample losses: padding and ignore_index contribute nothing; sum or mean."""
+"""Token-level per-sample losses: padding and ignore_index contribute nothing; sum or mean. The label-word
+objective is a K-way softmax over the label tokens."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from privlm.dpsgd.losses import IGNORE_INDEX, causal_lm_labels, token_losses
+from privlm.dpsgd.losses import (
+    IGNORE_INDEX,
+    causal_lm_labels,
+    label_word_lm_losses,
+    label_word_targets,
+    token_losses,
+)
+from privlm.evaluation.prompts import EncodedOption, collate
+from privlm.resources.tiny import build_tiny_model
 
 
 def _manual(logits, labels, reduction):
@@ -47,3 +57,31 @@ def test_causal_labels_shift_and_mask_padding():
     }
     expected = torch.tensor([[6, 7, IGNORE_INDEX, IGNORE_INDEX], [9, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]])
     assert torch.equal(causal_lm_labels(batch), expected)
+
+
+def test_label_word_loss_is_a_k_way_softmax_over_the_label_tokens_computed_by_hand():
+    """The classify objective: −log(e^{z_y} / Σ_k e^{z_k}) over the K label tokens' logits at the position
+    before the label word, nothing else of the vocabulary; checked against plain-Python arithmetic."""
+    model, _ = build_tiny_model("tiny-llama", seed=0, dtype=torch.float64)
+    label_ids = torch.tensor([426, 425, 434])  # " great", " good", " film": one token each
+    rows = [EncodedOption([5, 9, 17, 426], 1), EncodedOption([7, 434], 1), EncodedOption([3, 4, 5, 6, 7, 425, 12], 2)]
+    batch = collate(rows, pad_token_id=0)
+    positions, classes = label_word_targets(batch["labels"], label_ids)
+    assert positions.tolist() == [2, 0, 4] and classes.tolist() == [0, 2, 1]
+    losses = label_word_lm_losses(model, batch, label_ids).detach()
+    for i, row in enumerate(rows):
+        logits = model(input_ids=torch.tensor([row.input_ids])).logits[0, positions[i]].tolist()
+        z = [logits[t] for t in label_ids.tolist()]
+        by_hand = -(z[classes[i]] - math.log(sum(math.exp(v) for v in z)))
+        assert abs(float(losses[i]) - by_hand) < 1e-12
+    full_vocab = token_losses(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                              causal_lm_labels(batch), "sum")
+    assert bool((losses < full_vocab).all())  # the vocabulary's other tokens are not in the normaliser
+
+
+def test_a_row_without_a_label_word_is_refused():
+    labels = torch.tensor([[IGNORE_INDEX, 5], [IGNORE_INDEX, IGNORE_INDEX]])
+    with pytest.raises(ValueError, match="label word"):
+        label_word_targets(labels, torch.tensor([5, 6]))
+    with pytest.raises(ValueError, match="first tokens"):
+        label_word_targets(torch.tensor([[IGNORE_INDEX, 7]]), torch.tensor([5, 6]))

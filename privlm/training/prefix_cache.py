@@ -1,0 +1,135 @@
+"""The frozen prefix's activations, computed once per example and kept with the run.
+
+In a head-only run (:mod:`privlm.training.head`) everything below the trained rows is frozen, so each
+example's final hidden state h at the label position is the same in every epoch. :func:`load_or_build`
+computes h once for every training and test example (forward passes of the frozen model, no graph),
+stores it in a compact dtype (``bfloat16`` by default: d values per example, 1.2 KB for SmolLM2), and
+every epoch then runs through the head only.
+
+**The cache is private.** h is a function of the private text (a deterministic one, of public weights),
+so the cache folder is protected like the data: it lives in the run folder (or another private folder),
+never in a results folder or a release, and its ``meta.json`` holds the data fingerprint
+(:mod:`privlm.training.fingerprint`). It is **bound to its inputs**: ``meta.json`` records the
+fingerprints of the encoded training and test rows, of the model (configuration and every weight) and
+the layout (dtype, what is cached); a cache whose fingerprints differ from the run's is refused (exit 2,
+naming which differs), never silently reused or rebuilt. A run reading a cache trains on exactly the
+features the uncached run computes (up to the cast to the cache dtype, which is post-processing of
+public weights and the example, per example), so the DP guarantee, the resume binding and the ledger
+are those of the uncached run: each training row (h_i, y_i) still depends on example i only.
+
+Written atomically (temporary folder, ``os.replace``): a cache folder is complete or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from privlm.errors import UserError
+from privlm.evaluation.prompts import EncodedOption
+from privlm.training.fingerprint import data_fingerprint, model_fingerprint
+from privlm.training.head import LabelWordHead
+
+LAYOUT = "final hidden state at the position predicting the first label-word token (privlm-head-v1)"
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Features:
+    """Cached features: ``train`` (N, d) and ``test`` (M, d) in the cache dtype, rows in split order."""
+
+    train: Tensor
+    test: Tensor
+
+
+def compute_features(
+    head: LabelWordHead, rows: Sequence[EncodedOption], collate: Callable[[list], Any], batch_size: int = 8
+) -> Tensor:
+    """h (len(rows), d) of every row, in row order (batched by length: less padding)."""
+    if not rows:
+        return torch.zeros(0, head.rows.in_features, dtype=head.rows.weight.dtype)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+    out = torch.empty(len(rows), head.rows.in_features, dtype=head.rows.weight.dtype)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        out[idx] = head.features(collate([rows[i] for i in idx]))
+    return out
+
+
+def _key(head: LabelWordHead, train: Sequence[EncodedOption], test: Sequence[EncodedOption], dtype: str) -> dict[str, str]:
+    return {"train": data_fingerprint(train), "test": data_fingerprint(test), "model": model_fingerprint(head),
+            "layout": f"{LAYOUT}; {dtype}"}
+
+
+_WHAT = {"train": "other training rows", "test": "other test rows", "model": "another model or label words",
+         "layout": "another cache layout or dtype"}
+
+
+def load_or_build(
+    cache_dir: Path,
+    head: LabelWordHead,
+    train: Sequence[EncodedOption],
+    test: Sequence[EncodedOption],
+    collate: Callable[[list], Any],
+    dtype: str = "bfloat16",
+    on_build: Callable[[int], None] | None = None,
+) -> Features:
+    """The features of ``train`` and ``test`` from ``cache_dir`` (built there first if absent).
+
+    Refuses (UserError) a cache built for other rows, another model or another layout. ``on_build(n)`` is
+    called before a build of n examples (progress reporting)."""
+    if dtype not in DTYPES:
+        raise UserError(f"cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    key = _key(head, train, test, dtype)
+    meta_path = cache_dir / "meta.json"
+    if meta_path.exists():
+        saved = json.loads(meta_path.read_text(encoding="utf-8")).get("key", {})
+        differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
+        if differing:
+            raise UserError(f"the feature cache {cache_dir} was built for {', '.join(differing)}; it is not reused: "
+                            "delete it or choose another cache folder")
+        tensors = load_file(str(cache_dir / "features.safetensors"))
+        return Features(tensors["train"], tensors["test"])
+    if on_build is not None:
+        on_build(len(train) + len(test))
+    features = Features(*(compute_features(head, rows, collate).to(DTYPES[dtype]).contiguous() for rows in (train, test)))
+    _write(cache_dir, features, key)
+    return features
+
+
+def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    if cache_dir.exists() and any(cache_dir.iterdir()):
+        raise UserError(f"{cache_dir} exists and is not a feature cache; choose another cache folder")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.", dir=cache_dir.parent))
+    try:
+        save_file({"train": features.train, "test": features.test}, str(tmp / "features.safetensors"))
+        meta = {"key": key, "n_train": features.train.shape[0], "n_test": features.test.shape[0],
+                "note": "PRIVATE: features and fingerprints of the private data; never copy into a release"}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if cache_dir.exists():
+            cache_dir.rmdir()
+        os.replace(tmp, cache_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def cached_rows(features: Tensor, classes: Sequence[int]) -> list[tuple[Tensor, int]]:
+    """Training rows of a cached run: (h_i, y_i) per example."""
+    return [(features[i], int(y)) for i, y in enumerate(classes)]
+
+
+def collate_cached(rows: Sequence[tuple[Tensor, int]]) -> dict[str, Tensor]:
+    """``{"features": (B, d), "classes": (B,)}``."""
+    return {"features": torch.stack([h for h, _ in rows]), "classes": torch.tensor([y for _, y in rows], dtype=torch.long)}

@@ -1,0 +1,133 @@
+"""The feature cache of a head-only run: training on cached features equals training through the frozen
+model, loss for loss, norm for norm and step for step (float64, tiny Llama, with and without seeded
+noise); a cache built for other rows or another model is refused; a resume that reads the cache ends
+where the uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from privlm.dpsgd.clipping import PerSampleClipper
+from privlm.errors import UserError
+from privlm.privacy import Ledger
+from privlm.randomness import SecureRandom
+from privlm.resources.tiny import build_tiny_model
+from privlm.resources.verbalizers import Verbalizer
+from privlm.training import loop
+from privlm.training.data import TaskData, encode, make_collate
+from privlm.training.head import LabelWordHead, head_losses, label_token_ids
+from privlm.training.loop import TrainConfig, prepare, train_loop
+from privlm.training.prefix_cache import cached_rows, collate_cached, load_or_build
+from privlm.training.run import set_up
+
+VERBALIZER = Verbalizer(" It was ", ("good", "great"))  # one tiny-tokenizer token each
+TRAIN = tuple((f"review {i}: the film was " + "so " * (i % 5) + ("fine" if i % 2 else "slow"), i % 2) for i in range(16))
+TEST = TRAIN[:4]
+
+
+def _head(seed: int = 0):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=seed, dtype=torch.float64)
+    return LabelWordHead(model, label_token_ids(tokenizer, VERBALIZER)), tokenizer
+
+
+def _rows(tokenizer, train=TRAIN):
+    data = TaskData("classify", train, TEST, VERBALIZER)
+    return encode(data, tokenizer, 40), encode(data, tokenizer, 40, split="test")
+
+
+def _cached(tmp_path, head, tokenizer):
+    train, test = _rows(tokenizer)
+    features = load_or_build(tmp_path / "cache", head, train, test, make_collate(tokenizer), dtype="float64")
+    return cached_rows(features.train, [y for _, y in TRAIN])
+
+
+@pytest.mark.parametrize("mode", ["mixed", "hutchinson"])
+def test_cached_batches_give_the_uncached_losses_and_norms(tmp_path, mode):
+    head, tokenizer = _head()
+    train, _ = _rows(tokenizer)
+    tokens = make_collate(tokenizer)(train)
+    cached = collate_cached(_cached(tmp_path, head, tokenizer))
+    torch.testing.assert_close(head_losses(head, cached), head_losses(head, tokens), rtol=1e-12, atol=1e-12)
+    norms = []
+    for batch in (tokens, cached):
+        clipper = PerSampleClipper(head, head_losses, max_grad_norm=1.0, norm_mode=mode, probes=4,
+                                   randomness=SecureRandom.from_seed(0, "probes"))
+        clipper.begin_step(1)
+        norms.append(clipper.sq_norms(batch))
+    assert bool((norms[0] > 0).all())
+    torch.testing.assert_close(norms[1], norms[0], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["seeded-noise", "no-noise"])
+def test_cached_training_equals_uncached_training_step_for_step(tmp_path, private):
+    config = TrainConfig(noise_multiplier=1.0 if private else None, private=private, head_only=True, batch_size=6,
+                         epochs=3, lr=0.05, seed=0, physical_batch_size=4, log_every=1)
+    weights = []
+    for use_cache in (False, True):
+        head, tokenizer = _head()
+        train, _ = _rows(tokenizer)
+        rows, collate = (_cached(tmp_path, head, tokenizer), collate_cached) if use_cache else (train, make_collate(tokenizer))
+        run = prepare(head, rows, collate, config, loss_fn=head_losses)
+        seen = []
+        result = train_loop(run, on_progress=lambda *_: seen.append(head.rows.weight.detach().clone()))
+        weights.append(seen)
+        assert result.steps == 9
+    start = _head()[0].rows.weight
+    assert not torch.allclose(weights[0][-1], start)  # training moved the rows
+    for uncached, cached in zip(*weights):
+        torch.testing.assert_close(cached, uncached, rtol=1e-10, atol=1e-12)
+
+
+def test_a_cache_built_for_other_rows_or_another_model_is_refused(tmp_path):
+    head, tokenizer = _head()
+    _cached(tmp_path, head, tokenizer)
+    train, test = _rows(tokenizer)
+    other = ((TRAIN[0][0] + " again", 0),) + TRAIN[1:]
+    other_train, _ = _rows(tokenizer, other)
+    with pytest.raises(UserError, match="other training rows"):
+        load_or_build(tmp_path / "cache", head, other_train, test, make_collate(tokenizer), dtype="float64")
+    with pytest.raises(UserError, match="another model"):
+        load_or_build(tmp_path / "cache", _head(seed=1)[0], train, test, make_collate(tokenizer), dtype="float64")
+    with pytest.raises(UserError, match="layout or dtype"):
+        load_or_build(tmp_path / "cache", head, train, test, make_collate(tokenizer), dtype="bfloat16")
+    meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
+    assert meta["n_train"] == len(TRAIN) and "PRIVATE" in meta["note"]
+
+
+class Crash(RuntimeError):
+    """The simulated kill."""
+
+
+def _session(data: str, cache_dir):
+    config = TrainConfig(noise_multiplier=1.0, head_only=True, batch_size=4, epochs=2, lr=0.05, seed=0,
+                         max_length=40, checkpoint_every=2, log_every=1)
+    return set_up("tiny-llama", data, config, labels="neg=good,pos=great", cache_dir=cache_dir)
+
+
+def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": ["neg", "pos"][y]}) + "\n" for t, y in TRAIN * 2))
+    full = _session(f"jsonl:{data}", tmp_path / "cache")
+    reference = train_loop(full.run, tmp_path / "full")
+    assert reference.steps >= 8
+
+    write = loop.append_metrics
+
+    def append_then_crash(run_dir, record):
+        write(run_dir, record)
+        if record.get("step") == 5:
+            raise Crash("killed after step 5")
+
+    monkeypatch.setattr(loop, "append_metrics", append_then_crash)
+    with pytest.raises(Crash):
+        train_loop(_session(f"jsonl:{data}", tmp_path / "cache").run, tmp_path / "resumed")
+    monkeypatch.undo()
+    resumed = _session(f"jsonl:{data}", tmp_path / "cache")  # reads the cache, checked against the rows and model
+    result = train_loop(resumed.run, tmp_path / "resumed", resume=True)
+    assert result.resumed_from == 4 and result.steps == reference.steps
+    assert torch.equal(resumed.module.rows.weight, full.module.rows.weight)
+    ledger = Ledger.load(tmp_path / "resumed" / "privacy.json")
+    assert ledger.to_dict() == Ledger.load(tmp_path / "full" / "privacy.json").to_dict()
