@@ -1,0 +1,18 @@
+"""Privacy auditing: empirical *lower* bounds on ε for privlm's mechanisms (``privlm audit``).
+
+The one-run method of Steinke, Nasr and Jagielski (NeurIPS 2023): m canaries, each included with
+probability ½, one run of the mechanism, a score per canary, guesses for the most confident, and a
+lower bound on ε at 95 % confidence from the number of right guesses (:mod:`privlm.audit.bound`).
+Canaries per mechanism: white-box gradient canaries for DP-SGD (:mod:`privlm.audit.gradient`, also
+used with the DP loss release), black-box input canaries (:mod:`privlm.audit.inputs`), GRADMM release
+canaries (:mod:`privlm.audit.gradmm`); the grid and its verdicts (:mod:`privlm.audit.runner`) and the
+results folder (:mod:`privlm.audit.report`).
+
+A lower bound can only show that a mechanism leaks *at least* so much: a bound below the accounted ε
+is consistent with the claim (it does not prove it), a bound above it proves the implementation or its
+accounting wrong (with probability ≥ the confidence). Audit runs are seeded and are not private releases.
+"""
+
+from privlm.audit.bound import AuditBound, best_lower_bound, epsilon_lower_bound, p_value
+
+__all__ = ["AuditBound", "best_lower_bound", "epsilon_lower_bound", "p_value"]
