@@ -3,6 +3,11 @@
 The per-sample loss is the sum (or the mean) of next-token cross-entropies over that sample's
 *unmasked* target tokens. Targets equal to ``ignore_index`` and positions whose target is padding
 (``attention_mask == 0``) contribute nothing; a sample with no target token has loss 0.
+
+The label-word objective of a classifier (:func:`label_word_lm_losses`) is a K-way cross-entropy over the
+logits of the K label words' first tokens at the position that predicts the label word: the whole
+clipped gradient is about telling the classes apart, none about the rest of the vocabulary. Each
+sample's loss depends on that sample only.
 """
 
 from __future__ import annotations
