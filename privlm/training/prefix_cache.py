@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +47,12 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 @dataclass(frozen=True)
 class Features:
-    """Cached features: ``train`` (N, d) and ``test`` (M, d) in the cache dtype, rows in split order."""
+    """Cached features: ``train`` (N, d) and ``test`` (M, d) in the cache dtype, rows in split order;
+    ``build_s``: seconds this process spent building them (None: read from an existing cache)."""
 
     train: Tensor
     test: Tensor
+    build_s: float | None = None
 
 
 def compute_features(
@@ -102,7 +105,10 @@ def load_or_build(
         return Features(tensors["train"], tensors["test"])
     if on_build is not None:
         on_build(len(train) + len(test))
-    features = Features(*(compute_features(head, rows, collate).to(DTYPES[dtype]).contiguous() for rows in (train, test)))
+    start = time.perf_counter()
+    train_features, test_features = (compute_features(head, rows, collate).to(DTYPES[dtype]).contiguous()
+                                     for rows in (train, test))
+    features = Features(train_features, test_features, time.perf_counter() - start)
     _write(cache_dir, features, key)
     return features
 

@@ -210,6 +210,8 @@ def fine_tune(
         "epsilon": result.epsilon, "delta": config.delta if config.private else None,
         "resumed_from": result.resumed_from, "world_size": run.ctx.world, "train_wall_s": round(result.wall_s, 1),
     }
+    if session.features is not None:  # seconds spent computing the frozen features (None: read from the cache)
+        summary["cache_build_s"] = None if session.features.build_s is None else round(session.features.build_s, 1)
     if run.ctx.is_main:
         if config.head_only:
             summary["saved"] = str(save_head(session.module, session.data, session.model_name, run_dir))
