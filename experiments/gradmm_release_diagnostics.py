@@ -99,6 +99,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/rotten_tomatoes_full/release_diagnostics.json"))
     parser.add_argument("--draws", type=int, default=3)
+    parser.add_argument("--factors", type=Path, default=None,
+                        help="the whole split's factors cached by the rotten_tomatoes_full experiment "
+                        "(work/private-cache/…/gradmm-factors-*.pt: same model, prompt and max tokens), "
+                        "instead of a second pass over the data")
     args = parser.parse_args()
     start = time.perf_counter()
     max_tokens = make_config("demo").max_private_tokens
@@ -107,13 +111,17 @@ def main() -> None:
     model, tokenizer = load_model("smollm2-135m", seed=0)
     model.requires_grad_(False)
     prompt = build_prompt(tokenizer, train.verbalizer.suffix, train.verbalizer.label_words, train.label_names)
-    whole = private_factors(model, tokenizer, list(train.examples), prompt, max_tokens=max_tokens)
+    whole = (PrivateFactors.load(args.factors) if args.factors is not None
+             else private_factors(model, tokenizer, list(train.examples), prompt, max_tokens=max_tokens))
+    if len(whole.labels) != len(train.examples):
+        raise SystemExit(f"{args.factors} holds {len(whole.labels)} examples, not the train split's {len(train.examples)}")
     small_pool = [train.examples[i] for i in per_class_indices(train.labels, 50, 0)]
     sets = {"pool_50_per_class": private_factors(model, tokenizer, small_pool, prompt, max_tokens=max_tokens),
             "whole_train_split": whole}
     held_out = private_factors(model, tokenizer, list(validation.examples), prompt, max_tokens=max_tokens)
     result: dict = {
-        "command": f"OMP_NUM_THREADS=1 python experiments/gradmm_release_diagnostics.py --out {args.out}",
+        "command": f"OMP_NUM_THREADS=1 python experiments/gradmm_release_diagnostics.py --out {args.out}"
+        + (f" --factors {args.factors}" if args.factors else ""),
         "setting": {"model": "smollm2-135m", "dataset": "rotten-tomatoes", "data_seed": 0, "clip": 1.0,
                     "delta": DELTA, "max_private_tokens": max_tokens, "held_out": "validation split",
                     "held_out_size": len(validation.examples)},
