@@ -19,9 +19,11 @@ are as secret as the data. Under that model:
   Predicting a draw without the key is breaking ChaCha20.
 - **Uniforms** have 53 bits: ``u = (m + 1)·2⁻⁵³`` for a uniform 53-bit integer ``m`` (exact in float64),
   so ``0 < u ≤ 1``.
-- **Gaussians** are computed in float64 by the Box–Muller transform of two such uniforms (the largest
-  attainable ``|z|`` is √(106 ln 2) = 8.57 instead of ≈ 5.8 for float32 uniforms; P(|Z| > 8.57) ≈ 10⁻¹⁷
-  is the mass the sampler truncates), then scaled and cast to the target dtype. Floating-point attacks
+- **Gaussians** are computed in float64 by the Box–Muller transform r = √(−2 ln u₁), θ = 2π u₂, with u₂
+  such a uniform and u₁ too, except that u₁ < 2⁻³³ is refined by a second word to (m₁ + (m₂ + 1)·2⁻⁵³)·2⁻⁵³,
+  so that u₁ reaches 2⁻¹⁰⁶ and ``|z|`` reaches :data:`Z_MAX` = √(212 ln 2) = 12.1 (≈ 5.8 for float32 uniforms). The truncated tail matters
+  for privacy as P(Z > Z_MAX − Δ/(σC)) per release and coordinate: it is below 10⁻¹² for σ ≥ 0.2 (Δ = C),
+  and :func:`check_noise_multiplier_for_sampler` refuses smaller σ. Then scaled and cast to the target dtype. Floating-point attacks
   (Mironov 2012; Jin et al. 2022 for Gaussians) need the exact set of attainable outputs of
   ``x + noise``; the released values are float32 sums ``fl32(x + fl32(σz))``, and each float32 rounding
   cell (2⁻²⁴ relative) holds ≈ 2²⁹ attainable float64 values of σz, so the gaps of the float64 sampler
@@ -45,9 +47,15 @@ from dataclasses import dataclass
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
+from privlm.errors import UserError
+
 KEY_BYTES = 32
 _CHUNK = 1 << 16  # values per keystream chunk: 512 KiB buffers stay in cache (measured faster than 2**18, 2**20)
 _MANTISSA = (1 << 53) - 1
+_MAX_WORDS = 2**32 * 64 // 8  # one address: 2³² ChaCha20 blocks of 64 bytes
+Z_MAX = math.sqrt(2 * 106 * math.log(2))  # the largest |z| the sampler can return: u₁ ≥ 2⁻¹⁰⁶
+MIN_NOISE_MULTIPLIER = 0.2  # P(Z > Z_MAX − 1/σ) ≤ 10⁻¹² above it
+_REFINE_BELOW = 2.0**20  # first words below this get a second word (u₁ < 2⁻³³)
 _TWO_PI = 2 * math.pi
 
 
@@ -101,16 +109,19 @@ class SecureRandom:
         """Inverse of :meth:`key_tensor`."""
         return cls(bytes(tensor.to(torch.uint8).cpu().tolist()), private=private)
 
-    def _keystream(self, address: Sequence[int], values: int = _CHUNK) -> _Keystream:
+    def _keystream(self, address: Sequence[int], words: int) -> _Keystream:
+        """The keystream of draw ``address``, read as 53-bit words, ``words`` in all."""
         if len(address) > 3 or any(not 0 <= int(a) < 2**32 for a in address):
             raise ValueError(f"an address is at most three integers in [0, 2^32), got {tuple(address)}")
-        words = [int(a) for a in address] + [0] * (3 - len(address))
-        nonce = (0).to_bytes(4, "little") + b"".join(w.to_bytes(4, "little") for w in words)
-        return _Keystream(Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor(), values)
+        if words > _MAX_WORDS:
+            raise ValueError(f"one draw reads at most {_MAX_WORDS} words (2^32 ChaCha20 blocks), asked {words}")
+        parts = [int(a) for a in address] + [0] * (3 - len(address))
+        nonce = (0).to_bytes(4, "little") + b"".join(w.to_bytes(4, "little") for w in parts)
+        return _Keystream(Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor(), words)
 
     def random_bytes(self, n: int, address: Sequence[int]) -> bytes:
         """``n`` keystream bytes of draw ``address``."""
-        return self._keystream(address).encryptor.update(bytes(n))
+        return self._keystream(address, (n + 7) // 8).encryptor.update(bytes(n))
 
     def uniform(self, n: int, address: Sequence[int]) -> torch.Tensor:
         """``n`` float64 uniforms ``(m + 1)·2⁻⁵³`` in (0, 1], ``m`` a uniform 53-bit integer."""
@@ -118,7 +129,7 @@ class SecureRandom:
         stream = self._keystream(address, n)
         for start in range(0, n, _CHUNK):
             stop = min(n, start + _CHUNK)
-            out[start:stop] = stream.uniforms(stop - start)
+            out[start:stop] = stream.words(stop - start).add_(1.0).mul_(2.0**-53)
         return out
 
     def normal(
@@ -130,11 +141,11 @@ class SecureRandom:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> torch.Tensor:
-        """N(0, std²) entries of ``shape``: float64 Box–Muller from 53-bit uniforms, scaled, then cast."""
+        """N(0, std²) entries of ``shape``: float64 Box–Muller (module docstring), scaled, then cast."""
         shape = torch.Size(shape)
         n = shape.numel()
         out = torch.empty(n, dtype=dtype)
-        stream = self._keystream(address, n)
+        stream = self._keystream(address, 2 * ((n + 1) // 2))
         for start in range(0, n, _CHUNK):
             stop = min(n, start + _CHUNK)
             out[start:stop] = stream.normals(stop - start).mul_(std)
@@ -142,26 +153,46 @@ class SecureRandom:
 
 
 class _Keystream:
-    """Consecutive chunks of one draw's keystream, through reused buffers (no per-chunk allocation)."""
+    """Consecutive chunks of one draw's keystream as 53-bit words, through reused buffers."""
 
-    def __init__(self, encryptor, values: int) -> None:
-        size = max(2, min(values + 1, _CHUNK))  # a draw of n normals needs 2⌈n/2⌉ uniforms
+    def __init__(self, encryptor, words: int) -> None:
+        size = max(2, min(words, _CHUNK + 1))  # the most words one chunk asks for
         self.encryptor = encryptor
         self._zeros = bytearray(8 * size)
         self._bytes = bytearray(8 * size)
-        self._words = torch.frombuffer(self._bytes, dtype=torch.int64)
-        self._u = torch.empty(size, dtype=torch.float64)
+        self._raw = torch.frombuffer(self._bytes, dtype=torch.int64)
+        self._words = torch.empty(size, dtype=torch.float64)
 
-    def uniforms(self, n: int) -> torch.Tensor:
-        """``n ≤ _CHUNK`` float64 values ``(m + 1)·2⁻⁵³`` from the next ``8n`` keystream bytes (a view
-        into a buffer that the next call overwrites)."""
+    def words(self, n: int) -> torch.Tensor:
+        """The next ``n`` keystream words, each cut to 53 bits, as exact float64 integers in [0, 2⁵³) (a
+        view into a buffer that the next call overwrites)."""
         self.encryptor.update_into(memoryview(self._zeros)[: 8 * n], self._bytes)
-        words = self._words[:n].bitwise_and_(_MANTISSA)
-        return self._u[:n].copy_(words).add_(1.0).mul_(2.0**-53)
+        return self._words[:n].copy_(self._raw[:n].bitwise_and_(_MANTISSA))
 
     def normals(self, n: int) -> torch.Tensor:
-        """``n ≤ _CHUNK`` float64 standard normals (:func:`box_muller` of the next uniforms)."""
-        return box_muller(self.uniforms(2 * ((n + 1) // 2)))[:n]
+        """``n ≤ _CHUNK`` float64 standard normals by Box–Muller: per pair u₂ = (m + 1)·2⁻⁵³ and
+        u₁ = (m₁ + 1)·2⁻⁵³, except that a small first word (m₁ < 2²⁰, probability 2⁻³³) is refined by a
+        further word m₂ to u₁ = (m₁ + (m₂ + 1)·2⁻⁵³)·2⁻⁵³, so that u₁ reaches 2⁻¹⁰⁶ (the extra words come
+        next in the keystream, so the draw stays a function of key and address)."""
+        pairs = (n + 1) // 2
+        u = self.words(2 * pairs)
+        small = (u[:pairs] < _REFINE_BELOW).nonzero().flatten()
+        u.add_(1.0)
+        if small.numel():
+            raw = torch.frombuffer(bytearray(self.encryptor.update(bytes(8 * small.numel()))), dtype=torch.int64)
+            refine = raw.bitwise_and_(_MANTISSA).double().add_(1.0).mul_(2.0**-53)
+            u[small] += refine - 1.0
+        return box_muller(u.mul_(2.0**-53))[:n]
+
+
+def check_noise_multiplier_for_sampler(noise_multiplier: float) -> None:
+    """Refuse 0 < σ < :data:`MIN_NOISE_MULTIPLIER`: there the sampler's truncation at :data:`Z_MAX` would
+    add more than 10⁻¹² to δ per release (σ = 0, noise off, is not a private mechanism and is allowed)."""
+    if 0 < noise_multiplier < MIN_NOISE_MULTIPLIER:
+        raise UserError(
+            f"noise multiplier {noise_multiplier:.4g} is below {MIN_NOISE_MULTIPLIER}: the Gaussian sampler's tail "
+            f"(|z| ≤ {Z_MAX:.2f}) no longer covers the sensitivity; ε this large is not supported"
+        )
 
 
 def box_muller(u: torch.Tensor) -> torch.Tensor:

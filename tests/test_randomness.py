@@ -10,7 +10,18 @@ import pytest
 import torch
 from scipy import stats
 
-from privlm.randomness import KEY_BYTES, RunStreams, SecureRandom, box_muller
+from privlm.errors import UserError
+from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.randomness import (
+    KEY_BYTES,
+    MIN_NOISE_MULTIPLIER,
+    Z_MAX,
+    RunStreams,
+    SecureRandom,
+    _Keystream,
+    box_muller,
+    check_noise_multiplier_for_sampler,
+)
 
 
 def _key(byte: int, value: int) -> bytes:
@@ -90,7 +101,42 @@ def test_normals_follow_the_normal_law_in_float64_and_float32():
 def test_scaled_noise_has_std_and_reaches_past_float32_uniform_limits():
     z = SecureRandom.from_seed(2, "test").normal((200_000,), (0,), std=3.5, dtype=torch.float64)
     assert float(z.std()) == pytest.approx(3.5, rel=0.01)
-    # the smallest uniform the stream can give, 2⁻⁵³, maps to r = 8.57; float32 uniforms stop at ≈ 5.8
-    z = box_muller(torch.tensor([2.0**-53, 2.0**-53], dtype=torch.float64))  # θ = 2π·2⁻⁵³: cos θ = 1
-    assert float(z[0]) == pytest.approx(math.sqrt(106 * math.log(2)))
-    assert float(z[0]) > 8.5
+    # the smallest u₁ the stream can give, 2⁻¹⁰⁶, maps to r = 12.1; float32 uniforms stop at ≈ 5.8
+    z = box_muller(torch.tensor([2.0**-106, 2.0**-53], dtype=torch.float64))  # θ = 2π·2⁻⁵³: cos θ = 1
+    assert float(z[0]) == pytest.approx(Z_MAX) and Z_MAX == pytest.approx(math.sqrt(212 * math.log(2)))
+    assert float(z[0]) > 12
+
+
+class _ScriptedStream:
+    """Stands in for the ChaCha20 encryptor: returns the given 64-bit words in order."""
+
+    def __init__(self, words: list[int]) -> None:
+        self.data = b"".join(w.to_bytes(8, "little") for w in words)
+
+    def update(self, zeros: bytes) -> bytes:
+        out, self.data = self.data[: len(zeros)], self.data[len(zeros) :]
+        return out
+
+    def update_into(self, zeros, buffer) -> None:
+        buffer[: len(zeros)] = self.update(bytes(len(zeros)))
+
+
+def test_a_small_first_word_is_refined_by_the_next_word():
+    """u₁ = (m₁ + 1)·2⁻⁵³ normally; m₁ < 2²⁰ takes the next keystream word m₂: (m₁ + (m₂ + 1)·2⁻⁵³)·2⁻⁵³."""
+    # pairs (m₁, m₂-for-θ): (0, 0) and (5·2²⁰, 2⁵²); then the refinement word of the first pair: 0
+    stream = _Keystream(_ScriptedStream([0, 5 << 20, 0, 1 << 52, 0]), 4)
+    z = stream.normals(4)
+    assert float(z[0]) == pytest.approx(Z_MAX * math.cos(2 * math.pi * 2.0**-53))  # u₁ = 2⁻¹⁰⁶
+    u1 = ((5 << 20) + 1) * 2.0**-53  # not refined
+    assert float(z[1]) == pytest.approx(math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * ((1 << 52) + 1) * 2.0**-53))
+    assert float(z[0]) > 12
+
+
+def test_noise_multipliers_below_the_sampler_tail_are_refused():
+    check_noise_multiplier_for_sampler(0.0)  # noise off: not a private mechanism, allowed
+    check_noise_multiplier_for_sampler(MIN_NOISE_MULTIPLIER)
+    with pytest.raises(UserError, match="below"):
+        check_noise_multiplier_for_sampler(0.1)
+    assert stats.norm.sf(Z_MAX - 1 / MIN_NOISE_MULTIPLIER) < 1e-12
+    with pytest.raises(UserError, match="below"):
+        gaussian_noise_multiplier(60.0, 1e-5)

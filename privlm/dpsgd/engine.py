@@ -158,8 +158,9 @@ class PrivacyEngine:
             raise UserError("the data loader needs a batch_size and a non-empty dataset (q = batch_size / len(dataset))")
         sample_rate = min(1.0, data_loader.batch_size / len(dataset))
         steps_per_epoch = math.ceil(1 / sample_rate)
+        snapped = 0 if loss_release is None else 1  # the DP loss is snapped; the gradient is not released itself
         if target_epsilon is not None:
-            effective = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch)
+            effective = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch, snapped)
             noise_multiplier = effective if loss_release is None else loss_release.noise_multiplier(effective)
         else:
             effective = noise_multiplier if loss_release is None else loss_release.effective_multiplier(noise_multiplier)
@@ -168,6 +169,7 @@ class PrivacyEngine:
             noise_multiplier=effective,
             clipping=self.clipping_kind,
             probes=self._event_probes,
+            snapped=snapped,
         )
         clipper = PerSampleClipper(
             module,
@@ -199,7 +201,13 @@ class PrivacyEngine:
         return PrivateModel(module, clipper, max_physical_batch_size), dp_optimizer, loader
 
     def _calibrate(
-        self, target_epsilon: float, delta: float | None, epochs: float | None, sample_rate: float, steps_per_epoch: int
+        self,
+        target_epsilon: float,
+        delta: float | None,
+        epochs: float | None,
+        sample_rate: float,
+        steps_per_epoch: int,
+        snapped: int,
     ) -> float:
         if delta is None or epochs is None:
             raise UserError("target_epsilon needs delta and epochs")
@@ -211,6 +219,7 @@ class PrivacyEngine:
             clipping=self.clipping_kind,
             probes=self._event_probes,
             method=self.accountant_method,
+            snapped=snapped,
         )
 
     @property

@@ -6,7 +6,8 @@ micro-batches of the logical batch, plus noise drawn once, divided by the expect
 ``.grad`` held before (e.g. from a stray un-clipped ``loss.backward()``) is discarded, never released.
 
 With a :class:`~privlm.dpsgd.loss_release.LossRelease`, the same step also releases a DP training loss
-:attr:`DPOptimizer.released_loss` = (Σ_i clamp(ℓ_i, 0, L) + N(0, σ²L²/α²)) / (q·N): the loss coordinate of
+:attr:`DPOptimizer.released_loss` = snap(Σ_i clamp(ℓ_i, 0, L) + N(0, σ²L²/α²)) / (q·N) (snapped to a grid of
+≈ 1/256 of its noise std, :mod:`privlm.privacy.snapping`, so its low-order bits say nothing): the loss coordinate of
 the joint Gaussian mechanism described there. The engine accounts the step at σ/√(1+α²); a
 ``DPOptimizer`` built by hand must be accounted that way too.
 
@@ -26,7 +27,8 @@ import torch
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
-from privlm.randomness import SecureRandom
+from privlm.privacy.snapping import snap
+from privlm.randomness import SecureRandom, check_noise_multiplier_for_sampler
 
 
 class DPOptimizer:
@@ -48,6 +50,7 @@ class DPOptimizer:
     ) -> None:
         if noise_multiplier < 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+        check_noise_multiplier_for_sampler(noise_multiplier)
         if expected_batch_size <= 0:
             raise ValueError(f"expected_batch_size must be > 0, got {expected_batch_size}")
         self.optimizer = optimizer
@@ -100,8 +103,9 @@ class DPOptimizer:
         if self.loss_release is None:
             return None
         address = (self.steps + 1, len(self.clipper.params))
-        noise = float(self.randomness.normal((), address, dtype=torch.float64))
-        return (summed + self.loss_release.loss_noise_std(self.noise_multiplier) * noise) / self.expected_batch_size
+        std = self.loss_release.loss_noise_std(self.noise_multiplier)
+        noisy = torch.tensor(summed, dtype=torch.float64) + self.randomness.normal((), address, std=std, dtype=torch.float64)
+        return float(snap(noisy, std) if std > 0 else noisy) / self.expected_batch_size  # std 0: noise off
 
     def _add_noise(self, std: float) -> None:
         for j, (p, summed) in enumerate(self.clipper.pop_summed_grads().items()):

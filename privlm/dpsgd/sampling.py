@@ -21,8 +21,10 @@ from privlm.randomness import SecureRandom
 
 
 class PoissonBatchSampler(Sampler[list[int]]):
-    """The batches of steps ``first_step … first_step + steps − 1``: indices in ``range(num_samples)``,
-    each included independently with probability ``sample_rate``."""
+    """``steps`` batches per pass, indices in ``range(num_samples)``, each included independently with
+    probability ``sample_rate``. The first pass draws the batches of steps ``first_step …``; every further
+    pass (a loader iterated again: another epoch) continues with the next step numbers, so no batch is
+    ever drawn twice — a repeated batch would repeat its examples' contributions outside the accounting."""
 
     def __init__(
         self, num_samples: int, sample_rate: float, steps: int, randomness: SecureRandom, first_step: int = 1
@@ -33,10 +35,12 @@ class PoissonBatchSampler(Sampler[list[int]]):
         self.sample_rate = sample_rate
         self.steps = steps
         self.randomness = randomness
-        self.first_step = first_step
+        self.next_step = first_step
 
     def __iter__(self) -> Iterator[list[int]]:
-        for step in range(self.first_step, self.first_step + self.steps):
+        first = self.next_step
+        self.next_step += self.steps  # claimed at once: two live iterators never share a step
+        for step in range(first, first + self.steps):
             keep = self.randomness.uniform(self.num_samples, (step,)) < self.sample_rate
             yield keep.nonzero().flatten().tolist()
 

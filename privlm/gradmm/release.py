@@ -43,9 +43,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.gradmm.config import RELEASES
-from privlm.randomness import SecureRandom
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.privacy.snapping import snap
+from privlm.randomness import SecureRandom
 
 
 @dataclass(frozen=True)
@@ -274,11 +275,13 @@ def add_gaussian_noise(sums: torch.Tensor, std: float) -> torch.Tensor:
     """``sums + N(0, std²)`` per coordinate, drawn once (rank 0, then broadcast under torch.distributed).
 
     Every call draws a fresh key from the OS (:meth:`SecureRandom.from_os`) and forgets it: the noise is
-    reproducible from nothing, no user seed included."""
+    reproducible from nothing, no user seed included. The float64 sum is snapped
+    (:func:`privlm.privacy.snapping.snap`): the release's event must say ``snapped = sums.numel()``."""
     distributed = dist.is_available() and dist.is_initialized()
     noisy = sums.clone()
     if not distributed or dist.get_rank() == 0:
-        noisy += SecureRandom.from_os().normal(sums.shape, (0,), std=std, dtype=sums.dtype)
+        exact = sums.double() + SecureRandom.from_os().normal(sums.shape, (0,), std=std, dtype=torch.float64)
+        noisy.copy_(snap(exact, std))  # exact in float32: multiples of Λ below 2¹⁶·Λ
     if distributed:
         dist.broadcast(noisy, src=0)
     return noisy

@@ -7,6 +7,9 @@ the discretization error (≈ steps × ``value_discretization`` in the worst cas
 clipping and Gaussian releases only, because the randomized-clipping sensitivity has a polynomial
 tail and every Rényi divergence of its envelope mixture is infinite.
 
+Events that snapped their output (:mod:`privlm.privacy.snapping`) add their slack: with η the sum of
+count × snapped coordinates × 2⁻³⁴ over all events, ε(δ) = ε_ideal(δ·e^{−η}) + 2η.
+
 Identical events are grouped and self-composed (FFT), so recording 10,000 steps one at a time costs
 no more than recording them once with ``count=10_000``. Adjacency: add/remove-one; the PLD reports the
 worse of the two directions.
@@ -25,6 +28,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from privlm.errors import UserError
 from privlm.privacy.events import Event, GaussianRelease, PoissonGaussianStep
 from privlm.privacy.randomized import randomized_clipping_pld
+from privlm.privacy.snapping import snapping_eta
 from privlm.privacy.validation import check_count, check_delta, check_epsilon
 
 Method = Literal["pld", "rdp"]
@@ -67,20 +71,28 @@ class PrivacyAccountant:
         check_delta(delta)
         if not self._counts:
             return 0.0
-        composed = self._compose()
+        composed, eta = self._compose(), self._snapping_eta()
+        ideal_delta = delta * math.exp(-eta)
         if self.method == "rdp":
-            return float(composed.get_epsilon(delta))
-        return float(composed.get_epsilon_for_delta(delta))
+            return float(composed.get_epsilon(ideal_delta)) + 2 * eta
+        return float(composed.get_epsilon_for_delta(ideal_delta)) + 2 * eta
 
     def delta(self, epsilon: float) -> float:
         """Upper bound on the smallest δ such that everything recorded is (ε, δ)-DP."""
         check_epsilon(epsilon)
         if not self._counts:
             return 0.0
-        composed = self._compose()
+        composed, eta = self._compose(), self._snapping_eta()
+        if epsilon <= 2 * eta:
+            return 1.0
         if self.method == "rdp":
-            return float(composed.get_delta(epsilon))
-        return float(composed.get_delta_for_epsilon(epsilon))
+            ideal = float(composed.get_delta(epsilon - 2 * eta))
+        else:
+            ideal = float(composed.get_delta_for_epsilon(epsilon - 2 * eta))
+        return min(1.0, math.exp(eta) * ideal)
+
+    def _snapping_eta(self) -> float:
+        return sum(count * snapping_eta(event.snapped) for event, count in self._counts.items())
 
     def _compose(self) -> pld_lib.PrivacyLossDistribution | dp_accounting.rdp.RdpAccountant:
         if self._composed is None:

@@ -79,11 +79,13 @@ def dpsgd_epsilon(
     probes: int | None = None,
     method: Method = "pld",
     value_discretization: float = DEFAULT_DISCRETIZATION,
+    snapped: int = 0,
 ) -> float:
-    """ε after ``steps`` Poisson-subsampled Gaussian steps (DP-SGD) at δ."""
+    """ε after ``steps`` Poisson-subsampled Gaussian steps (DP-SGD) at δ (``snapped``: coordinates each
+    step releases through snapping, e.g. 1 with a DP loss)."""
     check_count(steps, "steps")
     accountant = PrivacyAccountant(method, value_discretization)
-    accountant.record(PoissonGaussianStep(sample_rate, noise_multiplier, clipping, probes), steps)
+    accountant.record(PoissonGaussianStep(sample_rate, noise_multiplier, clipping, probes, snapped), steps)
     return accountant.epsilon(delta)
 
 
@@ -97,15 +99,18 @@ def calibrate_noise_multiplier(
     method: Method = "pld",
     rtol: float = 1e-3,
     value_discretization: float = DEFAULT_DISCRETIZATION,
+    snapped: int = 0,
 ) -> float:
     """Smallest σ (within 1 + ``rtol``) such that ``steps`` DP-SGD steps are (target ε, δ)-DP."""
     check_epsilon(target_epsilon, "target epsilon")
     check_delta(delta)
     check_count(steps, "steps")
-    PoissonGaussianStep(sample_rate, 1.0, clipping, probes)  # validates the arguments before the search
+    PoissonGaussianStep(sample_rate, 1.0, clipping, probes, snapped)  # validates the arguments before the search
 
     def epsilon_at(discretization: float) -> Callable[[float], float]:
-        return lambda sigma: dpsgd_epsilon(sigma, sample_rate, steps, delta, clipping, probes, method, discretization)
+        return lambda sigma: dpsgd_epsilon(
+            sigma, sample_rate, steps, delta, clipping, probes, method, discretization, snapped
+        )
 
     start = 1.0
     if method == "pld" and value_discretization < COARSE_DISCRETIZATION:

@@ -11,6 +11,11 @@ Two kinds of release happen in privlm:
 * :class:`GaussianRelease` — one Gaussian mechanism without subsampling (GRADMM's per-class noisy
   sum of clipped gradients: sensitivity C, noise N(0, σ²C²)).
 
+Both carry ``snapped``: how many coordinates of the release went through
+:func:`privlm.privacy.snapping.snap` (the DP loss of a step: 1; a GRADMM release: its dimension), whose
+slack the accountant adds (:func:`privlm.privacy.snapping.snapped_guarantee`); 0 for releases that are
+not snapped (DP-SGD's gradient, which is never released itself: only the weights after the optimizer).
+
 Adjacency is add/remove-one throughout. Events are frozen dataclasses (hashable, comparable) and
 round-trip through plain dicts (:meth:`to_dict`, :func:`event_from_dict`) for the JSON ledger.
 """
@@ -48,12 +53,14 @@ class PoissonGaussianStep:
     noise_multiplier: float
     clipping: Clipping = "exact"
     probes: int | None = None
+    snapped: int = 0
 
     kind: ClassVar[str] = "poisson_gaussian_step"
 
     def __post_init__(self) -> None:
         check_sample_rate(self.sample_rate)
         check_noise_multiplier(self.noise_multiplier)
+        check_snapped(self.snapped)
         if self.clipping not in CLIPPING_KINDS:
             raise UserError(f"clipping must be one of {', '.join(CLIPPING_KINDS)}, got {self.clipping!r}")
         if self.clipping == "exact":
@@ -86,15 +93,23 @@ class GaussianRelease:
     """One Gaussian mechanism (no subsampling) with noise multiplier σ = noise std / L2 sensitivity."""
 
     noise_multiplier: float
+    snapped: int = 0
 
     kind: ClassVar[str] = "gaussian_release"
 
     def __post_init__(self) -> None:
         check_noise_multiplier(self.noise_multiplier)
+        check_snapped(self.snapped)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form with a ``kind`` tag (for JSON)."""
         return {"kind": self.kind, **asdict(self)}
+
+
+def check_snapped(value: Any) -> None:
+    """A number of snapped coordinates: an integer ≥ 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"snapped must be an integer >= 0 (coordinates), got {value!r}")
 
 
 Event = Union[PoissonGaussianStep, GaussianRelease]

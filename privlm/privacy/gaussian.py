@@ -21,6 +21,8 @@ from scipy.special import log_ndtr
 
 from privlm.errors import UserError
 from privlm.privacy.validation import check_delta, check_epsilon, check_noise_multiplier
+from privlm.privacy.snapping import snapping_eta
+from privlm.randomness import check_noise_multiplier_for_sampler
 
 _NUDGE = 1e-12
 
@@ -37,17 +39,24 @@ def gaussian_delta(sigma: float, epsilon: float) -> float:
     return float(math.exp(log_a) * -math.expm1(log_b - log_a))
 
 
-def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+def gaussian_noise_multiplier(epsilon: float, delta: float, snapped: int = 0) -> float:
     """Smallest σ (noise std / L2 sensitivity) such that one Gaussian release is (ε, δ)-DP.
 
-    Exact (analytic Gaussian mechanism); the result satisfies ``gaussian_delta(σ, ε) <= δ``.
+    Exact (analytic Gaussian mechanism); the result satisfies ``gaussian_delta(σ, ε) <= δ``. With
+    ``snapped`` coordinates released through :func:`privlm.privacy.snapping.snap`, the ideal mechanism is
+    calibrated for (ε − 2η, δ·e^{−η}), η = snapped·2⁻³⁴, so that the snapped release is (ε, δ)-DP.
     Raises :class:`UserError` for ε ≤ 0 or δ ∉ (0, 1).
     """
     check_epsilon(epsilon)
     check_delta(delta)
+    eta = snapping_eta(snapped)
+    if epsilon <= 2 * eta:
+        raise UserError(f"epsilon {epsilon} is below the snapping slack {2 * eta:.3g} of {snapped} coordinates")
+    epsilon, delta = epsilon - 2 * eta, delta * math.exp(-eta)
     sigma = float(gaussian_mechanism.get_sigma_gaussian(epsilon, delta, tol=1e-12))
     while gaussian_delta(sigma, epsilon) > delta:
         sigma *= 1.0 + _NUDGE
+    check_noise_multiplier_for_sampler(sigma)
     return sigma
 
 

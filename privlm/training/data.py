@@ -59,16 +59,15 @@ def check_max_length(model: PreTrainedModel, max_length: int) -> None:
 
 
 def load_task_data(name: str, task: str, seed: int = 0, labels: object = None) -> TaskData:
-    """Train and test splits of dataset ``name`` for ``task``; a dataset without labels only serves ``lm``.
-    ``labels``: the public class names of user data (see :func:`privlm.resources.datasets.load_dataset`);
-    an unlabelled ``jsonl:`` file is split row by row like any user file."""
+    """Train and test splits of dataset ``name`` for ``task``.
+    ``labels``: the public class names of user data (see :func:`privlm.resources.datasets.load_dataset`).
+    ``lm`` on a ``jsonl:`` file reads the ``text`` of every row and nothing else (labels, if any, are
+    ignored: whether a file is labelled is never decided from one of its private rows), split row by row
+    like any user file; ``classify`` needs every row labelled."""
     if task not in TASKS:
         raise UserError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
-    unlabelled = _unlabelled_jsonl(name)
-    if unlabelled is not None:
-        if task == "classify":
-            raise UserError(f"dataset {name} has no labels (no 'label' field): --task classify needs labelled data")
-        texts = unlabelled
+    if task == "lm" and name.startswith("jsonl:"):
+        texts = _jsonl_texts(name)
         splits = per_row_split(texts, seed)
         return TaskData(task, tuple(texts[i] for i in splits["train"]), tuple(texts[i] for i in splits["test"]), None)
     train = load_dataset(name, "train", seed, labels)
@@ -78,10 +77,8 @@ def load_task_data(name: str, task: str, seed: int = 0, labels: object = None) -
     return TaskData(task, train.examples, test.examples, train.verbalizer)
 
 
-def _unlabelled_jsonl(name: str) -> list[str] | None:
-    """The texts of a ``jsonl:`` file whose first record has no ``label`` field; None otherwise."""
-    if not name.startswith("jsonl:"):
-        return None
+def _jsonl_texts(name: str) -> list[str]:
+    """The ``text`` of every record of a ``jsonl:`` file."""
     path = Path(name[len("jsonl:") :])
     records = []
     for number, record in jsonl_records(path):
@@ -90,8 +87,6 @@ def _unlabelled_jsonl(name: str) -> list[str] | None:
         records.append(record)
     if not records:
         raise UserError(f"{path}: no examples")
-    if "label" in records[0]:
-        return None
     return [r["text"] for r in records]
 
 

@@ -123,8 +123,9 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 
 def data_fingerprint(rows: Sequence[Any], collate: Callable[[list], Any] | None = None) -> str:
-    """SHA-256 (hex) of the training rows in order: each row's canonical bytes, or — for a row type
-    without a canonical form — those of ``collate([row])``, the model input it becomes.
+    """SHA-256 (hex) of the training rows in order: each row's canonical bytes (when it has a canonical
+    form) and those of ``collate([row])``, the model input it becomes (when ``collate`` is given), so a
+    library caller whose collate tokenizes text rows binds the tokenizer, length cut and template too.
 
     PRIVATE: a function of the private data; keep it in the run folder, never in a released file."""
     digest = hashlib.sha256(DATA_TAG)
@@ -135,7 +136,9 @@ def data_fingerprint(rows: Sequence[Any], collate: Callable[[list], Any] | None 
         except Unserialisable:
             if collate is None:
                 raise
-            data = b"c" + canonical_bytes(collate([row]))
+            data = b""
+        if collate is not None:
+            data += b"c" + canonical_bytes(collate([row]))
         digest.update(_length(len(data)))
         digest.update(data)
     return digest.hexdigest()

@@ -255,7 +255,8 @@ def steps_within_budget(event: PoissonGaussianStep, epsilon: float, delta: float
     """The largest n ≤ ``upper`` with ε(n repetitions of ``event``) ≤ ``epsilon`` (bisection; ε grows with n)."""
 
     def eps(n: int) -> float:
-        return dpsgd_epsilon(event.noise_multiplier, event.sample_rate, n, delta, event.clipping, event.probes, method)
+        return dpsgd_epsilon(event.noise_multiplier, event.sample_rate, n, delta, event.clipping, event.probes, method,
+                             snapped=event.snapped)
 
     if eps(upper) <= epsilon:
         return upper
@@ -377,7 +378,8 @@ def _json_roundtrip(value: Any) -> Any:
 
 
 def _trim_metrics(path: Path, step: int) -> None:
-    """Keep the metrics lines of steps ≤ ``step`` (those the checkpoint covers)."""
+    """Keep the metrics lines of steps ≤ ``step`` (those the ledger covers: lines after it cannot exist
+    under the write-ahead order, but a torn last line or an older privlm's may)."""
     if not path.exists():
         return
     kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
@@ -429,8 +431,9 @@ def train_loop(
             if ctx.is_main:
                 if run.event is not None:
                     ledger.save(run_dir / "privacy.json")
-                _trim_metrics(run_dir / "metrics.jsonl", start)
+                _trim_metrics(run_dir / "metrics.jsonl", covered)
         barrier(ctx)
+    replayed = covered  # steps the ledger already covers: a resume recomputes them but writes no line again
     end = min(run.total_steps, run.budget_steps)
     epsilon = _epsilon(run) if start else (0.0 if run.event is not None else None)
     history: list[dict[str, Any]] = []
@@ -470,9 +473,10 @@ def train_loop(
                 record[loss_key] = loss
             window = []
             shown = loss
-            history.append(record)
-            if ctx.is_main:
-                append_metrics(run_dir, record)
+            if step > replayed:  # a replayed line is on disk already: never release a second copy of it
+                history.append(record)
+                if ctx.is_main:
+                    append_metrics(run_dir, record)
         if checkpoint_step:
             rng = _rng_state(run)
             if ctx.is_main:

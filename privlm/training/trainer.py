@@ -22,6 +22,12 @@ Logs: the Trainer's plain ``loss`` / ``train_loss`` (statistics of the private b
 ``train()``'s ``training_loss`` is the mean released DP loss of the run (NaN with
 ``loss_noise_fraction=0``, which releases and logs no loss at all).
 
+Ledger: ``OUTPUT_DIR/privacy.json`` accounts for every step taken, written (durably) before each log
+line and each checkpoint or saved model that those steps produced; it says ``"private_release": false``
+when ``PrivacyArguments.seed`` made the noise reproducible. The Trainer's own per-batch statistics of
+the private data are kept out: ``total_flos`` stays 0 (it would count the tokens of the secret Poisson
+batches) and ``include_num_input_tokens_seen`` is refused.
+
 Not supported (refused with :class:`UserError`): gradient accumulation (make the batch size the
 logical batch and use ``physical_batch_size`` for memory), several processes (use ``privlm train`` or
 :mod:`privlm.training.loop` under ``torchrun``), and ``resume_from_checkpoint`` (the Trainer's
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +51,7 @@ from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
+from privlm.privacy import Ledger
 from privlm.training.loop import steps_within_budget
 
 
@@ -102,6 +110,8 @@ class PrivateTrainer(Trainer):
             raise UserError("PrivateTrainer needs gradient_accumulation_steps=1 (the batch size is the logical batch)")
         if self.args.world_size > 1 or self.args.n_gpu > 1:
             raise UserError("PrivateTrainer runs on one process; for several use `privlm train` under torchrun")
+        if getattr(self.args, "include_num_input_tokens_seen", "no") not in (False, "no", None):
+            raise UserError("include_num_input_tokens_seen would log the token count of the private batches; switch it off")
         self.privacy = privacy
         self.args.max_grad_norm = 0.0
         self.engine: PrivacyEngine | None = None
@@ -109,6 +119,8 @@ class PrivateTrainer(Trainer):
         self.budget_steps = 0
         self.released_losses: list[float] = []  # every step's released DP loss
         self._logged_upto = 0
+        self.ledger: Ledger | None = None
+        self._ledger_steps = 0
         self.add_callback(_BudgetCallback(self))
 
     def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> Any:
@@ -117,6 +129,8 @@ class PrivateTrainer(Trainer):
         if resume_from_checkpoint:
             raise UserError("PrivateTrainer cannot resume a Trainer checkpoint; use `privlm train --resume`")
         self.privacy.loss_release()  # refuse a bad loss release before any training
+        if (Path(self.args.output_dir) / "privacy.json").exists():
+            raise UserError(f"{self.args.output_dir} already holds a privacy ledger (another run); choose a new output_dir")
         output = super().train(**kwargs)
         dp_loss = _mean(self.released_losses)
         metrics = {k: v for k, v in output.metrics.items() if k != "train_loss"}
@@ -177,7 +191,34 @@ class PrivateTrainer(Trainer):
             self._logged_upto = len(self.released_losses)
         if self.engine is not None:
             logs = {**logs, "epsilon": round(self.epsilon(), 4)}
+            self.write_ledger()
         super().log(logs, *args, **kwargs)
+
+    def write_ledger(self) -> None:
+        """Make ``OUTPUT_DIR/privacy.json`` account for every step taken so far (write-ahead: called before
+        anything those steps produced is logged or saved)."""
+        if self.engine is None or self.engine.steps == self._ledger_steps:
+            return
+        if self.ledger is None:
+            self.ledger = Ledger(private_release=self.engine.private_release)
+        first, last = self._ledger_steps + 1, self.engine.steps
+        self.ledger.record(self.engine.event, last - first + 1, f"steps {first}-{last}")
+        self._ledger_steps = last
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        self.ledger.save(Path(self.args.output_dir) / "privacy.json")
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        self.write_ledger()
+        return super()._save_checkpoint(*args, **kwargs)
+
+    def save_model(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.save_model`` after the ledger covers every step taken."""
+        self.write_ledger()
+        return super().save_model(*args, **kwargs)
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """0: the Trainer's FLOP count is a function of the private batches' token counts."""
+        return 0
 
     def epsilon(self, delta: float | None = None) -> float:
         """ε spent so far at ``delta`` (default: the privacy arguments' δ)."""

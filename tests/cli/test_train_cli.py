@@ -77,7 +77,7 @@ def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragme
 def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
     unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
     assert _train([*RUN, "--data", unlabelled, "--task", "classify", "--out", str(tmp_path / "run")]) == 2
-    assert "no labels" in capsys.readouterr().err
+    assert ":1: missing 'label'" in capsys.readouterr().err
 
 
 def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, capsys):

@@ -59,3 +59,13 @@ def test_unsplittable_batch_is_refused():
 
     with pytest.raises(TypeError, match="str"):
         batch_size("not a batch")
+
+
+def test_every_pass_draws_new_batches():
+    """Iterating the loader again (another epoch, the HF Trainer's epochs) must not replay the first
+    pass's batches: draws are addressed by step, so the sampler carries its step count across passes."""
+    sampler = PoissonBatchSampler(200, 0.1, 5, SecureRandom.from_seed(4, "sampler"))
+    first, second = list(sampler), list(sampler)
+    assert first != second and all(a != b for a, b in zip(first, second))
+    again = PoissonBatchSampler(200, 0.1, 10, SecureRandom.from_seed(4, "sampler"))
+    assert list(again) == first + second  # pass 2 continues the step numbers of pass 1

@@ -56,7 +56,12 @@ def test_unlabelled_jsonl_serves_lm_only(tmp_path):
     longer.write_text(path.read_text() + json.dumps({"text": "one more text"}) + "\n")
     grown = load_task_data(f"jsonl:{longer}", "lm")
     assert set(data.train) <= set(grown.train) and set(data.test) <= set(grown.test)
-    with pytest.raises(UserError, match="no labels"):
+    with pytest.raises(UserError, match="--labels"):
         load_task_data(f"jsonl:{path}", "classify")
+    with pytest.raises(UserError, match=":1: missing 'label'"):  # classify needs every row labelled
+        load_task_data(f"jsonl:{path}", "classify", labels="neg,pos")
+    mixed = tmp_path / "mixed.jsonl"  # lm reads every row's text, labelled or not
+    mixed.write_text(json.dumps({"text": "labelled", "label": "pos"}) + "\n" + path.read_text())
+    assert len(load_task_data(f"jsonl:{mixed}", "lm").train) >= len(data.train)
     with pytest.raises(UserError, match="--task"):
         load_task_data(f"jsonl:{path}", "regress")

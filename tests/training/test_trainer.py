@@ -11,7 +11,7 @@ from transformers import TrainingArguments, default_data_collator
 from privlm.dpsgd.engine import PrivacyEngine
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
-from privlm.privacy import dpsgd_epsilon
+from privlm.privacy import Ledger, dpsgd_epsilon
 from privlm.resources.tiny import build_tiny_model
 from privlm.training.trainer import PrivacyArguments, PrivateTrainer
 
@@ -82,7 +82,9 @@ def test_trainer_logs_only_the_released_dp_loss(tmp_path):
     assert output.training_loss == pytest.approx(sum(released) / len(released))
     assert "train_loss" not in output.metrics
 
-    quiet = PrivateTrainer(model=build_tiny_model("tiny-llama", seed=0)[0], args=_args(tmp_path, logging_steps=2),
+    with pytest.raises(UserError, match="already holds a privacy ledger"):
+        trainer.train()
+    quiet = PrivateTrainer(model=build_tiny_model("tiny-llama", seed=0)[0], args=_args(tmp_path / "quiet", logging_steps=2),
                            train_dataset=_rows(tokenizer), privacy=_privacy(loss_noise_fraction=0.0))
     quiet.train()
     assert not any("loss" in key for logs in quiet.state.log_history for key in logs)
@@ -117,3 +119,17 @@ def test_unsupported_settings_are_refused(tmp_path):
     trainer = PrivateTrainer(model=model, args=_args(tmp_path), train_dataset=_rows(tokenizer), privacy=_privacy())
     with pytest.raises(UserError, match="resume"):
         trainer.train(resume_from_checkpoint=str(tmp_path))
+
+
+def test_trainer_writes_its_ledger_and_keeps_private_batch_statistics_out(tmp_path):
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    trainer = PrivateTrainer(model=model, args=_args(tmp_path, logging_steps=2), train_dataset=_rows(tokenizer),
+                             privacy=_privacy())
+    trainer.train()
+    ledger = Ledger.load(tmp_path / "privacy.json")
+    assert sum(entry.count for entry in ledger) == trainer.engine.steps == 6
+    assert ledger.private_release is False  # seeded (SEED): the noise is reproducible
+    assert trainer.state.total_flos == 0 and all(entry.get("total_flos", 0) == 0 for entry in trainer.state.log_history)
+    with pytest.raises(UserError, match="num_input_tokens_seen"):
+        PrivateTrainer(model=model, args=_args(tmp_path, include_num_input_tokens_seen=True),
+                       train_dataset=_rows(tokenizer), privacy=_privacy())
