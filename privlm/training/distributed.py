@@ -125,6 +125,8 @@ def shared_streams(seed: int | None, ctx: DistContext) -> RunStreams:
     if seed is not None or not ctx.enabled:
         return streams
     keys = torch.stack([getattr(streams, name).key_tensor() for name in STREAMS])
+    if dist.get_backend() == "nccl":  # NCCL moves CUDA tensors only
+        keys = keys.to(f"cuda:{torch.cuda.current_device()}")
     dist.broadcast(keys, src=0)
     return RunStreams(*(type(streams.noise).from_key_tensor(k, private=True) for k in keys))
 
