@@ -18,7 +18,6 @@ class CanaryOutcome:
     included: np.ndarray
     accounted_epsilon: float
     delta: float
-    seconds: float
     details: dict = field(default_factory=dict)
 
 

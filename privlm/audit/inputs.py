@@ -1,0 +1,65 @@
+"""Black-box input canaries for DP-SGD: random-token texts ending in a random "label" token, trained
+into a tiny LM; the score is how much the final model's loss on a canary fell from the initial
+model's (both models are public to this auditor, the training data and steps are not).
+
+These canaries are ordinary data: their gradients are whatever the model makes of them, so they test
+the mechanism as a user's data meets it, and are far weaker than :mod:`privlm.audit.gradient`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from privlm.audit.outcome import CanaryOutcome, inclusion_bits
+from privlm.audit.training import RunSettings, train_private
+from privlm.dpsgd.losses import causal_lm_losses
+from privlm.errors import UserError
+from privlm.resources.tiny import build_tiny_model
+
+
+@torch.no_grad()
+def text_losses(model: torch.nn.Module, texts: torch.Tensor, batch_size: int = 256) -> np.ndarray:
+    """Mean token loss of every row of ``texts`` (N × T token ids, no padding) under ``model``."""
+    mask = torch.ones_like(texts)
+    parts = [
+        causal_lm_losses(model, {"input_ids": texts[i : i + batch_size], "attention_mask": mask[i : i + batch_size]}, "mean")
+        for i in range(0, len(texts), batch_size)
+    ]
+    return torch.cat(parts).double().numpy()
+
+
+@dataclass(frozen=True)
+class InputCanaries:
+    """m random-token canary texts of ``seq_len`` tokens (the last is the random label), trained with
+    ``real_examples`` other random texts into ``tiny-llama``."""
+
+    canaries: int = 1000
+    real_examples: int = 0
+    seq_len: int = 8
+
+    def run(self, settings: RunSettings) -> CanaryOutcome:
+        """Insert, train once, score every canary by its loss drop."""
+        if self.canaries < 2 or self.seq_len < 2:
+            raise UserError(f"need >= 2 canaries of >= 2 tokens, got {self.canaries} of {self.seq_len}")
+        included = inclusion_bits(self.canaries, settings.seed)
+        model, tokenizer = build_tiny_model("tiny-llama", seed=settings.seed)
+        gen = torch.Generator().manual_seed(settings.seed + 1)
+        texts = torch.randint(1, len(tokenizer), (self.canaries + self.real_examples, self.seq_len), generator=gen)
+        before = text_losses(model, texts[: self.canaries])
+        rows = torch.cat([texts[: self.canaries][torch.from_numpy(included)], texts[self.canaries :]])
+        ones = torch.ones(self.seq_len, dtype=torch.long)
+        examples = [{"input_ids": row, "attention_mask": ones} for row in rows]
+        run = train_private(model, examples, functools.partial(causal_lm_losses, reduction="mean"), settings)
+        after = text_losses(model, texts[: self.canaries])
+        return CanaryOutcome(
+            scores=before - after,
+            included=included,
+            accounted_epsilon=run.accounted_epsilon,
+            delta=settings.delta,
+            details={"noise_multiplier": run.noise_multiplier, "sample_rate": run.sample_rate, "steps": run.steps,
+                     "real_examples": self.real_examples},
+        )

@@ -1,0 +1,102 @@
+"""One private training run for an audit: a data set of canaries (and, optionally, ordinary examples)
+through the real :class:`~privlm.dpsgd.engine.PrivacyEngine` (Poisson sampling, per-sample clipping in
+the chosen norm mode, micro-batches, noise, accounting), with plain SGD at learning rate 1 so that the
+final weights are the initial weights minus the sum of the noisy steps.
+
+Audit runs are seeded (``PrivacyEngine(seed=...)``): reproducible, and therefore *not* private releases;
+they measure the mechanism, they do not protect anyone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from privlm.dpsgd.engine import PrivacyEngine
+from privlm.dpsgd.loss_release import LossRelease
+from privlm.dpsgd.sampling import poisson_loader
+from privlm.errors import UserError
+
+
+@dataclass(frozen=True)
+class PrivateRun:
+    """What an audit needs from the run: the trained model, the accounted ε (what the engine's
+    accountant says after every step taken), the noise multiplier drawn, the sampling rate and steps."""
+
+    model: nn.Module
+    accounted_epsilon: float
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The public settings of the audited run. σ is calibrated to ``target_epsilon`` unless
+    ``noise_multiplier`` is given (then the claim is whatever the accountant makes of that σ)."""
+
+    norm_mode: str
+    target_epsilon: float | None
+    delta: float
+    sample_rate: float
+    steps: int
+    probes: int = 32
+    max_grad_norm: float = 1.0
+    physical_batch_size: int | None = None
+    loss_release: LossRelease | None = None
+    seed: int = 0
+    noise_multiplier: float | None = None
+
+
+def train_private(
+    model: nn.Module,
+    examples: Sequence[Any],
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    settings: RunSettings,
+) -> PrivateRun:
+    """DP-SGD (SGD, lr 1) over ``examples`` for ``settings.steps`` Poisson-sampled steps at the rate
+    ``settings.sample_rate`` (rounded to a whole expected batch), σ calibrated to the target ε (or given)."""
+    if not examples:
+        raise UserError("an audit run needs at least one example")
+    if not 0 < settings.sample_rate <= 1:
+        raise UserError(f"sample rate must be in (0, 1], got {settings.sample_rate}")
+    batch_size = max(1, round(settings.sample_rate * len(examples)))
+    loader = DataLoader(list(examples), batch_size=batch_size)
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    engine = PrivacyEngine(norm_mode=settings.norm_mode, probes=settings.probes, seed=settings.seed)
+    private, optimizer, _ = engine.make_private(
+        model,
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0),
+        loader,
+        max_grad_norm=settings.max_grad_norm,
+        noise_multiplier=settings.noise_multiplier,
+        target_epsilon=None if settings.noise_multiplier is not None else settings.target_epsilon,
+        delta=settings.delta,
+        epochs=settings.steps / steps_per_epoch,
+        max_physical_batch_size=settings.physical_batch_size,
+        loss_fn=loss_fn,
+        loss_release=settings.loss_release,
+    )
+    # One sampler over all steps (addresses 1..T): re-iterating the engine's one-epoch loader would
+    # redraw the same batches every epoch.
+    poisson = poisson_loader(list(examples), engine.event.sample_rate, settings.steps, engine.streams.sampler)
+    try:
+        for batch in poisson:
+            optimizer.zero_grad()
+            private.clipped_backward(batch)
+            optimizer.step()
+    finally:
+        private.clipper.capture.remove()
+    return PrivateRun(
+        model=model,
+        accounted_epsilon=engine.epsilon(settings.delta),
+        noise_multiplier=optimizer.noise_multiplier,
+        sample_rate=engine.event.sample_rate,
+        steps=engine.steps,
+    )
