@@ -141,6 +141,16 @@ def default_guess_counts(m: int) -> tuple[int, ...]:
     return tuple(sorted({max(2, min(m, round(m * f))) for f in GUESS_FRACTIONS}))
 
 
+def perfect_guess_ceiling(
+    m: int, delta: float, confidence: float = DEFAULT_CONFIDENCE, guess_counts: Sequence[int] | None = None
+) -> float:
+    """The largest bound :func:`best_lower_bound` can report with m canaries: every guess right. No
+    mechanism, however leaky, is shown to be worse than this by such an audit."""
+    counts = tuple(guess_counts) if guess_counts is not None else default_guess_counts(m)
+    each = 1.0 - (1.0 - confidence) / len(counts)
+    return max(epsilon_lower_bound(m, r, r, delta, each) for r in counts)
+
+
 def best_lower_bound(
     scores: Sequence[float],
     included: Sequence[bool],

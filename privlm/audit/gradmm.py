@@ -48,11 +48,12 @@ class GradmmCanaries:
         ids = torch.randint(1, len(tokenizer), (self.canaries, self.tokens), generator=gen)
         labels = torch.randint(0, len(LABEL_WORDS), (self.canaries,), generator=gen).tolist()
         texts = [tokenizer.decode(row) for row in ids.tolist()]
-        examples = [(t, k) for t, k in zip(texts, labels)]
+        examples = list(zip(texts, labels))
         rows = released_rows(prompt, self.release)
         single = [private_factors(model, tokenizer, [e], prompt, max_tokens=self.tokens) for e in examples]
         chosen = [f for f, keep in zip(single, included) if keep]
-        factors = PrivateFactors(torch.cat([f.hidden for f in chosen]), torch.cat([f.labels for f in chosen]))
+        factors = (PrivateFactors(torch.cat([f.hidden for f in chosen]), torch.cat([f.labels for f in chosen]))
+                   if chosen else None)  # no canary in: the library's noise-only release (reads no data)
         release = draw_release(model, prompt, factors, epsilon=epsilon, delta=delta, clip=clip, rows=rows,
                                max_tokens=self.tokens)
         grads = torch.stack([factor_class_sums(model, f, prompt, clip=clip, rows=rows)[k]

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from privlm.atomic import atomic_path
-from privlm.audit.bound import DEFAULT_CONFIDENCE, best_lower_bound
+from privlm.audit.bound import DEFAULT_CONFIDENCE, best_lower_bound, perfect_guess_ceiling
 from privlm.audit.gradient import GradientCanaries
 from privlm.audit.gradmm import GradmmCanaries
 from privlm.audit.inputs import InputCanaries
@@ -102,8 +102,8 @@ def run_mechanism(cell: Cell, scale: Scale, delta: float, seed: int) -> CanaryOu
 
 
 def audit_cell(cell: Cell, scale: Scale, delta: float, seed: int) -> dict:
-    """The cell's result row: accounted ε, lower bound (95 %), guesses, canaries, wall time (building the
-    canaries, the run and the scoring), verdict."""
+    """The cell's result row: accounted ε, lower bound (95 %), guesses, canaries, the ceiling (the bound
+    had every guess been right), wall time (building the canaries, the run and the scoring), verdict."""
     start = time.perf_counter()
     outcome = run_mechanism(cell, scale, delta, seed)
     seconds = time.perf_counter() - start
@@ -112,6 +112,7 @@ def audit_cell(cell: Cell, scale: Scale, delta: float, seed: int) -> dict:
         **asdict(cell),
         **bound.to_dict(),
         "accounted_epsilon": outcome.accounted_epsilon,
+        "ceiling": perfect_guess_ceiling(bound.canaries, delta, DEFAULT_CONFIDENCE),
         "violation": bound.epsilon > outcome.accounted_epsilon,
         "seconds": seconds,
         "seed": seed,

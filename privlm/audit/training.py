@@ -83,8 +83,7 @@ def train_private(
         loss_fn=loss_fn,
         loss_release=settings.loss_release,
     )
-    # One sampler over all steps (addresses 1..T): re-iterating the engine's one-epoch loader would
-    # redraw the same batches every epoch.
+    # One Poisson sampler over all T steps (one pass), on the engine's sampler key.
     poisson = poisson_loader(list(examples), engine.event.sample_rate, settings.steps, engine.streams.sampler)
     try:
         for batch in poisson:

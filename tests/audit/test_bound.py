@@ -13,6 +13,7 @@ from privlm.audit.bound import (
     default_guess_counts,
     epsilon_lower_bound,
     p_value,
+    perfect_guess_ceiling,
 )
 from privlm.errors import UserError
 
@@ -67,6 +68,15 @@ def test_confidence_and_delta_only_weaken_the_bound():
     assert epsilon_lower_bound(1000, 200, 170, 1e-5, 0.99) < base
     assert 0 < epsilon_lower_bound(1000, 200, 170, 1e-4) < base
     assert epsilon_lower_bound(10_000, 200, 170, 1e-4) < epsilon_lower_bound(1000, 200, 170, 1e-4)  # δ·m grows
+
+
+def test_ceiling_is_the_best_perfect_audit():
+    counts = default_guess_counts(1000)
+    each = 1 - 0.05 / len(counts)
+    ceiling = perfect_guess_ceiling(1000, 1e-5)
+    assert ceiling == max(epsilon_lower_bound(1000, r, r, 1e-5, each) for r in counts)
+    included = np.arange(1000) % 2 == 0
+    assert best_lower_bound(included.astype(float), included, 1e-5).epsilon == ceiling
 
 
 def test_count_correct_guesses_top_in_and_bottom_out():

@@ -48,7 +48,7 @@ def test_cells_are_cached_and_reused(tmp_path, monkeypatch):
 def _row(bound: float, accounted: float) -> dict:
     return {"mechanism": "dpsgd-whitebox", "mode": "exact", "epsilon": 1.0, "accounted_epsilon": accounted,
             "epsilon_lower_bound": bound, "violation": bound > accounted, "guesses": 10, "correct": 9,
-            "canaries": 100, "seconds": 1.0, "delta": 1e-5}
+            "canaries": 100, "ceiling": 3.0, "seconds": 1.0, "delta": 1e-5}
 
 
 def test_violations_name_the_mechanism_and_the_table_marks_them():
