@@ -39,7 +39,14 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
-from privlm.gradmm.release import PrivateFactors, Release, draw_release, private_factors, released_rows
+from privlm.gradmm.release import (
+    PrivateFactors,
+    Release,
+    draw_release,
+    private_factors,
+    release_snapped,
+    released_rows,
+)
 from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.gaussian import gaussian_noise_multiplier
@@ -120,7 +127,7 @@ def privacy_statement(release: Release) -> dict:
             "mechanism": "noise-only control: pure Gaussian noise at the σ and C of the DP release; "
             "no private data was read, so it spends no privacy",
         }
-    event = GaussianRelease(release.noise_multiplier)
+    event = GaussianRelease(release.noise_multiplier, snapped=release.snapped)
     ledger = PrivacyAccountant()
     ledger.record(event)
     accounted = ledger.epsilon(release.delta)
@@ -185,15 +192,15 @@ def obtain_release(
             )
         _check_manifest(paths.manifest, settings)
         release = Release.load(paths.release)
-        if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger beside it: account for it now
-            _write_ahead(paths, release.noise_multiplier)
+        if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger: account for it now
+            _write_ahead(paths, release.noise_multiplier, release.snapped)
         return release, True
     paths.workdir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
+    rows = released_rows(prompt, config.release)
     if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
         _write_ahead(paths, gaussian_noise_multiplier(epsilon, delta) if epsilon is not None and delta is not None
-                     else None)
-    rows = released_rows(prompt, config.release)
+                     else None, release_snapped(model, prompt, rows))
     factors = None if config.noise_only else load_factors(
         model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
     )
@@ -225,15 +232,16 @@ def load_factors(
     return factors
 
 
-def _write_ahead(paths: RunPaths, sigma: float | None) -> None:
-    """Make ``paths.ledger`` hold the release at noise multiplier ``sigma`` (rank 0 writes; fsync'd, atomic).
+def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int) -> None:
+    """Make ``paths.ledger`` hold the release at noise multiplier ``sigma`` with ``snapped`` coordinates
+    (rank 0 writes; fsync'd, atomic).
 
     An entry already there for the same event (a draw that died before its release was saved) covers the
     redraw: the lost draw never left the process. ``sigma=None`` (missing ε or δ) writes nothing and lets
     :func:`draw_release` refuse the arguments."""
     if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
         return
-    entry = LedgerEntry(GaussianRelease(sigma), 1, f"GRADMM release for {paths.out.name}")
+    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"GRADMM release for {paths.out.name}")
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
     if entry not in ledger.entries:
         ledger.append(entry)

@@ -34,23 +34,40 @@ import torch
 
 GRID_BITS = 8  # Λ ≈ s/2⁸: rounding adds noise of std ≤ s/887, a 6·10⁻⁷ relative change of the variance
 CLAMP_BITS = 8  # B ≈ 2⁸·s
+MAX_CLAMP_BITS = 16  # |y|/Λ ≤ 2^(GRID_BITS + 16) = 2²⁴: still exact in float32
 LOG_RATIO_PER_COORDINATE = 2.0**-34  # η: |ln(P_snapped(cell) / P_ideal(cell))| per coordinate
 
 
-def grid(noise_std: float) -> tuple[float, float]:
-    """(Λ, B) for noise standard deviation ``noise_std`` > 0 (module docstring)."""
+def grid(noise_std: float, clamp_bits: int = CLAMP_BITS) -> tuple[float, float]:
+    """(Λ, B) for noise standard deviation ``noise_std`` > 0 (module docstring); ``B = 2^(⌊log₂ s⌋ + clamp_bits)``.
+
+    A wider clamp (``clamp_bits`` > :data:`CLAMP_BITS`, at most 16 so that |y|/Λ ≤ 2²⁴ stays exact in
+    float32) cuts fewer large signals but costs more slack: see :func:`snapped_coordinates`."""
     if not noise_std > 0 or not math.isfinite(noise_std):
         raise ValueError(f"snapping needs a positive, finite noise std, got {noise_std}")
+    if not CLAMP_BITS <= clamp_bits <= MAX_CLAMP_BITS:
+        raise ValueError(f"clamp_bits must be in [{CLAMP_BITS}, {MAX_CLAMP_BITS}], got {clamp_bits}")
     exponent = math.floor(math.log2(noise_std))
-    return 2.0 ** (exponent - GRID_BITS), 2.0 ** (exponent + CLAMP_BITS)
+    return 2.0 ** (exponent - GRID_BITS), 2.0 ** (exponent + clamp_bits)
 
 
-def snap(noisy: torch.Tensor, noise_std: float) -> torch.Tensor:
+def snap(noisy: torch.Tensor, noise_std: float, clamp_bits: int = CLAMP_BITS) -> torch.Tensor:
     """``noisy`` (x + noise, float64) clamped to ±B and rounded to multiples of Λ, in place; float64."""
     if noisy.dtype != torch.float64:
         raise TypeError(f"snap the float64 sum, not a {noisy.dtype} one (the argument needs ulp ≪ Λ)")
-    step, bound = grid(noise_std)
+    step, bound = grid(noise_std, clamp_bits)
     return noisy.clamp_(-bound, bound).div_(step).round_().mul_(step)
+
+
+def snapped_coordinates(coordinates: int, clamp_bits: int = CLAMP_BITS) -> int:
+    """The ``snapped`` count an event must carry for ``coordinates`` values snapped with ``clamp_bits``.
+
+    The slack per coordinate is proportional to ulp(B)/Λ = 2^(clamp_bits − 44) (module docstring: the
+    chance that the float64 sum crosses a cell edge; the cell width Λ and the density change across a
+    cell do not depend on B), i.e. 2^(clamp_bits − CLAMP_BITS) times that of the default clamp, so each
+    coordinate counts that many times."""
+    grid(1.0, clamp_bits)  # validates clamp_bits
+    return coordinates << (clamp_bits - CLAMP_BITS)
 
 
 def snapping_eta(coordinates: int) -> float:

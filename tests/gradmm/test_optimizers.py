@@ -110,6 +110,8 @@ def test_sidecar_reports_the_released_dimension(lm, tmp_path) -> None:
     d = model.get_output_embeddings().weight.shape[1]
     assert privacy["released_rows"] == list(prompt.label_token_ids) and privacy["released_dim_per_class"] == 2 * d
     assert privacy["noise_norm_per_class"] == pytest.approx(privacy["noise_multiplier"] * (2 * d) ** 0.5)
+    slack = 2 * (2 * 2 * d * 2**8) * 2.0**-34  # 2dη of the snapped release (clamp 2¹⁶: 2⁸ times the default's η)
+    assert privacy["epsilon"] >= privacy["epsilon_target"] + slack * 0.999
 
 
 def test_greedy_match_equals_greedy_on_explicit_vectors() -> None:

@@ -176,3 +176,21 @@ def test_label_row_release_is_small_and_says_so(tmp_path) -> None:
     assert release.targets.shape == (2, 2, d) and release.released_dim == 2 * d
     assert release.noise_norm() == pytest.approx(release.noise_multiplier * (2 * d) ** 0.5)
     assert Release.load(tmp_path / "r.pt").rows == rows
+
+
+def test_a_whole_split_sized_signal_is_not_cut_by_snapping_and_its_slack_is_counted() -> None:
+    from privlm.gradmm.release import add_gaussian_noise, clamp_bits
+    from privlm.privacy.snapping import grid
+
+    sums = torch.zeros(2, 2, 576)
+    sums[:, :, :8] = 4000.0  # a class sum of 4,000 clipped examples can reach n·C in a coordinate
+    std = gaussian_noise_multiplier(4.0, 1e-5)
+    for rows, cut in (((1, 2), False), (None, True)):
+        bits = clamp_bits(rows)
+        noise = add_gaussian_noise(sums, std, bits) - sums
+        assert (float(noise.norm()) > 1000) is cut  # the default clamp (2⁸σ) cuts 4,000; 2¹⁶σ does not
+        step, _ = grid(std, bits)
+        assert torch.equal((sums + noise).double() / step, ((sums + noise).double() / step).round())  # on the grid
+    release = Release(targets=sums, prompt=None, dp=True, epsilon=4.0, delta=1e-5, noise_multiplier=std, clip=1.0,
+                      max_tokens=64, model_fingerprint="", rows=(1, 2))
+    assert release.snapped == sums.numel() * 2**8

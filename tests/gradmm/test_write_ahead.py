@@ -21,7 +21,9 @@ from privlm.resources.tiny import build_tiny_model
 PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
            ("warm, funny and moving", 1), ("the acting is wooden", 0)]
 CONFIG = make_config("demo", length=3, batch=2, outer_steps=1, inner_steps=2, top_k=4, seed=1, oversample=1.0)
-EVENT = GaussianRelease(gaussian_noise_multiplier(4.0, 1e-5))
+HIDDEN = build_tiny_model("tiny-llama", seed=2)[0].get_output_embeddings().weight.shape[1]
+# 2 classes × 2 label rows × d coordinates, snapped with clamp 2¹⁶ (2⁸ times the default's slack each)
+EVENT = GaussianRelease(gaussian_noise_multiplier(4.0, 1e-5), snapped=2 * 2 * HIDDEN * 2**8)
 
 
 class Crash(Exception):
