@@ -213,7 +213,7 @@ def test_the_default_classify_recipe_trains_the_label_word_head_on_cached_featur
     out = tmp_path / "run"
     assert _train([*recipe, "--data", data, "--epochs", "2", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["saved"] == str(out / "head") and summary["steps"] == 12 and summary["cache_build_s"] > 0
+    assert summary["saved"] == str(out / "head") and summary["steps"] == 12 and summary["cache_build_s"] is not None  # built by this run
     rows = load_file(out / "head" / "label_rows.safetensors")["rows"]
     assert rows.shape == (2, 32)  # K label words × d
     assert json.loads((out / "head" / "head.json").read_text())["label_words"] == ["neg", "pos"]
