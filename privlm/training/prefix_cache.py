@@ -17,7 +17,9 @@ features the uncached run computes (up to the cast to the cache dtype, which is 
 public weights and the example, per example), so the DP guarantee, the resume binding and the ledger
 are those of the uncached run: each training row (h_i, y_i) still depends on example i only.
 
-Written atomically (temporary folder, ``os.replace``): a cache folder is complete or absent.
+Written atomically (temporary folder, ``os.replace``): a cache folder is complete or absent. The build
+itself goes chunk by chunk through a private ``.<name>.partial`` folder beside it (bound to the same key),
+so a build killed after hours resumes at its last finished chunk.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 from privlm.evaluation.prompts import EncodedOption
 from privlm.training.fingerprint import data_fingerprint, model_fingerprint
@@ -86,11 +89,14 @@ def load_or_build(
     collate: Callable[[list], Any],
     dtype: str = "bfloat16",
     on_build: Callable[[int], None] | None = None,
+    chunk: int = 128,
 ) -> Features:
     """The features of ``train`` and ``test`` from ``cache_dir`` (built there first if absent).
 
     Refuses (UserError) a cache built for other rows, another model or another layout. ``on_build(n)`` is
-    called before a build of n examples (progress reporting)."""
+    called before a build of n examples (progress reporting). A build writes ``chunk`` examples at a time
+    into ``.<cache_dir name>.partial/`` beside the cache (same key, checked the same way), so a killed
+    build resumes at its last finished chunk; the partial folder is removed once the cache is complete."""
     if dtype not in DTYPES:
         raise UserError(f"cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     key = _key(head, train, test, dtype)
@@ -106,11 +112,48 @@ def load_or_build(
     if on_build is not None:
         on_build(len(train) + len(test))
     start = time.perf_counter()
-    train_features, test_features = (compute_features(head, rows, collate).to(DTYPES[dtype]).contiguous()
-                                     for rows in (train, test))
+    partial = cache_dir.parent / f".{cache_dir.name}.partial"
+    _check_partial(partial, key)
+    train_features, test_features = (_build_in_chunks(partial, split, head, rows, collate, DTYPES[dtype], chunk)
+                                     for split, rows in (("train", train), ("test", test)))
     features = Features(train_features, test_features, time.perf_counter() - start)
     _write(cache_dir, features, key)
+    shutil.rmtree(partial, ignore_errors=True)
     return features
+
+
+def _check_partial(partial: Path, key: dict[str, str]) -> None:
+    """Create the partial-build folder with its key, or check the key of the one a killed build left."""
+    key_path = partial / "key.json"
+    if key_path.exists():
+        saved = json.loads(key_path.read_text(encoding="utf-8"))
+        differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
+        if differing:
+            raise UserError(f"the partial feature cache {partial} was built for {', '.join(differing)}; it is not "
+                            "reused: delete it or choose another cache folder")
+        return
+    partial.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(key_path, json.dumps(key, indent=2, sort_keys=True) + "\n")
+
+
+def _build_in_chunks(
+    partial: Path, split: str, head: LabelWordHead, rows: Sequence[EncodedOption], collate: Callable[[list], Any],
+    dtype: torch.dtype, chunk: int,
+) -> Tensor:
+    """h of ``rows`` (len(rows), d) in ``dtype``, computed ``chunk`` rows at a time; each finished chunk is
+    saved atomically under ``partial`` and read back instead of recomputed."""
+    parts = []
+    for number, begin in enumerate(range(0, len(rows), chunk)):
+        path = partial / f"{split}-{number:06d}.safetensors"
+        if path.exists():
+            parts.append(load_file(str(path))["features"])
+            continue
+        part = compute_features(head, rows[begin : begin + chunk], collate).to(dtype).contiguous()
+        tmp = path.with_suffix(".tmp")
+        save_file({"features": part}, str(tmp))
+        os.replace(tmp, path)
+        parts.append(part)
+    return torch.cat(parts) if parts else torch.zeros(0, head.rows.in_features, dtype=dtype)
 
 
 def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ from privlm.privacy import Ledger
 from privlm.randomness import SecureRandom
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
-from privlm.training import loop
+from privlm.training import loop, prefix_cache
 from privlm.training.data import TaskData, encode, make_collate
 from privlm.training.head import LabelWordHead, head_losses, label_token_ids
 from privlm.training.loop import TrainConfig, prepare, train_loop
@@ -99,6 +99,34 @@ def test_a_cache_built_for_other_rows_or_another_model_is_refused(tmp_path):
 
 class Crash(RuntimeError):
     """The simulated kill."""
+
+
+def test_a_killed_build_resumes_at_its_last_chunk_and_equals_an_uninterrupted_build(tmp_path, monkeypatch):
+    head, tokenizer = _head()
+    train, test = _rows(tokenizer)
+    collate = make_collate(tokenizer)
+    whole = load_or_build(tmp_path / "whole", head, train, test, collate, dtype="float64", chunk=5)
+    calls, crashed = [], []
+    compute = prefix_cache.compute_features
+
+    def compute_then_crash(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3 and not crashed:
+            crashed.append(1)
+            raise Crash("killed in the third chunk")
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(prefix_cache, "compute_features", compute_then_crash)
+    with pytest.raises(Crash):
+        load_or_build(tmp_path / "cache", head, train, test, collate, dtype="float64", chunk=5)
+    assert not (tmp_path / "cache").exists() and len(list((tmp_path / ".cache.partial").glob("train-*"))) == 2
+    with pytest.raises(UserError, match="partial feature cache .* other training rows"):
+        load_or_build(tmp_path / "cache", head, _rows(tokenizer, TRAIN[::-1])[0], test, collate, dtype="float64", chunk=5)
+    calls.clear()
+    resumed = load_or_build(tmp_path / "cache", head, train, test, collate, dtype="float64", chunk=5)
+    assert len(calls) == 3  # train chunks 3 and 4 (16 rows, 5 per chunk) and the test chunk: nothing recomputed
+    assert torch.equal(resumed.train, whole.train) and torch.equal(resumed.test, whole.test)
+    assert not (tmp_path / ".cache.partial").exists()
 
 
 def _session(data: str, cache_dir):
