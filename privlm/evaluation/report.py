@@ -4,8 +4,9 @@ Per (method, ε, n per class): mean and standard deviation of test accuracy over
 per-seed 95% bootstrap bounds, and the mean membership-inference advantage and AUC. Plots: accuracy
 vs n per method, and accuracy vs ε for the methods that take ε. For every ε-method, ε and n, the
 report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline),
-and every DP entry of a method with a noise-only control in the grid (a table with ``noise_only = true``)
-is read against that control at the same ε and n: the difference is what the private data contributed.
+and every DP entry of a method with a noise-only control in the grid (a table of the same base method with
+the same parameters plus ``noise_only = true``) is read against that control at the same ε and n: the
+difference is what the private data contributed.
 """
 
 from __future__ import annotations
@@ -88,20 +89,26 @@ def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _noise_controls(config: ExperimentConfig) -> set[str]:
-    return {m.name for m in config.methods if m.params.get("noise_only")}
+def _controls(config: ExperimentConfig) -> dict[str, str]:
+    """Each method's noise-only control: the table with the same base method and parameters plus ``noise_only``."""
+    params = {m.name: m.params for m in config.methods}
+    return {
+        name: control for name in params for control, p in params.items()
+        if p.get("noise_only") and not params[name].get("noise_only") and base_name(name) == base_name(control)
+        and {k: v for k, v in p.items() if k != "noise_only"} == params[name]
+    }
 
 
 def against_noise(summary: Sequence[dict[str, Any]], config: ExperimentConfig) -> list[str]:
-    """For each DP entry (ε given) of a method that is not a control: its mean accuracy minus the noise-only
-    control's at the same ε and n (same base method), and minus the same method without DP."""
-    controls = _noise_controls(config)
+    """For each DP entry (ε given) of a method with a noise-only control: its mean accuracy minus the control's
+    at the same ε and n, and minus the same method without DP."""
+    controls = _controls(config)
     lines = []
     for entry in summary:
-        if entry["epsilon"] is None or entry["method"] in controls:
+        if entry["epsilon"] is None or entry["method"] not in controls:
             continue
         same = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] == entry["epsilon"]
-                and e["method"] in controls and base_name(e["method"]) == base_name(entry["method"])]
+                and e["method"] == controls[entry["method"]]]
         no_dp = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] is None
                  and e["method"] == entry["method"]]
         for control in same:

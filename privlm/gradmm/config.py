@@ -38,6 +38,7 @@ class SynthConfig:
     release: str = "full"  # released rows of the LM-head gradient: "label-rows" (presets) or "full" (all V)
     optimizer: str = "admm"  # "admm" (the paper's) or "select" (generate-select, privlm.gradmm.select)
     noise_only: bool = False  # the noise-only control: a release of pure noise at the same σ and C, no data read
+    contrastive: bool = False  # select: own class's cosine minus the best other class's (select.select_matching)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""

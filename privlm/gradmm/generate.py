@@ -179,5 +179,5 @@ def synthesize(
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select":
-        return select_matching(model, release, candidates, predicted, per_class)
+        return select_matching(model, release, candidates, predicted, per_class, config.contrastive)
     return select(candidates, predicted, per_class, n_classes)

@@ -47,22 +47,36 @@ def candidate_factors(
 
 
 def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
-    """Indices of ``k`` items chosen greedily to maximize ``Σ_S b / √(Σ_{S×S} A)`` (``gram`` A: M × M,
-    ``inner`` b: M); the first maximum wins ties."""
+    """Indices of ``k`` items chosen greedily to maximize ``cos_0(S) − max_{r ≥ 1} cos_r(S)`` (just ``cos_0``
+    with one target), ``cos_t(S) = Σ_S b_t / √(Σ_{S×S} A_t)``, for ``gram`` A (T × M × M) and ``inner``
+    b (T × M) per target t (2-D / 1-D: one target); the first maximum wins ties."""
+    gram, inner = (gram[None], inner[None]) if inner.dim() == 1 else (gram, inner)
     chosen: list[int] = []
-    dot, square = 0.0, 0.0
+    dot = torch.zeros(len(inner), 1, dtype=inner.dtype)
+    square = torch.zeros(len(inner), 1, dtype=inner.dtype)
     cross = torch.zeros_like(inner)
-    available = torch.ones_like(inner, dtype=torch.bool)
-    for _ in range(min(k, len(inner))):
-        score = (dot + inner) / (square + 2 * cross + gram.diagonal()).clamp_min(1e-30).sqrt()
+    diagonal = gram.diagonal(dim1=1, dim2=2)
+    available = torch.ones(inner.shape[1], dtype=torch.bool)
+    for _ in range(min(k, inner.shape[1])):
+        cosines = (dot + inner) / (square + 2 * cross + diagonal).clamp_min(1e-30).sqrt()
+        score = cosines[0] - cosines[1:].amax(dim=0) if len(inner) > 1 else cosines[0]
         score[~available] = -torch.inf
         j = int(score.argmax())
         chosen.append(j)
-        dot += float(inner[j])
-        square += float(2 * cross[j] + gram[j, j])
-        cross += gram[j]
+        dot += inner[:, j : j + 1]
+        square += 2 * cross[:, j : j + 1] + gram[:, j, j : j + 1]
+        cross += gram[:, j]
         available[j] = False
     return chosen
+
+
+def _match_terms(
+    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], label: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gram matrix (M × M) and inner products with the class target (M) of ``cands`` as class ``label``."""
+    resid, hidden = candidate_factors(model, release.prompt, cands, label, release.rows)
+    target = release.targets[label].to(torch.float64)
+    return (resid @ resid.T) * (hidden @ hidden.T), (resid * (hidden @ target.T)).sum(dim=1)
 
 
 def select_matching(
@@ -71,10 +85,14 @@ def select_matching(
     candidates: Sequence[Candidate],
     predicted: Sequence[int],
     per_class: int,
+    contrastive: bool = False,
 ) -> list[Candidate]:
     """Per class, the ``min(per_class, fewest eligible)`` candidates chosen by :func:`greedy_match`
     against the class target; eligible: generated for the class and (label filter) predicted as it.
-    Output: class by class, in the order chosen."""
+    ``contrastive``: maximize the class's cosine minus the best other class's (each set's gradient taken
+    with that class's label against that class's target), the class-discriminative part of the release
+    (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
+    cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen."""
     n_classes = len(release.prompt.label_token_ids)
     eligible = [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
     keep = min(per_class, min(len(e) for e in eligible))
@@ -82,10 +100,8 @@ def select_matching(
     for k, cands in enumerate(eligible):
         if keep == 0:
             break
-        resid, hidden = candidate_factors(model, release.prompt, cands, k, release.rows)
-        target = release.targets[k].to(torch.float64)
-        inner = (resid * (hidden @ target.T)).sum(dim=1)
-        gram = (resid @ resid.T) * (hidden @ hidden.T)
+        labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
+        terms = [_match_terms(model, release, cands, label) for label in labels]
+        gram, inner = torch.stack([g for g, _ in terms]), torch.stack([b for _, b in terms])
         out.extend(cands[j] for j in greedy_match(gram, inner, keep))
     return out
-

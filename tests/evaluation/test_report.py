@@ -57,9 +57,11 @@ def test_dp_entries_are_read_against_their_noise_only_control() -> None:
     config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "mia": False,
                            "n_per_class": [20], "seeds": [0, 1], "methods": {
                                "gradmm": {"epsilons": [1.0, "none"]}, "gradmm@noise": {"epsilons": [1.0], "noise_only": True},
+                               "gradmm@k": {"epsilons": [1.0], "top_k": 3},
                                "zero-shot": {}}}, "test")
     rows = [row("gradmm", 20, s, a, epsilon=1.0) for s, a in enumerate((0.74, 0.76))]
     rows += [row("gradmm", 20, 0, 0.77), row("gradmm@noise", 20, 0, 0.70, epsilon=1.0), row("zero-shot", 20, 0, 0.72)]
+    rows += [row("gradmm@k", 20, 0, 0.9, epsilon=1.0)]  # other parameters: gradmm@noise is not its control
     assert against_noise(summarize(rows), config) == [
         "n=20: gradmm (ε=1) 75.0% vs noise-only gradmm@noise (ε=1) 70.0%: +5.0 points from the private data "
         "(2 and 1 seeds); -2.0 points vs no DP."

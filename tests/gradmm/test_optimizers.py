@@ -31,6 +31,7 @@ SETTINGS = {
     "select": {"optimizer": "select", "oversample": 3.0},
     "admm-full": {"optimizer": "admm", "release": "full"},
     "select-noise": {"optimizer": "select", "oversample": 3.0, "noise_only": True},
+    "select-contrastive": {"optimizer": "select", "oversample": 3.0, "contrastive": True},
 }
 
 
@@ -127,6 +128,23 @@ def test_greedy_match_equals_greedy_on_explicit_vectors() -> None:
         chosen.append(max(range(12), key=lambda j: scores[j]))
         total = total + vectors[chosen[-1]]
     assert greedy_match(vectors @ vectors.T, vectors @ target, 5) == chosen
+
+
+def test_contrastive_greedy_match_equals_greedy_on_explicit_vectors() -> None:
+    gen = torch.Generator().manual_seed(1)
+    own, other = (torch.randn(10, 6, generator=gen, dtype=torch.float64) for _ in range(2))
+    targets = torch.randn(2, 6, generator=gen, dtype=torch.float64)
+    cos = torch.nn.functional.cosine_similarity
+    chosen, totals = [], torch.zeros(2, 6, dtype=torch.float64)
+    for _ in range(4):
+        def score(j: int) -> float:
+            return float(cos(totals[0] + own[j], targets[0], dim=0) - cos(totals[1] + other[j], targets[1], dim=0))
+        chosen.append(max((j for j in range(10) if j not in chosen), key=score))
+        totals = totals + torch.stack([own[chosen[-1]], other[chosen[-1]]])
+    gram = torch.stack([own @ own.T, other @ other.T])
+    inner = torch.stack([own @ targets[0], other @ targets[1]])
+    assert greedy_match(gram, inner, 4) == chosen
+    assert greedy_match(gram[0], inner[0], 4) != chosen  # the rival term matters here
 
 
 def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -> None:
