@@ -7,7 +7,10 @@ row of the data set: Poisson-sampled like every example, clipped by the engine i
 (its estimated norm in ``hutchinson`` is ``norm·C·√(χ²_k/k)``: a rank-one gradient, the spectrum where
 the estimator's variance is largest and the accountant's envelope is attained), summed, noised, and
 accounted. Alongside, ``real_examples`` random-token texts train the tiny LM through the same engine,
-so the canaries share micro-batches, probes and noise with ordinary rows. The canary layer is a near-
+so the canaries share micro-batches, probes and noise with ordinary rows. An excluded canary's slot
+holds a null row (zero gradient, zero loss): the data set size N, hence the sampling rate q and the
+normalisation qN — public parameters in privlm's accounting — do not depend on which canaries are in,
+and removing a canary is exactly the add/remove neighbour the accountant covers. The canary layer is a near-
 square grid (one cell per canary); probes act on its rows, so the √m canaries of one row share their
 estimated-norm ratio X in a step (their contributions are then correlated, not independent).
 
@@ -72,7 +75,8 @@ class GradientCanaries:
         return math.ceil(self.canaries / cols), cols
 
     def examples(self, included: np.ndarray, settings: RunSettings, vocab: int, seed: int) -> list[dict[str, Tensor]]:
-        """The data set: the included canaries, then the ordinary random-token rows."""
+        """The data set: canary slot i holds canary i if it is included, else a null row (zero gradient,
+        zero loss), then the ordinary random-token rows."""
         rows, cols = self.grid()
         scale = self.canary_norm * settings.max_grad_norm
         offset = 0.0 if settings.loss_release is None else settings.loss_release.bound
@@ -81,11 +85,12 @@ class GradientCanaries:
         first = torch.zeros(self.seq_len, dtype=torch.long)
         first[0] = 1  # canaries' LM input: one token (masked out of the loss), never an all-masked row
         out = []
-        for i in np.flatnonzero(included):
+        for i, inside in enumerate(included):
             a, b = torch.zeros(cols), torch.zeros(rows)
-            a[i % cols], b[i // cols] = 1.0, scale
+            if inside:
+                a[i % cols], b[i // cols] = 1.0, scale
             out.append({"input_ids": blank, "attention_mask": first, "canary_in": a, "canary_out": b,
-                        "is_canary": torch.tensor(1.0), "loss_offset": torch.tensor(offset)})
+                        "is_canary": torch.tensor(1.0), "loss_offset": torch.tensor(offset if inside else 0.0)})
         for _ in range(self.real_examples):
             out.append({"input_ids": torch.randint(1, vocab, (self.seq_len,), generator=gen),
                         "attention_mask": torch.ones(self.seq_len, dtype=torch.long),

@@ -36,6 +36,7 @@ def plot(rows: Sequence[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # one colour per line (up to 20)
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         series.setdefault((r["mechanism"], r["mode"]), []).append(r)

@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from privlm.atomic import atomic_path
@@ -32,6 +32,7 @@ MECHANISMS = {
     "dpsgd-blackbox": ("exact", "hutchinson"),
     "dp-loss": ("exact", "hutchinson"),
     "gradmm": ("label-rows", "full"),
+    "smollm2-blackbox": ("exact", "hutchinson"),
 }
 EPSILONS = (1.0, 4.0, 8.0)
 
@@ -39,8 +40,9 @@ EPSILONS = (1.0, 4.0, 8.0)
 @dataclass(frozen=True)
 class Scale:
     """How big each cell is: canaries per DP-SGD cell, steps, sampling rate, ordinary LM rows trained
-    alongside the gradient canaries, canaries per GRADMM release, physical batch size, probes, and
-    the white-box canaries' norm (units of C)."""
+    alongside the gradient canaries, canaries per GRADMM release, physical batch size, probes, the
+    white-box canaries' norm (units of C), and canaries and steps of the (slow) SmolLM2 black-box cells
+    (LoRA r = 8 on the last 2 blocks)."""
 
     canaries: int = 1000
     steps: int = 50
@@ -50,9 +52,12 @@ class Scale:
     physical_batch_size: int = 256
     probes: int = 32
     canary_norm: float = 2.0
+    smollm2_canaries: int = 256
+    smollm2_steps: int = 20
 
 
-QUICK = Scale(canaries=200, steps=10, real_examples=16, gradmm_canaries=64, physical_batch_size=64)
+QUICK = Scale(canaries=200, steps=10, real_examples=16, gradmm_canaries=64, physical_batch_size=64,
+              smollm2_canaries=32, smollm2_steps=2)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,9 @@ def run_mechanism(cell: Cell, scale: Scale, delta: float, seed: int) -> CanaryOu
     )
     if cell.mechanism == "dpsgd-blackbox":
         return InputCanaries(canaries=scale.canaries).run(settings)
+    if cell.mechanism == "smollm2-blackbox":
+        smollm2 = InputCanaries(canaries=scale.smollm2_canaries, model="smollm2-135m", lora_rank=8, lora_layers=2)
+        return smollm2.run(replace(settings, steps=scale.smollm2_steps, physical_batch_size=64))
     canaries = GradientCanaries(canaries=scale.canaries, canary_norm=scale.canary_norm, real_examples=scale.real_examples)
     return canaries.run(settings)
 

@@ -26,7 +26,7 @@ def _numbers(text: str, option: str) -> list[float]:
 def audit(
     mechanisms: str = typer.Option(
         "dpsgd-whitebox,dpsgd-blackbox,dp-loss,gradmm", "--mechanisms",
-        help="Comma-separated: dpsgd-whitebox, dpsgd-blackbox, dp-loss, gradmm.",
+        help="Comma-separated: dpsgd-whitebox, dpsgd-blackbox, dp-loss, gradmm, smollm2-blackbox (slow: loads SmolLM2).",
     ),
     modes: Optional[str] = typer.Option(
         None, "--modes", help="Norm modes (exact, mixed, hutchinson, hutchpp) or GRADMM rows (label-rows, full); default: all of each mechanism."

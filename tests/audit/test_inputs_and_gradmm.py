@@ -11,6 +11,7 @@ from privlm.audit.inputs import InputCanaries
 from privlm.audit.training import RunSettings
 from privlm.errors import UserError
 from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.randomness import SecureRandom
 
 
 def test_input_canaries_with_little_noise_are_found():
@@ -27,11 +28,22 @@ def test_input_canaries_are_refused_when_too_few():
 
 
 @pytest.mark.parametrize("release", ["label-rows", "full"])
-def test_gradmm_canaries_audit_the_librarys_release(release):
-    """The release is the library's draw_release at the calibrated σ; the claim is its exact ε."""
+def test_gradmm_canaries_audit_the_librarys_release(release, monkeypatch):
+    """The release is the library's draw_release at the calibrated σ; the claim is its exact ε. (Its
+    noise key comes from the OS; here a seeded one, so that the test is deterministic.)"""
+    monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(0, "audit-test")))
     outcome = GradmmCanaries(canaries=16, release=release).run(epsilon=20.0, delta=1e-5)
     assert outcome.details["noise_multiplier"] == gaussian_noise_multiplier(20.0, 1e-5)
     assert outcome.accounted_epsilon == pytest.approx(20.0, rel=1e-6)
     assert outcome.scores.shape == (16,) and np.isfinite(outcome.scores).all()
     # at ε = 20 the noise is small against one clipped gradient: included canaries score higher
     assert outcome.scores[outcome.included].mean() > outcome.scores[~outcome.included].mean()
+
+
+@pytest.mark.slow
+def test_input_canaries_train_smollm2_lora_adapters():
+    """The SmolLM2 black-box cell at a smoke size: LoRA on the last 2 blocks, one step."""
+    settings = RunSettings("exact", 8.0, 1e-5, 0.5, 1, physical_batch_size=16, seed=0)
+    outcome = InputCanaries(canaries=16, model="smollm2-135m", lora_rank=8, lora_layers=2).run(settings)
+    assert outcome.scores.shape == (16,) and np.isfinite(outcome.scores).all()
+    assert outcome.details["model"] == "smollm2-135m" and outcome.accounted_epsilon <= 8.0 + 1e-9
