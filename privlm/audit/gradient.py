@@ -1,4 +1,4 @@
-"""White-box gradient canaries for DP-SGD (Steinke, Nasr, Jagielski 2023, §6 "Dirac" canaries).
+"""White-box gradient canaries for DP-SGD (as in the white-box audits of Steinke, Nasr, Jagielski 2023).
 
 Canary i is an example whose per-sample gradient is ``norm·C·e_{r_i} e_{c_i}ᵀ`` on the weight of a
 dedicated audit layer (``AuditModel.canary``, zero-initialised, used only by canaries): a fixed
