@@ -109,6 +109,7 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
     shown = " ".join(capsys.readouterr().out.split())
     noise = json.loads(RunPaths(first).sidecar.read_text())["examples_per_class_to_match_noise"]
     assert f"with fewer than ≈ {noise:,.0f} examples per class the target is mostly noise" in shown
+    assert "the release keeps 2 rows of the LM-head gradient" in shown  # --release label-rows, the default
     _write_data(path, [("POISON " + t[::-1], "neg" if y == "pos" else "pos") for t, y in ROWS])
     second = tmp_path / "second.jsonl"
     RunPaths(second).workdir.mkdir()
