@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from privlm.dpsgd.engine import PrivacyEngine  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.run import with_lora  # noqa: E402
@@ -68,13 +68,7 @@ def main() -> None:
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
     variants = {"all blocks": private_step(None, args.model, batch),
                 f"last {args.blocks} blocks": private_step(args.blocks, args.model, batch)}
-    for step in variants.values():
-        step()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
-        for name, step in variants.items():
-            times[name].append(step())
-    median = {name: statistics.median(t) for name, t in times.items()}
+    times, median = alternate(variants, args.repeats)
     (full, restricted) = median.values()
     result = {
         "model": args.model, "lora_rank": 4, "blocks": args.blocks, "examples": args.examples, "length": args.length,

@@ -22,7 +22,6 @@ import argparse
 import functools
 import json
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from privlm.dpsgd.losses import label_word_lm_losses  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.data import encode, load_task_data, make_collate  # noqa: E402
@@ -93,13 +93,7 @@ def main() -> None:
     runners = {name: epoch_runner(name, args, data, rows, classes) for name in ("lora-top2", "head uncached", "head cached")}
     variants = {name: epoch for name, (epoch, _) in runners.items()}
     variants["cache build (once)"] = runners["head cached"][1]
-    for epoch in variants.values():
-        epoch()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
-        for name, epoch in variants.items():
-            times[name].append(epoch())
-    median = {name: statistics.median(t) for name, t in times.items()}
+    times, median = alternate(variants, args.repeats)
     cached, build_s = median["head cached"], median["cache build (once)"]
     result = {
         "model": args.model, "examples": args.examples, "length": args.length, "tokens": sum(len(r.input_ids) for r in rows),
