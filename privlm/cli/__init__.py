@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         _register_commands(argv)
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # a command's ``typer.Exit(n)`` comes back as n here
     except UserError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
@@ -67,3 +67,5 @@ def main(argv: list[str] | None = None) -> None:
             err.show()
             sys.exit(err.exit_code)
         raise
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        sys.exit(code)

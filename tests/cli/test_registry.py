@@ -32,3 +32,24 @@ def test_account_does_not_import_torch_or_transformers() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_command_exit_code_reaches_the_shell(monkeypatch) -> None:
+    """``typer.Exit(n)`` inside a command comes back from the app as n (standalone_mode=False): main must
+    exit with it (privlm audit exits 1 on a violation)."""
+    import typer
+
+    from privlm.cli import app, main
+
+    def fail() -> None:
+        raise typer.Exit(3)
+
+    app.command("exit-three-for-test")(fail)
+    try:
+        main(["exit-three-for-test"])
+    except SystemExit as exc:
+        assert exc.code == 3
+    else:
+        raise AssertionError("main returned instead of exiting with the command's code")
+    finally:
+        app.registered_commands[:] = [c for c in app.registered_commands if c.name != "exit-three-for-test"]
