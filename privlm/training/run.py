@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from peft import LoraConfig, get_peft_model
@@ -156,7 +157,7 @@ def set_up(
     return Session(model_name, data_name, config, module, tokenizer, data, run, features, cache_dir)
 
 
-def head_scores(session: Session, max_test: int | None) -> Any:
+def head_scores(session: Session, max_test: int | None) -> np.ndarray:
     """K-way log-softmax scores (M, K) of the trained head on the first ``max_test`` test examples."""
     head, data = session.module, session.data
     test = data.test[:max_test] if max_test else data.test

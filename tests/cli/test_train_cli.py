@@ -220,3 +220,13 @@ def test_the_default_classify_recipe_trains_the_label_word_head_on_cached_featur
     assert sorted(p.name for p in out.iterdir()) == ["FINISHED", "head", "metrics.jsonl", "predictions.jsonl", "privacy.json"]
     assert _train([*recipe, "--data", data, "--lora", "4", "--head-only", "--out", str(tmp_path / "bad")]) == 2
     assert "--head-only" in capsys.readouterr().err
+
+
+def test_an_uncached_head_only_run_reads_the_features_through_the_model_and_writes_no_cache(data, tmp_path, capsys):
+    recipe = [a for a in RUN if a not in ("--lora", "0")]
+    out = tmp_path / "run"
+    assert _train([*recipe, "--data", data, "--epochs", "1", "--no-cache", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 6 and "cache_build_s" not in summary
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == summary["test"]["n_test"]
+    assert not [p for p in tmp_path.rglob("*") if "cache" in p.name]
