@@ -3,6 +3,8 @@ naming), in which case nothing below those blocks is trained and the backward pa
 
 from __future__ import annotations
 
+import json
+import math
 import re
 
 import pytest
@@ -10,7 +12,10 @@ import torch
 
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
-from privlm.training.run import top_block_linears, with_lora
+from privlm.dpsgd.losses import label_word_lm_losses
+from privlm.training.head import label_token_ids
+from privlm.training.loop import TrainConfig
+from privlm.training.run import set_up, top_block_linears, with_lora
 
 
 def _trainable_blocks(module: torch.nn.Module) -> set[int]:
@@ -46,3 +51,17 @@ def test_lora_block_count_is_checked():
             top_block_linears(model, bad)
     with pytest.raises(UserError, match="needs --lora"):
         with_lora(model, 0, seed=0, blocks=1)
+
+
+def test_classify_trains_lora_on_the_label_word_objective(tmp_path):
+    """``set_up`` wires the K-way label-word loss into the loop for a LoRA classifier (not the token loss)."""
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("".join(json.dumps({"text": f"review {i}: the film was " + "so " * (i % 3), "label": ["neg", "pos"][i % 2]})
+                            + "\n" for i in range(40)))
+    config = TrainConfig(noise_multiplier=1.0, lora=4, batch_size=4, max_length=32, seed=0)
+    session = set_up("tiny-llama", f"jsonl:{data}", config, labels="neg=good,pos=great")
+    batch = session.run.collate(list(session.run.rows[:5]))
+    ids = torch.tensor(label_token_ids(session.tokenizer, session.data.verbalizer))
+    expected = label_word_lm_losses(session.module, batch, ids)
+    torch.testing.assert_close(session.run.loss_fn(session.module, batch), expected, rtol=0, atol=0)
+    assert float(expected.max()) < 0.5 * math.log(512)  # a 2-way loss: far below a 512-token vocabulary's loss
