@@ -20,16 +20,16 @@ are as secret as the data. Under that model:
 - **Uniforms** have 53 bits: ``u = (m + 1)·2⁻⁵³`` for a uniform 53-bit integer ``m`` (exact in float64),
   so ``0 < u ≤ 1``.
 - **Gaussians** are computed in float64 by the Box–Muller transform r = √(−2 ln u₁), θ = 2π u₂, with u₂
-  such a uniform and u₁ too, except that u₁ < 2⁻³³ is refined by a second word to (m₁ + (m₂ + 1)·2⁻⁵³)·2⁻⁵³,
-  so that u₁ reaches 2⁻¹⁰⁶ and ``|z|`` reaches :data:`Z_MAX` = √(212 ln 2) = 12.1 (≈ 5.8 for float32 uniforms). The truncated tail matters
-  for privacy as P(Z > Z_MAX − Δ/(σC)) per release and coordinate: it is below 10⁻¹² for σ ≥ 0.2 (Δ = C),
-  and :func:`check_noise_multiplier_for_sampler` refuses smaller σ. Then scaled and cast to the target dtype. Floating-point attacks
-  (Mironov 2012; Jin et al. 2022 for Gaussians) need the exact set of attainable outputs of
-  ``x + noise``; the released values are float32 sums ``fl32(x + fl32(σz))``, and each float32 rounding
-  cell (2⁻²⁴ relative) holds ≈ 2²⁹ attainable float64 values of σz, so the gaps of the float64 sampler
-  are below what a float32 output resolves and every float32 value near x + σz is attainable under x
-  and under x'. Residual assumption: a float64 model releases float64 sums, where the sampler's own
-  lattice is visible; that case is not proven safe, and the README says so.
+  such a uniform and u₁ too, except that u₁ < 2⁻³³ is refined by a second word to
+  (m₁ + (m₂ + 1)·2⁻⁵³)·2⁻⁵³, so that u₁ reaches 2⁻¹⁰⁶ and ``|z|`` reaches √(212 ln 2) = 12.1
+  (:data:`privlm.privacy.validation.Z_MAX`; ≈ 5.8 with float32 uniforms), then scaled and cast. The
+  truncated tail matters for privacy as P(Z > Z_MAX − Δ/(σC)) per release and coordinate: below 10⁻¹²
+  for σ ≥ 0.2 (Δ = C), and :func:`privlm.privacy.validation.check_noise_multiplier_for_sampler` refuses
+  smaller σ.
+- **Floating-point attacks** (Mironov 2012; Haney et al. 2022 for Gaussians) read the low-order bits of
+  a float output ``fl(x + noise)``; they are *not* prevented here but by snapping what is released
+  (:mod:`privlm.privacy.snapping`: GRADMM releases, DP losses). DP-SGD's noisy gradient is not snapped
+  and not released itself, only the weights after the optimizer (README, the stated assumption).
 
 ``--seed`` (reproducible experiments) builds keys by SHA-256 of the seed and the stream name: whoever
 knows the seed can regenerate the noise, so such a stream has ``private == False`` and every output it
@@ -47,14 +47,11 @@ from dataclasses import dataclass
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-from privlm.errors import UserError
 
 KEY_BYTES = 32
 _CHUNK = 1 << 16  # values per keystream chunk: 512 KiB buffers stay in cache (measured faster than 2**18, 2**20)
 _MANTISSA = (1 << 53) - 1
 _MAX_WORDS = 2**32 * 64 // 8  # one address: 2³² ChaCha20 blocks of 64 bytes
-Z_MAX = math.sqrt(2 * 106 * math.log(2))  # the largest |z| the sampler can return: u₁ ≥ 2⁻¹⁰⁶
-MIN_NOISE_MULTIPLIER = 0.2  # P(Z > Z_MAX − 1/σ) ≤ 10⁻¹² above it
 _REFINE_BELOW = 2.0**20  # first words below this get a second word (u₁ < 2⁻³³)
 _TWO_PI = 2 * math.pi
 
@@ -183,16 +180,6 @@ class _Keystream:
             refine = raw.bitwise_and_(_MANTISSA).double().add_(1.0).mul_(2.0**-53)
             u[small] += refine - 1.0
         return box_muller(u.mul_(2.0**-53))[:n]
-
-
-def check_noise_multiplier_for_sampler(noise_multiplier: float) -> None:
-    """Refuse 0 < σ < :data:`MIN_NOISE_MULTIPLIER`: there the sampler's truncation at :data:`Z_MAX` would
-    add more than 10⁻¹² to δ per release (σ = 0, noise off, is not a private mechanism and is allowed)."""
-    if 0 < noise_multiplier < MIN_NOISE_MULTIPLIER:
-        raise UserError(
-            f"noise multiplier {noise_multiplier:.4g} is below {MIN_NOISE_MULTIPLIER}: the Gaussian sampler's tail "
-            f"(|z| ≤ {Z_MAX:.2f}) no longer covers the sensitivity; ε this large is not supported"
-        )
 
 
 def box_muller(u: torch.Tensor) -> torch.Tensor:

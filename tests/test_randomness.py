@@ -12,16 +12,8 @@ from scipy import stats
 
 from privlm.errors import UserError
 from privlm.privacy.gaussian import gaussian_noise_multiplier
-from privlm.randomness import (
-    KEY_BYTES,
-    MIN_NOISE_MULTIPLIER,
-    Z_MAX,
-    RunStreams,
-    SecureRandom,
-    _Keystream,
-    box_muller,
-    check_noise_multiplier_for_sampler,
-)
+from privlm.privacy.validation import MIN_NOISE_MULTIPLIER, Z_MAX, check_noise_multiplier_for_sampler
+from privlm.randomness import KEY_BYTES, RunStreams, SecureRandom, _Keystream, box_muller
 
 
 def _key(byte: int, value: int) -> bytes:

@@ -28,7 +28,8 @@ import torch
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.privacy.snapping import snap
-from privlm.randomness import SecureRandom, check_noise_multiplier_for_sampler
+from privlm.privacy.validation import check_noise_multiplier_for_sampler
+from privlm.randomness import SecureRandom
 
 
 class DPOptimizer:

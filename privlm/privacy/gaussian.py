@@ -20,9 +20,13 @@ from dp_accounting import gaussian_mechanism
 from scipy.special import log_ndtr
 
 from privlm.errors import UserError
-from privlm.privacy.validation import check_delta, check_epsilon, check_noise_multiplier
 from privlm.privacy.snapping import snapping_eta
-from privlm.randomness import check_noise_multiplier_for_sampler
+from privlm.privacy.validation import (
+    check_delta,
+    check_epsilon,
+    check_noise_multiplier,
+    check_noise_multiplier_for_sampler,
+)
 
 _NUDGE = 1e-12
 

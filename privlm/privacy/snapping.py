@@ -29,8 +29,10 @@ Gaussian sampler itself is taken as exact at this resolution (:mod:`privlm.rando
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 GRID_BITS = 8  # Λ ≈ s/2⁸: rounding adds noise of std ≤ s/887, a 6·10⁻⁷ relative change of the variance
 CLAMP_BITS = 8  # B ≈ 2⁸·s
@@ -53,6 +55,8 @@ def grid(noise_std: float, clamp_bits: int = CLAMP_BITS) -> tuple[float, float]:
 
 def snap(noisy: torch.Tensor, noise_std: float, clamp_bits: int = CLAMP_BITS) -> torch.Tensor:
     """``noisy`` (x + noise, float64) clamped to ±B and rounded to multiples of Λ, in place; float64."""
+    import torch  # here, not at the top: the accounting half of this module is imported by torch-free commands
+
     if noisy.dtype != torch.float64:
         raise TypeError(f"snap the float64 sum, not a {noisy.dtype} one (the argument needs ulp ≪ Λ)")
     step, bound = grid(noise_std, clamp_bits)

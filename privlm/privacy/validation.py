@@ -40,3 +40,18 @@ def check_count(count: int, name: str = "steps") -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UserError(f"{name} must be an integer >= 1, got {count!r}")
     return count
+
+
+Z_MAX = math.sqrt(2 * 106 * math.log(2))  # the largest |z| privlm's Gaussian sampler returns (u₁ ≥ 2⁻¹⁰⁶)
+MIN_NOISE_MULTIPLIER = 0.2  # P(Z > Z_MAX − 1/σ) ≤ 10⁻¹² above it
+
+
+def check_noise_multiplier_for_sampler(noise_multiplier: float) -> None:
+    """Refuse 0 < σ < :data:`MIN_NOISE_MULTIPLIER`: there the truncation of :mod:`privlm.randomness`'s
+    sampler at :data:`Z_MAX` would add more than 10⁻¹² to δ per release (σ = 0, noise off, is not a
+    private mechanism and is allowed)."""
+    if 0 < noise_multiplier < MIN_NOISE_MULTIPLIER:
+        raise UserError(
+            f"noise multiplier {noise_multiplier:.4g} is below {MIN_NOISE_MULTIPLIER}: the Gaussian sampler's tail "
+            f"(|z| ≤ {Z_MAX:.2f}) no longer covers the sensitivity; ε this large is not supported"
+        )
