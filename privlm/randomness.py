@@ -173,9 +173,9 @@ class _Keystream:
         next in the keystream, so the draw stays a function of key and address)."""
         pairs = (n + 1) // 2
         u = self.words(2 * pairs)
-        small = (u[:pairs] < _REFINE_BELOW).nonzero().flatten()
+        small = (u[:pairs] < _REFINE_BELOW).nonzero().flatten() if float(u[:pairs].amin()) < _REFINE_BELOW else None
         u.add_(1.0)
-        if small.numel():
+        if small is not None:
             raw = torch.frombuffer(bytearray(self.encryptor.update(bytes(8 * small.numel()))), dtype=torch.int64)
             refine = raw.bitwise_and_(_MANTISSA).double().add_(1.0).mul_(2.0**-53)
             u[small] += refine - 1.0
