@@ -193,7 +193,7 @@ def obtain_release(
         _check_manifest(paths.manifest, settings)
         release = Release.load(paths.release)
         if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger: account for it now
-            _write_ahead(paths, release.noise_multiplier, release.snapped)
+            _write_ahead(paths, release.noise_multiplier, release.snapped, unless_recorded=True)
         return release, True
     paths.workdir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
@@ -232,18 +232,20 @@ def load_factors(
     return factors
 
 
-def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int) -> None:
-    """Make ``paths.ledger`` hold the release at noise multiplier ``sigma`` with ``snapped`` coordinates
-    (rank 0 writes; fsync'd, atomic).
+def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int, unless_recorded: bool = False) -> None:
+    """Append the release at noise multiplier ``sigma`` with ``snapped`` coordinates to ``paths.ledger``
+    (rank 0 writes; fsync'd, atomic) before it is drawn.
 
-    An entry already there for the same event (a draw that died before its release was saved) covers the
-    redraw: the lost draw never left the process. ``sigma=None`` (missing ε or δ) writes nothing and lets
-    :func:`draw_release` refuse the arguments."""
+    Every draw appends its own entry: a draw that died before its release was saved is then counted too
+    (an over-count, which is safe), and a release that was saved, published and deleted can never be
+    redrawn uncounted. ``unless_recorded`` (a saved release reused on resume) appends only when no entry
+    for the event exists yet (a release from a privlm without a ledger). ``sigma=None`` (missing ε or δ)
+    writes nothing and lets :func:`draw_release` refuse the arguments."""
     if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
         return
     entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"GRADMM release for {paths.out.name}")
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    if entry not in ledger.entries:
+    if not (unless_recorded and entry in ledger.entries):
         ledger.append(entry)
         ledger.save(paths.ledger)
 

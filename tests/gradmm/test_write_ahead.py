@@ -67,7 +67,9 @@ def test_the_ledger_is_durable_before_the_release_and_its_text(lm, tmp_path, mon
     assert _entries(out) == [(EVENT, 1)]
 
 
-def test_a_draw_that_dies_before_its_release_is_saved_is_not_accounted_twice(lm, tmp_path, monkeypatch):
+def test_every_draw_is_accounted_even_one_that_died_before_its_release_was_saved(lm, tmp_path, monkeypatch):
+    """A redraw always appends (over-counting a lost draw is safe; deduplicating it would also let a saved,
+    published and deleted release be redrawn uncounted), and reusing the saved release appends nothing."""
     out = tmp_path / "synth.jsonl"
 
     def die(*args, **kwargs):
@@ -79,7 +81,9 @@ def test_a_draw_that_dies_before_its_release_is_saved_is_not_accounted_twice(lm,
     assert _entries(out) == [(EVENT, 1)] and not RunPaths(out).release.exists() and not out.exists()
     monkeypatch.undo()
     _run(lm, out, resume=True)
-    assert _entries(out) == [(EVENT, 1)] and RunPaths(out).release.exists()
+    assert _entries(out) == [(EVENT, 1), (EVENT, 1)] and RunPaths(out).release.exists()
+    _run(lm, out, resume=True)  # reuses the saved release: no new entry
+    assert _entries(out) == [(EVENT, 1), (EVENT, 1)]
 
 
 def test_a_release_saved_without_a_ledger_gets_one_on_resume(lm, tmp_path):
