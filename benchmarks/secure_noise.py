@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from norms import TorchRandom, _batch, smollm2_shaped  # noqa: E402  (benchmarks/norms.py)
+from privlm.atomic import atomic_path, write_text_atomic  # noqa: E402
 from privlm.dpsgd.clipping import PerSampleClipper  # noqa: E402
 from privlm.dpsgd.losses import causal_lm_losses  # noqa: E402
 from privlm.dpsgd.optimizer import DPOptimizer  # noqa: E402
@@ -143,9 +143,8 @@ def plot(result: dict, path: Path) -> None:
     axes[1].legend(fontsize=8)
     axes[1].set_title("Tails")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,9 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         "tails_torch": tail_counts(args.draws, "torch"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, args.out)
+    write_text_atomic(args.out, json.dumps(result, indent=1))
     plot(result, args.out.with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("tails_secure", "tails_torch")}, indent=1))
 

@@ -116,10 +116,6 @@ class SecureRandom:
         nonce = (0).to_bytes(4, "little") + b"".join(w.to_bytes(4, "little") for w in parts)
         return _Keystream(Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor(), words)
 
-    def random_bytes(self, n: int, address: Sequence[int]) -> bytes:
-        """``n`` keystream bytes of draw ``address``."""
-        return self._keystream(address, (n + 7) // 8).encryptor.update(bytes(n))
-
     def uniform(self, n: int, address: Sequence[int]) -> torch.Tensor:
         """``n`` float64 uniforms ``(m + 1)·2⁻⁵³`` in (0, 1], ``m`` a uniform 53-bit integer."""
         out = torch.empty(n, dtype=torch.float64)

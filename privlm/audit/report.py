@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from privlm.atomic import atomic_path
+from privlm.atomic import atomic_path, write_text_atomic
 
 TABLE_HEADER = (
     "| mechanism | mode | target ε | accounted ε | lower bound (95 %) | guesses (correct) | canaries | ceiling | wall time |\n"
@@ -61,8 +61,7 @@ def plot(rows: Sequence[dict], path: Path) -> None:
 
 def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
     """Write ``audit.json``, ``README.md`` and ``lower_bound.png`` under ``out``."""
-    with atomic_path(out / "audit.json") as tmp:
-        tmp.write_text(json.dumps({"command": command, "cells": list(rows)}, indent=2, sort_keys=True))
+    write_text_atomic(out / "audit.json", json.dumps({"command": command, "cells": list(rows)}, indent=2, sort_keys=True))
     plot(rows, out / "lower_bound.png")
     readme = (
         "# privlm audit: one-run lower bounds on ε\n\n"
@@ -78,5 +77,4 @@ def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
         + table(rows)
         + "\n![lower bound vs accounted ε](lower_bound.png)\n"
     )
-    with atomic_path(out / "README.md") as tmp:
-        tmp.write_text(readme)
+    write_text_atomic(out / "README.md", readme)
