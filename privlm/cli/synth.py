@@ -44,8 +44,8 @@ def private_examples(data: str, per_class: int | None, labels: object = None) ->
                 chosen.append((text, label))
         if per_class is not None and min(taken.values(), default=0) < per_class:
             raise UserError(
-                f"--private-per-class {per_class} is larger than a class of the private train split "
-                f"(smallest: {min(taken.values(), default=0)}); omit it to use the whole split"
+                f"--private-per-class {per_class} is larger than a class of the private train split (class sizes "
+                "are private and not shown); omit it to use the whole split"
             )
         return chosen
 

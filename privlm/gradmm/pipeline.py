@@ -47,7 +47,6 @@ from privlm.gradmm.release import (
     release_snapped,
     released_rows,
 )
-from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.gaussian import gaussian_noise_multiplier
 from privlm.privacy.ledger import Ledger, LedgerEntry
@@ -94,12 +93,13 @@ class SynthResult:
     reused_release: bool
 
 
-def privacy_statement(release: Release) -> dict:
+def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
     """The sidecar's content: what the whole output costs in privacy, and how it was made.
 
-    The release is recorded as one Gaussian event in a :class:`PrivacyAccountant` (the ledger);
-    ``epsilon_accounted`` is its independent PLD answer at ``delta``; the reported ``epsilon`` is the
-    larger of that and the calibration target, so it is never under-reported.
+    ``epsilon_accounted`` is the PLD answer at ``delta`` for ``ledger`` — the run folder's write-ahead
+    ledger, which holds every draw made for this output, a redraw after a lost or deleted release included
+    (without one: this release alone); the reported ``epsilon`` is the larger of that and the calibration
+    target, so it is never under-reported.
     """
     if not release.dp:
         return {
@@ -128,15 +128,15 @@ def privacy_statement(release: Release) -> dict:
             "no private data was read, so it spends no privacy",
         }
     event = GaussianRelease(release.noise_multiplier, snapped=release.snapped)
-    ledger = PrivacyAccountant()
-    ledger.record(event)
-    accounted = ledger.epsilon(release.delta)
+    if ledger is None or not len(ledger):
+        ledger = Ledger([LedgerEntry(event, 1, "this release")])
+    accounted = ledger.epsilon(release.delta)  # every draw of this run's folder, redraws included
     return {
         "dp": True,
         "epsilon": max(release.epsilon, accounted),
         "epsilon_target": release.epsilon,
         "epsilon_accounted": accounted,
-        "ledger": [event.to_dict()],
+        "ledger": [entry.to_dict() for entry in ledger],
         "delta": release.delta,
         **public,
         "clipping": "per-sample L2 clipping of the last-position LM-head gradient in the released rows "
@@ -243,9 +243,9 @@ def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int, unless_reco
     writes nothing and lets :func:`draw_release` refuse the arguments."""
     if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
         return
-    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"GRADMM release for {paths.out.name}")
+    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, "GRADMM release")  # the ledger sits beside its output
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    if not (unless_recorded and entry in ledger.entries):
+    if not (unless_recorded and any(e.event == entry.event for e in ledger)):
         ledger.append(entry)
         ledger.save(paths.ledger)
 
@@ -287,7 +287,7 @@ def run_synthesis(
         on_step=on_step, on_batch=on_batch,
     )
     rows = _rows(selected, release)
-    privacy = privacy_statement(release)
+    privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)
     if not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0:
         write_text_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

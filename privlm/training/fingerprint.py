@@ -32,7 +32,7 @@ import enum
 import hashlib
 import json
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -82,7 +82,7 @@ def _feed(out: list[bytes], value: Any) -> None:
         data = bytes(value)
         out += [b"y", _length(len(data)), data]
     elif isinstance(value, torch.Tensor):
-        _feed_array(out, b"t", str(value.dtype), tuple(value.shape), _tensor_bytes(value))
+        _feed_array(out, b"t", str(value.dtype), tuple(value.shape), _flat_bytes(value).tobytes())
     elif isinstance(value, np.ndarray):
         _feed_array(out, b"a", str(value.dtype), value.shape, np.ascontiguousarray(value).tobytes())
     elif isinstance(value, np.generic):
@@ -117,9 +117,11 @@ def _feed_array(out: list[bytes], tag: bytes, dtype: str, shape: tuple[int, ...]
     out += [_length(len(data)), data]
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+def _flat_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes, flattened, without a copy beyond the move to contiguous CPU memory."""
     flat = tensor.detach().reshape(-1).contiguous().cpu()
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+
 
 
 def data_fingerprint(rows: Sequence[Any], collate: Callable[[list], Any] | None = None) -> str:
@@ -166,10 +168,6 @@ def _public_config(value: Any) -> Any:
     return f"<{type(value).__qualname__}>"  # never a repr with a memory address
 
 
-def _tensors(named: Iterable[tuple[str, torch.Tensor]]) -> Iterable[tuple[str, torch.Tensor]]:
-    return sorted(named, key=lambda item: item[0])
-
-
 def model_fingerprint(module: nn.Module) -> str:
     """SHA-256 (hex) of ``module``'s configuration (``config``, ``peft_config``; load paths dropped) and of
     every parameter (name, trainable flag, dtype, shape, bytes) and buffer, as they are now — call it
@@ -184,13 +182,12 @@ def model_fingerprint(module: nn.Module) -> str:
     digest.update(_length(len(text)))
     digest.update(text)
     for kind, named in ((b"p", module.named_parameters()), (b"b", module.named_buffers())):
-        for name, tensor in _tensors(named):
+        for name, tensor in sorted(named, key=lambda item: item[0]):
             header = canonical_bytes([name, bool(tensor.requires_grad), str(tensor.dtype), list(tensor.shape)])
             digest.update(kind + _length(len(header)) + header)
-            flat = tensor.detach().reshape(-1).contiguous().cpu()
-            digest.update(_length(flat.numel() * flat.element_size()))
-            if flat.numel():
-                digest.update(memoryview(flat.view(torch.uint8).numpy()))
+            data = _flat_bytes(tensor)
+            digest.update(_length(data.nbytes))
+            digest.update(data)
     return digest.hexdigest()
 
 

@@ -102,11 +102,7 @@ def load_or_build(
     key = _key(head, train, test, dtype)
     meta_path = cache_dir / "meta.json"
     if meta_path.exists():
-        saved = json.loads(meta_path.read_text(encoding="utf-8")).get("key", {})
-        differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
-        if differing:
-            raise UserError(f"the feature cache {cache_dir} was built for {', '.join(differing)}; it is not reused: "
-                            "delete it or choose another cache folder")
+        _check_key(json.loads(meta_path.read_text(encoding="utf-8")).get("key", {}), key, f"the feature cache {cache_dir}")
         tensors = load_file(str(cache_dir / "features.safetensors"))
         return Features(tensors["train"], tensors["test"])
     if on_build is not None:
@@ -122,15 +118,19 @@ def load_or_build(
     return features
 
 
+def _check_key(saved: dict, key: dict[str, str], what: str) -> None:
+    """Refuse a cache whose saved key differs from ``key`` (names what differs, never a fingerprint)."""
+    differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
+    if differing:
+        raise UserError(f"{what} was built for {', '.join(differing)}; it is not reused: "
+                        "delete it or choose another cache folder")
+
+
 def _check_partial(partial: Path, key: dict[str, str]) -> None:
     """Create the partial-build folder with its key, or check the key of the one a killed build left."""
     key_path = partial / "key.json"
     if key_path.exists():
-        saved = json.loads(key_path.read_text(encoding="utf-8"))
-        differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
-        if differing:
-            raise UserError(f"the partial feature cache {partial} was built for {', '.join(differing)}; it is not "
-                            "reused: delete it or choose another cache folder")
+        _check_key(json.loads(key_path.read_text(encoding="utf-8")), key, f"the partial feature cache {partial}")
         return
     partial.mkdir(parents=True, exist_ok=True)
     write_text_atomic(key_path, json.dumps(key, indent=2, sort_keys=True) + "\n")

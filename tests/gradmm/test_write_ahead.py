@@ -62,7 +62,7 @@ def test_the_ledger_is_durable_before_the_release_and_its_text(lm, tmp_path, mon
     assert seen == [[(EVENT, 1)]]
     assert _entries(out) == [(EVENT, 1)] and result.release.noise_multiplier == EVENT.noise_multiplier
     sidecar = json.loads(RunPaths(out).sidecar.read_text())
-    assert sidecar["ledger"] == [EVENT.to_dict()]
+    assert [entry["event"] for entry in sidecar["ledger"]] == [EVENT.to_dict()]
     _run(lm, out, resume=True)  # the reused release is not accounted again
     assert _entries(out) == [(EVENT, 1)]
 
@@ -82,6 +82,10 @@ def test_every_draw_is_accounted_even_one_that_died_before_its_release_was_saved
     monkeypatch.undo()
     _run(lm, out, resume=True)
     assert _entries(out) == [(EVENT, 1), (EVENT, 1)] and RunPaths(out).release.exists()
+    sidecar = json.loads(RunPaths(out).sidecar.read_text())  # the published ε covers both draws
+    assert len(sidecar["ledger"]) == 2
+    assert sidecar["epsilon_accounted"] == pytest.approx(Ledger.load(RunPaths(out).ledger).epsilon(1e-5))
+    assert sidecar["epsilon_accounted"] > sidecar["epsilon_target"]
     _run(lm, out, resume=True)  # reuses the saved release: no new entry
     assert _entries(out) == [(EVENT, 1), (EVENT, 1)]
 
