@@ -20,7 +20,8 @@ from collections.abc import Sequence
 import torch
 
 
-def _residuals(logits: torch.Tensor, label_token: int, rows: Sequence[int] | None) -> torch.Tensor:
+def residuals(logits: torch.Tensor, label_token: int, rows: Sequence[int] | None) -> torch.Tensor:
+    """``(softmax(logits) − e_label)`` (B × V), restricted to the released ``rows`` (B × |R|) when given."""
     resid = torch.softmax(logits, dim=-1)
     onehot = torch.zeros_like(resid)
     onehot[:, label_token] = 1.0
@@ -35,7 +36,7 @@ def matching_loss(
     rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``1 − cos(target, Σ_j (p_j − e_y)_R h_jᵀ)`` for hidden (B × d), logits (B × V), target (|R| × d)."""
-    resid = _residuals(logits, label_token, rows)
+    resid = residuals(logits, label_token, rows)
     inner = (resid * (hidden @ target.T)).sum()
     gram = ((resid @ resid.T) * (hidden @ hidden.T)).sum()
     return 1.0 - inner / (gram.clamp_min(1e-30).sqrt() * target.norm())
@@ -49,7 +50,7 @@ def per_example_matching_loss(
     rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``1 − cos(target, (p_j − e_y)_R h_jᵀ)`` for each example j of the batch (B)."""
-    resid = _residuals(logits, label_token, rows)
+    resid = residuals(logits, label_token, rows)
     inner = (resid * (hidden @ target.T)).sum(dim=1)
     return 1.0 - inner / (resid.norm(dim=1) * hidden.norm(dim=1) * target.norm()).clamp_min(1e-30)
 

@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from privlm.gradmm.filtering import Candidate
+from privlm.gradmm.matching import residuals
 from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.gradmm.release import Release
 
@@ -28,22 +29,23 @@ def candidate_factors(
     model: PreTrainedModel,
     prompt: Prompt,
     candidates: Sequence[Candidate],
-    label: int,
+    labels: Sequence[int],
     rows: Sequence[int] | None,
     batch_size: int = 32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residuals ``(p_j − e_y)_R`` (M × |R|) and hidden states ``h_j`` (M × d), float64, of ``candidates``
-    as examples of class ``label`` (``prefix + ids + suffix``, the matching's layout)."""
-    label_token = prompt.label_token_ids[label]
-    resid, hidden = [], []
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Per label in ``labels``, residuals ``(p_j − e_y)_R`` (M × |R|), and the hidden states ``h_j``
+    (M × d), float64, of ``candidates`` (``prefix + ids + suffix``, the matching's layout): one forward
+    pass serves every label."""
+    resid: list[list[torch.Tensor]] = [[] for _ in labels]
+    hidden = []
     for start in range(0, len(candidates), batch_size):
         chunk = candidates[start : start + batch_size]
         h = last_hidden_from_ids(model, [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in chunk])
-        r = torch.softmax(head_logits(model, h).to(torch.float64), dim=-1)
-        r[:, label_token] -= 1.0
-        resid.append(r if rows is None else r[:, list(rows)])
+        logits = head_logits(model, h).to(torch.float64)
+        for parts, label in zip(resid, labels):
+            parts.append(residuals(logits, prompt.label_token_ids[label], rows))
         hidden.append(h.to(torch.float64))
-    return torch.cat(resid), torch.cat(hidden)
+    return [torch.cat(parts) for parts in resid], torch.cat(hidden)
 
 
 def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
@@ -71,12 +73,15 @@ def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
 
 
 def _match_terms(
-    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], label: int
+    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], labels: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gram matrix (M × M) and inner products with the class target (M) of ``cands`` as class ``label``."""
-    resid, hidden = candidate_factors(model, release.prompt, cands, label, release.rows)
-    target = release.targets[label].to(torch.float64)
-    return (resid @ resid.T) * (hidden @ hidden.T), (resid * (hidden @ target.T)).sum(dim=1)
+    """Gram matrices (L × M × M) and inner products with each class target (L × M) of ``cands`` taken as
+    each class in ``labels``."""
+    resids, hidden = candidate_factors(model, release.prompt, cands, labels, release.rows)
+    hidden_gram = hidden @ hidden.T
+    terms = [((r @ r.T) * hidden_gram, (r * (hidden @ release.targets[label].to(torch.float64).T)).sum(dim=1))
+             for r, label in zip(resids, labels)]
+    return torch.stack([g for g, _ in terms]), torch.stack([b for _, b in terms])
 
 
 def select_matching(
@@ -101,7 +106,6 @@ def select_matching(
         if keep == 0:
             break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
-        terms = [_match_terms(model, release, cands, label) for label in labels]
-        gram, inner = torch.stack([g for g, _ in terms]), torch.stack([b for _, b in terms])
+        gram, inner = _match_terms(model, release, cands, labels)
         out.extend(cands[j] for j in greedy_match(gram, inner, keep))
     return out

@@ -79,22 +79,24 @@ class LabelWordHead(nn.Module):
 
     def features(self, batch: Mapping[str, Tensor]) -> Tensor:
         """The frozen model's final hidden state (B, d) at the position predicting each row's label word."""
-        positions, _ = label_word_targets(batch["labels"], self.label_ids)
+        return self.features_and_classes(batch)[0]
+
+    def features_and_classes(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Features (B, d) and gold classes (B,): given in cached batches, else through the frozen model
+        and read off the label word (located once)."""
+        if "features" in batch:
+            return batch["features"], batch["classes"]
+        positions, classes = label_word_targets(batch["labels"], self.label_ids)
         with torch.no_grad():
             hidden = self.model.base_model(**model_inputs(self.model, batch)).last_hidden_state
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions], classes
 
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         features = batch["features"] if "features" in batch else self.features(batch)
         return self.rows(features.to(self.rows.weight.dtype))
 
-    def classes(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """The gold class of each row (B,): given in cached batches, read off the label word otherwise."""
-        if "classes" in batch:
-            return batch["classes"]
-        return label_word_targets(batch["labels"], self.label_ids)[1]
-
 
 def head_losses(head: LabelWordHead, batch: Mapping[str, Tensor]) -> Tensor:
     """Per-sample K-way cross-entropy of the head (B,) — the ``loss_fn`` of a head-only run."""
-    return label_word_losses(head(batch), head.classes(batch))
+    features, classes = head.features_and_classes(batch)
+    return label_word_losses(head({"features": features}), classes)

@@ -152,7 +152,8 @@ def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -
     model, _ = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
     cands = [Candidate(ids=tuple(tokenizer.encode(t)[:5]), text=t, label=0, match_loss=0.0) for t, _ in PRIVATE]
     rows = prompt.label_token_ids
-    resid, hidden = candidate_factors(model, prompt, cands, 0, rows)
+    (resid, other), hidden = candidate_factors(model, prompt, cands, [0, 1], rows)
+    assert not torch.equal(resid, other)  # one forward pass, a residual per label
     formed = torch.stack([torch.outer(r, h) for r, h in zip(resid, hidden)])  # M × |R| × d
     target = torch.randn(len(rows), hidden.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     flat = formed.flatten(1)
