@@ -238,11 +238,8 @@ def factor_class_sums(
         classes = factors.labels[start : start + batch_size]
         probs = torch.softmax(head_logits(model, hidden).to(dtype), dim=-1)
         hidden = hidden.to(dtype)
-        resid, _ = per_sample_factors(hidden, probs, label_tokens[classes])
-        if rows is not None:
-            resid = resid[:, list(rows)]
+        resid, norms = per_sample_factors(hidden, probs, label_tokens[classes], rows)
         if clip is not None:
-            norms = resid.norm(dim=1) * hidden.norm(dim=1)
             resid = resid * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)[:, None]
         for k in classes.unique().tolist():
             members = classes == k
@@ -253,11 +250,14 @@ def factor_class_sums(
 
 
 def per_sample_factors(
-    hidden: torch.Tensor, probs: torch.Tensor, labels: torch.Tensor
+    hidden: torch.Tensor, probs: torch.Tensor, labels: torch.Tensor, rows: Sequence[int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Residuals ``r = p − e_y`` (B × V) and per-sample gradient norms ``‖r‖·‖h‖`` (B)."""
+    """Residuals ``r = p − e_y`` in the released ``rows`` (B × |R|; all V rows when None) and the norms
+    ``‖r_R‖·‖h‖`` (B) of the per-sample gradients in those rows."""
     resid = probs.clone()
     resid[torch.arange(len(labels)), labels] -= 1.0
+    if rows is not None:
+        resid = resid[:, list(rows)]
     return resid, resid.norm(dim=1) * hidden.norm(dim=1)
 
 
