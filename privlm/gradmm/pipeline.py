@@ -222,7 +222,11 @@ def load_factors(
 ) -> PrivateFactors:
     """The private examples' factors: read from ``cache`` when it exists, else computed (and saved there).
 
-    Assumption: ``cache`` names one (data, model, prompt, ``max_tokens``) combination; the caller keys it."""
+    Assumption: ``cache`` names one (data, model, prompt, ``max_tokens``) combination; the caller keys it.
+    Refused under ``torch.distributed`` with several ranks: each rank's factors are its shard only, and one
+    shard reloaded on every rank would count some examples several times (sensitivity above C)."""
+    if cache is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise UserError("a private factor cache holds one rank's shard; run without a cache under torch.distributed")
     if cache is not None and cache.exists():
         return PrivateFactors.load(cache)
     factors = private_factors(model, tokenizer, load_private(), prompt, max_tokens=max_tokens, on_batch=on_batch)
