@@ -91,6 +91,26 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def count(self) -> int:
+        """Releases recorded in all (the sum of the entries' counts: a training ledger's steps)."""
+        return sum(entry.count for entry in self._entries)
+
+    def prefix(self, count: int) -> "Ledger":
+        """The ledger of the first ``count`` releases (an entry cut in two keeps its event and is labelled
+        ``steps a-b``): a checkpoint's ledger, when the run's own ledger is already ahead of it."""
+        if count == self.count:
+            return self
+        held, done = Ledger(private_release=self.private_release), 0
+        for entry in self._entries:
+            if done + entry.count > count:
+                if count > done:
+                    held.record(entry.event, count - done, f"steps {done + 1}-{count}")
+                break
+            held.append(entry)
+            done += entry.count
+        return held
+
     def __iter__(self) -> Iterator[LedgerEntry]:
         return iter(tuple(self._entries))
 

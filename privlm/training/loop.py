@@ -480,7 +480,7 @@ def train_loop(
         if checkpoint_step:
             rng = _rng_state(run)
             if ctx.is_main:
-                held = _ledger_upto(ledger, step) if run.event is not None else ledger
+                held = ledger.prefix(step) if run.event is not None else ledger
                 ckpt.save_checkpoint(run_dir, step, run.module, run.optimizer.state_dict(), rng, held,
                                      {**_meta(run), "fingerprints": prints})
             barrier(ctx)
@@ -504,27 +504,6 @@ def _check_fingerprints_across_ranks(prints: dict[str, str], ctx: DistContext) -
                         "the same training rows in the same order and load the same model")
 
 
-def _ledger_steps(ledger: Ledger) -> int:
-    return sum(entry.count for entry in ledger)
-
-
-def _ledger_upto(ledger: Ledger, step: int) -> Ledger:
-    """The entries of a training ledger that account for steps 1..``step`` exactly (a checkpoint's ledger:
-    the steps whose effect is in its weights). The run's ledger is this one or longer (write-ahead)."""
-    if _ledger_steps(ledger) == step:
-        return ledger
-    held, done = Ledger(private_release=ledger.private_release), 0
-    for entry in ledger:
-        if done + entry.count <= step:
-            held.append(entry)
-            done += entry.count
-        else:
-            if step > done:
-                held.record(entry.event, step - done, f"steps {done + 1}-{step}")
-            break
-    return held
-
-
 def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianStep | None) -> tuple[Ledger, int]:
     """The run's ledger on resume and how many steps it covers.
 
@@ -534,7 +513,7 @@ def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianSt
     privlm, which saved it after the checkpoint) is replaced by the checkpoint's when it is a prefix of it."""
     if event is None:
         return Ledger(), state.step
-    held = _ledger_steps(state.ledger)
+    held = state.ledger.count
     if held != state.step:
         raise UserError(f"{state.path}: its ledger covers {held} steps but it was written at step {state.step}")
     if not path.exists():
@@ -543,7 +522,7 @@ def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianSt
     for entry in on_disk:
         if entry.event != event:
             raise UserError(f"{path}: ledger event {entry.event} differs from this run's {event}")
-    covered = _ledger_steps(on_disk)
+    covered = on_disk.count
     if covered >= state.step:
         return on_disk, covered
     if state.ledger.entries[: len(on_disk)] == on_disk.entries:

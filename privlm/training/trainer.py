@@ -120,7 +120,6 @@ class PrivateTrainer(Trainer):
         self.released_losses: list[float] = []  # every step's released DP loss
         self._logged_upto = 0
         self.ledger: Ledger | None = None
-        self._ledger_steps = 0
         self.add_callback(_BudgetCallback(self))
 
     def train(self, resume_from_checkpoint: Any = None, **kwargs: Any) -> Any:
@@ -197,13 +196,14 @@ class PrivateTrainer(Trainer):
     def write_ledger(self) -> None:
         """Make ``OUTPUT_DIR/privacy.json`` account for every step taken so far (write-ahead: called before
         anything those steps produced is logged or saved)."""
-        if self.engine is None or self.engine.steps == self._ledger_steps:
+        if self.engine is None:
             return
         if self.ledger is None:
             self.ledger = Ledger(private_release=self.engine.private_release)
-        first, last = self._ledger_steps + 1, self.engine.steps
+        first, last = self.ledger.count + 1, self.engine.steps
+        if last < first:
+            return
         self.ledger.record(self.engine.event, last - first + 1, f"steps {first}-{last}")
-        self._ledger_steps = last
         Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
         self.ledger.save(Path(self.args.output_dir) / "privacy.json")
 

@@ -103,3 +103,15 @@ def test_seeded_ledgers_say_they_are_not_private_releases(tmp_path):
     del old["private_release"]  # a ledger written before the flag existed reads as a private release
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Ledger.load(tmp_path / "old.json").private_release is True
+
+
+def test_prefix_keeps_the_first_releases_and_cuts_an_entry_in_two():
+    step = PoissonGaussianStep(0.01, 1.0)
+    ledger = Ledger(private_release=False)
+    ledger.record(step, 3, "steps 1-3")
+    ledger.record(step, 4, "steps 4-7")
+    assert ledger.count == 7 and ledger.prefix(7) is ledger
+    cut = ledger.prefix(5)
+    assert [(e.count, e.label) for e in cut] == [(3, "steps 1-3"), (2, "steps 4-5")]
+    assert cut.count == 5 and cut.private_release is False
+    assert [e.count for e in ledger.prefix(3)] == [3] and ledger.prefix(0).count == 0
