@@ -21,8 +21,9 @@ not into ``privacy.json``, the final ``model/``/``adapter/`` folder, ``metrics.j
 summary, a results table or a README. Error messages name which fingerprint differs, never its value.
 The model fingerprint is of public inputs only.
 
-Cost: one pass over the rows (ints and strings) and one SHA-256 over the parameters (≈ 0.5 s for a
-135M-parameter float32 model), once per run, only when the run has a run folder.
+Cost: one pass over the rows (each row's canonical bytes and its collated form) and one SHA-256 over
+the parameters, per call: the training loop calls it once when the run has a run folder, and a cached
+head-only run fingerprints the model a second time for its feature cache (not timed by a benchmark).
 """
 
 from __future__ import annotations
