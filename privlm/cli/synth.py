@@ -1,4 +1,4 @@
-"""``privlm synth``: differentially private synthetic text with GRADMM."""
+"""``privlm synth``: differentially private synthetic text with GRADMM (default) or Private Evolution (``--method pe``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
+SYNTH_METHODS = ("gradmm", "pe")
 
 
 def private_examples(data: str, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
@@ -113,14 +114,19 @@ def synthesize_with_progress(
     return result, time.perf_counter() - start
 
 
+def print_rows(title: str, rows: list[dict[str, Any]], score: str, show: Callable[[dict[str, Any]], str]) -> None:
+    """The synthetic rows as a rich table: label name, ``score`` (``show(row)``) and text."""
+    table = Table(title=title)
+    for col in ("label", score, "text"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["label_name"], show(row), row["text"])
+    console.print(table)
+
+
 def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
     """The examples beside the privacy they cost, as a rich table."""
-    table = Table(title=f"synthetic examples ({out})")
-    for col in ("label", "match loss", "text"):
-        table.add_column(col)
-    for row in result.rows:
-        table.add_row(row["label_name"], f"{row['match_loss']:.4f}", row["text"])
-    console.print(table)
+    print_rows(f"synthetic examples ({out})", result.rows, "match loss", lambda row: f"{row['match_loss']:.4f}")
     privacy = result.privacy
     if privacy["dp"]:
         console.print(
@@ -194,9 +200,22 @@ def register(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, "--seed", help="seed of the synthetic batches (not of the noise)"),
         resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished batches"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
+        method: str = typer.Option("gradmm", "--method", help=f"{' or '.join(SYNTH_METHODS)} (Private Evolution)"),
+        iterations: int | None = typer.Option(None, "--iterations", help="pe: noisy histograms T (default 3)"),
+        variations: int | None = typer.Option(None, "--variations", help="pe: rewrites per survivor (default 3)"),
+        population: float | None = typer.Option(None, "--population", help="pe: candidates per output example (default 2)"),
+        max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="pe: tokens per generated text (default 40)"),
     ) -> None:
-        """Generate DP synthetic examples by last-layer gradient matching (GRADMM)."""
+        """Generate DP synthetic examples by last-layer gradient matching (GRADMM) or Private Evolution."""
         check_privacy_args(epsilon, delta, no_dp)
+        if method not in SYNTH_METHODS:
+            raise UserError(f"--method {method!r} is not one of {', '.join(SYNTH_METHODS)}")
+        if method == "pe":
+            pe_overrides = {"iterations": iterations, "variations": variations, "population": population, "seed": seed,
+                            "max_new_tokens": max_new_tokens}
+            run_pe_command(model, data, labels, per_class, out, epsilon, delta, private_per_class, resume, json_out,
+                           {k: v for k, v in pe_overrides.items() if v is not None})
+            return
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
             inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
@@ -214,3 +233,42 @@ def register(app: typer.Typer) -> None:
         else:
             show_result(result, out, wall_s)
 
+
+
+def run_pe_command(
+    model_name: str, data: str, labels: str | None, per_class: int, out: Path, epsilon: float | None,
+    delta: float | None, private_per_class: int | None, resume: bool, json_out: bool, overrides: dict[str, Any],
+) -> None:
+    """``privlm synth --method pe``: Private Evolution on the train split (or its first N per class)."""
+    from privlm.resources.datasets import load_dataset
+    from privlm.resources.models import load_model
+    from privlm.synthesis.pe import PEConfig, PEPaths, run_pe
+
+    config = PEConfig(**overrides)
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    if not out.parent.is_dir():
+        raise UserError(f"output folder {out.parent} does not exist")
+    label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
+    load_private = private_examples(data, private_per_class, labels)
+    if private_per_class is not None and not PEPaths(out).histogram(0).exists():
+        load_private = load_private().copy  # a cut larger than a class is refused here, before anything is written
+    loaded, tokenizer = load_model(model_name)
+    start = time.perf_counter()
+    with err_console.status("PE") as status:
+        result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
+                        epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": data},
+                        on_phase=lambda text: status.update(text))
+    wall_s = time.perf_counter() - start
+    if json_out:
+        print_json({"out": str(out), "rows": result.rows, "privacy": result.privacy,
+                    "reused_histograms": result.reused_histograms, "wall_s": wall_s})
+        return
+    print_rows(f"PE synthetic examples ({out})", result.rows, "noisy votes", lambda row: f"{row['noisy_votes']:.1f}")
+    privacy = result.privacy
+    if privacy["dp"]:
+        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output "
+                      f"({privacy['iterations']} histograms, σ = {privacy['noise_multiplier']:.4f} votes)")
+    else:
+        console.print(f"[bold red]{privacy['warning']}[/bold red]")
+    console.print(f"{len(result.rows)} examples in {out} (sidecar {PEPaths(out).sidecar}), {wall_s:.0f} s")
