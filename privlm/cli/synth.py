@@ -1,4 +1,5 @@
-"""``privlm synth``: differentially private synthetic text with GRADMM (default) or Private Evolution (``--method pe``)."""
+"""``privlm synth``: differentially private synthetic text with GRADMM (default), Private Evolution (``--method pe``)
+or DP fine-tune-then-generate (``--method dp-finetune``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
-SYNTH_METHODS = ("gradmm", "pe")
+SYNTH_METHODS = ("gradmm", "pe", "dp-finetune")
 
 
 def private_examples(data: str, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
@@ -200,21 +201,27 @@ def register(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, "--seed", help="seed of the synthetic batches (not of the noise)"),
         resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished batches"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
-        method: str = typer.Option("gradmm", "--method", help=f"{' or '.join(SYNTH_METHODS)} (Private Evolution)"),
+        method: str = typer.Option(
+            "gradmm", "--method", help=f"{', '.join(SYNTH_METHODS)}: GRADMM, Private Evolution, DP fine-tune then generate"),
         iterations: int | None = typer.Option(None, "--iterations", help="pe: noisy histograms T (default 3)"),
         variations: int | None = typer.Option(None, "--variations", help="pe: rewrites per survivor (default 3)"),
         population: float | None = typer.Option(None, "--population", help="pe: candidates per output example (default 2)"),
-        max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="pe: tokens per generated text (default 40)"),
+        max_new_tokens: int | None = typer.Option(
+            None, "--max-new-tokens", help="pe, dp-finetune: tokens per generated text (default 40)"),
+        epochs: float | None = typer.Option(None, "--epochs", help="dp-finetune: DP-SGD epochs (default 1)"),
+        lora_layers: int | None = typer.Option(
+            None, "--lora-layers", help="dp-finetune: LoRA on the last N blocks (default 2)"),
     ) -> None:
-        """Generate DP synthetic examples by last-layer gradient matching (GRADMM) or Private Evolution."""
+        """Generate DP synthetic examples: last-layer gradient matching (GRADMM), Private Evolution, or DP fine-tuning then sampling."""
         check_privacy_args(epsilon, delta, no_dp)
         if method not in SYNTH_METHODS:
             raise UserError(f"--method {method!r} is not one of {', '.join(SYNTH_METHODS)}")
-        if method == "pe":
-            pe_overrides = {"iterations": iterations, "variations": variations, "population": population, "seed": seed,
-                            "max_new_tokens": max_new_tokens}
-            run_pe_command(model, data, labels, per_class, out, epsilon, delta, private_per_class, resume, json_out,
-                           {k: v for k, v in pe_overrides.items() if v is not None})
+        if method != "gradmm":
+            overrides = {"seed": seed, "max_new_tokens": max_new_tokens}
+            overrides |= ({"iterations": iterations, "variations": variations, "population": population} if method == "pe"
+                          else {"epochs": epochs, "lora_layers": lora_layers})
+            run_method_command(method, model, data, labels, per_class, out, epsilon, delta, private_per_class, resume,
+                               json_out, {k: v for k, v in overrides.items() if v is not None})
             return
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
@@ -235,40 +242,59 @@ def register(app: typer.Typer) -> None:
 
 
 
-def run_pe_command(
-    model_name: str, data: str, labels: str | None, per_class: int, out: Path, epsilon: float | None,
+def run_method_command(
+    method: str, model_name: str, data: str, labels: str | None, per_class: int, out: Path, epsilon: float | None,
     delta: float | None, private_per_class: int | None, resume: bool, json_out: bool, overrides: dict[str, Any],
 ) -> None:
-    """``privlm synth --method pe``: Private Evolution on the train split (or its first N per class)."""
+    """``privlm synth --method pe`` (Private Evolution) or ``--method dp-finetune`` (DP fine-tune, then
+    generate) on the train split (or its first N per class)."""
     from privlm.resources.datasets import load_dataset
     from privlm.resources.models import load_model
-    from privlm.synthesis.pe import PEConfig, PEPaths, run_pe
 
-    config = PEConfig(**overrides)
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
+    if method == "dp-finetune":
+        from privlm.synthesis.dp_finetune import DPFinetuneConfig, run_dp_finetune
+
+        if epsilon is None:
+            raise UserError("--method dp-finetune trains with DP-SGD: give --epsilon and --delta (not --no-dp)")
+        config, workdir = DPFinetuneConfig(**overrides), out.with_name(out.name + ".dpft")
+    else:
+        from privlm.synthesis.pe import PEConfig, PEPaths, run_pe
+
+        config, workdir = PEConfig(**overrides), PEPaths(out).workdir
+    if workdir.exists() and not resume:
+        raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
     label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
     load_private = private_examples(data, private_per_class, labels)
-    if private_per_class is not None and not PEPaths(out).histogram(0).exists():
+    if private_per_class is not None:
         load_private = load_private().copy  # a cut larger than a class is refused here, before anything is written
     loaded, tokenizer = load_model(model_name)
     start = time.perf_counter()
-    with err_console.status("PE") as status:
-        result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
-                        epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": data},
-                        on_phase=lambda text: status.update(text))
+    with err_console.status(method) as status:
+        if method == "pe":
+            result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
+                            epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": data},
+                            on_phase=lambda text: status.update(text))
+            extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
+        else:
+            result = run_dp_finetune(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
+                                     config=config, epsilon=epsilon, delta=delta, run_dir=workdir,
+                                     on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
+            extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
     wall_s = time.perf_counter() - start
     if json_out:
-        print_json({"out": str(out), "rows": result.rows, "privacy": result.privacy,
-                    "reused_histograms": result.reused_histograms, "wall_s": wall_s})
+        print_json({"out": str(out), "method": method, "rows": result.rows, "privacy": result.privacy, **extra,
+                    "wall_s": wall_s})
         return
-    print_rows(f"PE synthetic examples ({out})", result.rows, "noisy votes", lambda row: f"{row['noisy_votes']:.1f}")
+    print_rows(f"{method} synthetic examples ({out})", result.rows, "votes",
+               lambda row: f"{row['noisy_votes']:.1f}" if "noisy_votes" in row else "")
     privacy = result.privacy
     if privacy["dp"]:
-        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output "
-                      f"({privacy['iterations']} histograms, σ = {privacy['noise_multiplier']:.4f} votes)")
+        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
+                      + detail.format(**privacy, **privacy.get("settings", {})) + ")")
     else:
         console.print(f"[bold red]{privacy['warning']}[/bold red]")
-    console.print(f"{len(result.rows)} examples in {out} (sidecar {PEPaths(out).sidecar}), {wall_s:.0f} s")
+    console.print(f"{len(result.rows)} examples in {out} (sidecar {out.with_suffix('.privacy.json')}), {wall_s:.0f} s")

@@ -124,7 +124,8 @@ def sample_many(
     return texts
 
 
-def _instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:
+def class_instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:
+    """The public instruction of each class: ``instructions``, or the default with each class name."""
     if instructions is None:
         return [DEFAULT_INSTRUCTION.format(label_name=name) for name in label_names]
     if len(instructions) != len(label_names):
@@ -144,7 +145,7 @@ def zero_shot(
 ) -> list[dict[str, object]]:
     """``n_per_class`` generated rows per class from public instructions only (no private data)."""
     rows: list[dict[str, object]] = []
-    for label, instruction in enumerate(_instructions(label_names, instructions)):
+    for label, instruction in enumerate(class_instructions(label_names, instructions)):
         prompt = chat_prompt(tokenizer, instruction)
         for text in sample_texts(model, tokenizer, prompt, n_per_class, seed + 1000 * label, sampling):
             rows.append({"text": text, "label": label, "label_name": label_names[label], "method": "zero-shot", "uses_private_data": False})
@@ -169,7 +170,7 @@ def few_shot(
     """
     rng = np.random.default_rng(seed)
     rows: list[dict[str, object]] = []
-    for label, instruction in enumerate(_instructions(label_names, instructions)):
+    for label, instruction in enumerate(class_instructions(label_names, instructions)):
         texts = [t for t, y in pool if y == label]
         if len(texts) < k:
             raise UserError(f"class {label_names[label]!r} has {len(texts)} pool examples, fewer than k={k} shots")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
+import privlm.evaluation.dp_finetune_method  # noqa: F401  (registers "dp-finetune-gen")
 import privlm.evaluation.pe_method  # noqa: F401  (registers the "pe" method)
 from privlm.errors import UserError
 from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash

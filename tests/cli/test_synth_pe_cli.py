@@ -1,4 +1,4 @@
-"""``privlm synth --method pe``: a tiny run with its ledger, resume without a redraw, bad input exits 2."""
+"""``privlm synth --method pe|dp-finetune``: tiny runs with their ledgers, resume without a redraw, bad input exits 2."""
 
 from __future__ import annotations
 
@@ -50,3 +50,15 @@ def test_bad_input_exits_2_naming_the_value(data, tmp_path, capsys, flags, fragm
     assert _synth(args) == 2
     assert fragment in capsys.readouterr().err
     assert not (tmp_path / "pe.jsonl.pe").exists()
+
+
+def test_dp_finetune_run_reports_the_training_runs_epsilon(data, tmp_path, capsys) -> None:
+    out = tmp_path / "dpft.jsonl"
+    args = ["--model", "tiny-llama", "--labels", "neg,pos", "--method", "dp-finetune", "--epochs", "1", "--lora-layers", "1",
+            "--per-class", "2", "--max-new-tokens", "6", "--data", data, "--out", str(out), "--epsilon", "3",
+            "--delta", "1e-5", "--json"]
+    assert _synth(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(summary["rows"]) == 4 and summary["privacy"]["epsilon"] == 3.0 >= summary["privacy"]["epsilon_accounted"]
+    assert _synth(args) == 2 and "--resume" in capsys.readouterr().err
+    assert _synth([*args[:-5], "--no-dp"]) == 2 and "--epsilon" in capsys.readouterr().err
