@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.errors import UserError
-from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SynthConfig, make_config
+from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES, SynthConfig, make_config
 from privlm.gradmm.generate import batches_per_class
 from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
@@ -184,6 +184,13 @@ def register(app: typer.Typer) -> None:
             None, "--release", help=f"released rows of the LM-head gradient: {' or '.join(RELEASES)} (default label-rows)"),
         optimizer: str | None = typer.Option(
             None, "--optimizer", help=f"{' or '.join(OPTIMIZERS)}: ADMM (the paper's) or generate-select"),
+        source: str | None = typer.Option(
+            None, "--source", help=f"select's public candidates: {' or '.join(SOURCES)} (word-like samples or "
+            "the public LM's answers to a class instruction)"),
+        instruction: str | None = typer.Option(
+            None, "--instruction", help="--source instruct: instruction template with {label_name} (public)"),
+        contrastive: bool | None = typer.Option(
+            None, "--contrastive/--no-contrastive", help="select: own class's match minus the best other class's"),
         oversample: float | None = typer.Option(None, "--oversample", help="candidates per kept example"),
         length: int | None = typer.Option(None, "--length", help="synthetic tokens per example (public)"),
         batch: int | None = typer.Option(None, "--batch", help="sequences per ADMM batch"),
@@ -227,6 +234,7 @@ def register(app: typer.Typer) -> None:
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
             inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
             class_context=class_context, release=release, optimizer=optimizer, oversample=oversample,
+            source=source, instruction=instruction, contrastive=contrastive,
         )
         from privlm.resources.models import load_model
 

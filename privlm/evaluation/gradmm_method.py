@@ -9,6 +9,8 @@ Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``
 :class:`privlm.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
 (e.g. ``[methods."gradmm@noise"]``) is the noise-only control: pure noise at the cell's σ and C, no
 private data read, ε spent 0.
+Instructed public candidates (``source = "instruct"``) depend on the model, instruction, batch size and
+seed only: cells that share them (DP, noise-only, no-DP, every ε) read them from ``work/public-candidates``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from privlm.evaluation.methods import Method, MethodContext, register_method
 from privlm.gradmm.config import SynthConfig, make_config
 from privlm.gradmm.pipeline import run_synthesis
 from privlm.gradmm.prompt import build_prompt
+from privlm.gradmm.release import model_fingerprint
 
 
 def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -39,6 +42,9 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
         out=ctx.workdir / "synthetic.jsonl", per_class=ctx.n_per_class, config=config, dp=dp,
         epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,
+        public_dir=ctx.workdir.parent / "public-candidates" / digest(
+            {"model": model_fingerprint(model), "source": config.source, "instruction": config.instruction,
+             "batch": config.batch, "prompt": prompt.to_dict()}),
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 

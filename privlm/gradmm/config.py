@@ -14,6 +14,7 @@ from privlm.errors import UserError
 
 RELEASES = ("label-rows", "full")
 OPTIMIZERS = ("admm", "select")
+SOURCES = ("sample", "instruct")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class SynthConfig:
     optimizer: str = "admm"  # "admm" (the paper's) or "select" (generate-select, privlm.gradmm.select)
     noise_only: bool = False  # the noise-only control: a release of pure noise at the same σ and C, no data read
     contrastive: bool = False  # select: own class's cosine minus the best other class's (select.select_matching)
+    # select's public candidates: "sample" (word-like tokens sampled after the public demonstrations, ADMM's
+    # starting text) or "instruct" (the public LM answering a per-class instruction, as zero-shot generation)
+    source: str = "sample"
+    instruction: str | None = None  # "instruct": template with {label_name}; None: zero-shot's default
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -57,9 +62,13 @@ class SynthConfig:
             raise UserError(f"--private-per-class must be >= 1 (got {self.private_per_class})")
         if not self.oversample >= 1:
             raise UserError(f"oversample must be >= 1 (got {self.oversample})")
-        for name, choices in (("release", RELEASES), ("optimizer", OPTIMIZERS)):
+        for name, choices in (("release", RELEASES), ("optimizer", OPTIMIZERS), ("source", SOURCES)):
             if getattr(self, name) not in choices:
                 raise UserError(f"--{name} {getattr(self, name)!r} is not one of {', '.join(choices)}")
+        if self.source == "instruct" and self.optimizer != "select":
+            raise UserError("--source instruct needs --optimizer select (ADMM optimizes fixed-length token batches)")
+        if self.instruction is not None and "{label_name}" not in self.instruction:
+            raise UserError(f"--instruction {self.instruction!r} must contain {{label_name}}")
         return self
 
 

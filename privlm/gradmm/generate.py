@@ -1,5 +1,6 @@
-"""Synthetic text from the DP release: candidate batches per class (ADMM, or public samples for
-generate–select), then filtering and selection.
+"""Synthetic text from the DP release: candidate batches per class (ADMM, or public candidates for
+generate–select: word-like samples or the public LM's answers to a class instruction), then filtering
+and selection.
 
 The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
 (model, tokenizer, settings, seeds) only — there is no parameter through which private data could
@@ -21,13 +22,14 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.evaluation.baselines import DEFAULT_INSTRUCTION, Sampling, chat_prompt, sample_texts
 from privlm.gradmm.admm import run_admm
 from privlm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.gradmm.projection import Projector
-from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds
+from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds, last_hidden_from_ids
 from privlm.gradmm.release import Release, model_fingerprint
 from privlm.gradmm.select import select_matching
 
@@ -86,37 +88,67 @@ def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label
     return (*prompt.prefix_ids, *demos)
 
 
+def instructed_ids(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, label_name: str, config: SynthConfig, seed: int
+) -> list[list[int]]:
+    """``config.batch`` answers of the public LM to the class's instruction, tokenized: zero-shot
+    generation's prompt (chat template) and sampling, seeded by ``seed``. Public: no release is read."""
+    instruction = (config.instruction or DEFAULT_INSTRUCTION).format(label_name=label_name)
+    texts = sample_texts(model, tokenizer, chat_prompt(tokenizer, instruction), config.batch, seed, Sampling())
+    return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+
+def _public_ids(path: Path | None, make: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """``make()``, kept in ``path`` (public text, atomic) and reused when it is there."""
+    if path is not None and path.exists():
+        return json.loads(path.read_text())
+    ids = make()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(ids))
+    return ids
+
+
 def generate_batch(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     release: Release,
-    projector: Projector,
+    projector: Callable[[], Projector],
     label: int,
     config: SynthConfig,
     seed: int,
     on_step: StepCallback | None = None,
+    public_dir: Path | None = None,
 ) -> list[Candidate]:
-    """One batch of ``config.batch`` candidates for class ``label`` from a seeded public sample: optimized
-    by ADMM against ``release.targets[label]`` (``optimizer = "admm"``), or kept as sampled (``"select"``:
-    :func:`~privlm.gradmm.select.select_matching` chooses among them later)."""
+    """One batch of ``config.batch`` candidates for class ``label``, each with its matching loss against
+    ``release.targets[label]``: a seeded public sample optimized by ADMM (``optimizer = "admm"``), or public
+    candidates kept as they are (``"select"``: :func:`~privlm.gradmm.select.select_matching` chooses among
+    them later) — word-like samples (``source = "sample"``) or instructed answers (``"instruct"``, kept in
+    ``public_dir`` when given, so cells that differ only in their release share them)."""
     prompt = release.prompt
-    target = release.targets[label].to(projector.embedding.dtype)
+    target = release.targets[label].to(torch.float64)
     label_token = prompt.label_token_ids[label]
-    gen = torch.Generator().manual_seed(seed)
-    ids = projector.sample(config.batch, config.length, gen)
-    if config.optimizer == "admm":
-        objective = make_objective(model, prompt, label_token, target, rows=release.rows)
-        ids = run_admm(
-            objective, projector, projector.embed(ids),
-            rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
-            on_step=on_step,
-        ).ids
+    if config.source == "instruct":
+        path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
+        ids = _public_ids(path, lambda: instructed_ids(model, tokenizer, prompt.label_names[label], config, seed))
+    else:
+        sample = projector().sample(config.batch, config.length, torch.Generator().manual_seed(seed))
+        if config.optimizer == "admm":
+            objective = make_objective(model, prompt, label_token, target.to(projector().embedding.dtype), rows=release.rows)
+            sample = run_admm(
+                objective, projector(), projector().embed(sample),
+                rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
+                on_step=on_step,
+            ).ids
+        ids = sample.tolist()
     with torch.no_grad():
-        hidden = last_hidden_from_embeds(model, wrap_in_prompt(model, prompt, projector.embed(ids)))
-        losses = per_example_matching_loss(hidden, head_logits(model, hidden), label_token, target, release.rows)
+        hidden = last_hidden_from_ids(model, [[*prompt.prefix_ids, *i, *prompt.suffix_ids] for i in ids])
+        losses = per_example_matching_loss(
+            hidden.to(torch.float64), head_logits(model, hidden).to(torch.float64), label_token, target, release.rows
+        )
     return [
-        Candidate(ids=tuple(ids), text=tokenizer.decode(ids).strip(), label=label, match_loss=float(loss))
-        for ids, loss in zip(ids.tolist(), losses.tolist(), strict=True)
+        Candidate(ids=tuple(i), text=tokenizer.decode(i).strip(), label=label, match_loss=float(loss))
+        for i, loss in zip(ids, losses.tolist(), strict=True)
     ]
 
 
@@ -135,13 +167,15 @@ def synthesize(
     batch_dir: str | Path,
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    public_dir: Path | None = None,
 ) -> list[Candidate]:
     """Generate, filter and return ``per_class`` examples per class (fewer if filtering runs short).
 
     Finished batches are stored in ``batch_dir`` (one JSON file each, written atomically) and reused,
     so an interrupted call continues where it stopped. Under ``torch.distributed`` the batches are
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
-    ``on_batch(label, index)`` is called after each batch.
+    ``on_batch(label, index)`` is called after each batch. ``public_dir``: where instructed public
+    candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
     """
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
@@ -166,7 +200,8 @@ def synthesize(
         path = batch_dir / f"class{k}_batch{j}.json"
         if not path.exists():
             cands = generate_batch(
-                model, tokenizer, release, projector_for(k), k, config, batch_seed(config.seed, k, j), on_step
+                model, tokenizer, release, lambda k=k: projector_for(k), k, config, batch_seed(config.seed, k, j),
+                on_step, public_dir,
             )
             write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
         if on_batch is not None:

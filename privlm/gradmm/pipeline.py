@@ -272,8 +272,10 @@ def run_synthesis(
     on_private_batch: Callable[[int], None] | None = None,
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    public_dir: Path | None = None,
 ) -> SynthResult:
-    """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar."""
+    """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar.
+    ``public_dir``: a folder for public candidates shared with other runs (:func:`synthesize`)."""
     paths = RunPaths(Path(out))
     if paths.out.parent and not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
@@ -288,7 +290,7 @@ def run_synthesis(
     )
     selected = synthesize(
         model, tokenizer, release, per_class=per_class, config=config, batch_dir=paths.batches,
-        on_step=on_step, on_batch=on_batch,
+        on_step=on_step, on_batch=on_batch, public_dir=public_dir,
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)

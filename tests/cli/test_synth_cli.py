@@ -57,6 +57,9 @@ def _synth(args: list[str]) -> int:
         ({"--model": "no-such-model"}, ["--no-dp"], "no-such-model"),
         ({}, ["--no-dp", "--release", "rows"], "label-rows, full"),
         ({}, ["--no-dp", "--optimizer", "sgd"], "admm, select"),
+        ({}, ["--no-dp", "--optimizer", "select", "--source", "web"], "sample, instruct"),
+        ({}, ["--no-dp", "--optimizer", "admm", "--source", "instruct"], "--optimizer select"),
+        ({}, ["--no-dp", "--optimizer", "select", "--source", "instruct", "--instruction", "Write."], "{label_name}"),
         ({}, ["--epsilon", "1", "--delta", "1e-5", "--private-per-class", "6"], "--private-per-class 6 is larger"),
     ],
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from privlm.errors import UserError
 from privlm.gradmm import generate
 from privlm.gradmm.config import make_config
 from privlm.gradmm.filtering import Candidate
@@ -32,6 +33,8 @@ SETTINGS = {
     "admm-full": {"optimizer": "admm", "release": "full"},
     "select-noise": {"optimizer": "select", "oversample": 3.0, "noise_only": True},
     "select-contrastive": {"optimizer": "select", "oversample": 3.0, "contrastive": True},
+    "select-instruct": {"optimizer": "select", "source": "instruct", "contrastive": True},
+    "select-instruct-noise": {"optimizer": "select", "source": "instruct", "noise_only": True},
 }
 
 
@@ -159,3 +162,29 @@ def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -
     flat = formed.flatten(1)
     torch.testing.assert_close((resid @ resid.T) * (hidden @ hidden.T), flat @ flat.T)
     torch.testing.assert_close((resid * (hidden @ target.T)).sum(1), flat @ target.flatten())
+
+
+def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_path, monkeypatch) -> None:
+    """Instructed candidates depend on (model, instruction, seed) only: a run with another release (here the
+    noise-only control) reads them from ``public_dir`` instead of generating them again, and selects among
+    exactly the same texts."""
+    public = tmp_path / "public"
+    dp = _run(lm, tmp_path / "dp.jsonl", "select-instruct", lambda: list(PRIVATE), public_dir=public)
+    files = sorted(p.name for p in public.iterdir())
+    assert len(files) == 2 * 2  # 2 classes x ceil(2 per class x oversample 2 / batch 3) batches
+    monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("public candidates must be reused"))
+    noise = _run(lm, tmp_path / "noise.jsonl", "select-instruct-noise",
+                 lambda: pytest.fail("the noise-only control must not read data"), public_dir=public)
+    pooled = {json.dumps(ids) for f in public.iterdir() for ids in json.loads(f.read_text())}
+    for rows in (dp.rows, noise.rows):
+        assert rows and all(r["text"] for r in rows)
+    batches = [json.loads(p.read_text()) for p in RunPaths(tmp_path / "noise.jsonl").batches.iterdir()]
+    assert {json.dumps(list(c["ids"])) for b in batches for c in b} == pooled
+    assert sorted(p.name for p in public.iterdir()) == files
+
+
+def test_instruct_source_needs_select_and_a_label_name_slot() -> None:
+    with pytest.raises(UserError, match="--optimizer select"):
+        make_config("demo", source="instruct", optimizer="admm")
+    with pytest.raises(UserError, match="label_name"):
+        make_config("demo", source="instruct", optimizer="select", instruction="Write a review.")
