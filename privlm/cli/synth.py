@@ -19,9 +19,10 @@ from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES, SynthCo
 from privlm.gradmm.generate import batches_per_class
 from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
 from privlm.gradmm.prompt import build_prompt
+from privlm.synthesis.registry import synth_methods
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
-SYNTH_METHODS = ("gradmm", "pe", "dp-finetune")
+SYNTH_METHODS = tuple(sorted(synth_methods()))  # the registry's methods that privlm synth runs
 
 
 def private_examples(data: str, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
@@ -264,13 +265,15 @@ def run_method_command(
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
     if method == "dp-finetune":
-        from privlm.synthesis.dp_finetune import DPFinetuneConfig, run_dp_finetune
+        from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+        from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
 
         if epsilon is None:
             raise UserError("--method dp-finetune trains with DP-SGD: give --epsilon and --delta (not --no-dp)")
         config, workdir = DPFinetuneConfig(**overrides), out.with_name(out.name + ".dpft")
     else:
-        from privlm.synthesis.pe import PEConfig, PEPaths, run_pe
+        from privlm.synthesis.pe.config import PEConfig
+        from privlm.synthesis.pe.mechanism import PEPaths, run_pe
 
         config, workdir = PEConfig(**overrides), PEPaths(out).workdir
     if workdir.exists() and not resume:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import privlm.synthesis.dp_finetune as dp_finetune
+import privlm.synthesis.dp_finetune.mechanism as dp_finetune
 from privlm.evaluation.config import parse_config
 from privlm.evaluation.experiment import run_experiment
 

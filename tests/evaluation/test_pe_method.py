@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import privlm.synthesis.pe as pe
+import privlm.synthesis.pe.mechanism as pe
 from privlm.evaluation.config import parse_config
 from privlm.evaluation.experiment import run_experiment
 

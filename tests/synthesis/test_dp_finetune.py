@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from privlm.resources.tiny import build_tiny_model
-from privlm.synthesis import dp_finetune
-from privlm.synthesis.dp_finetune import DPFinetuneConfig, run_dp_finetune, training_rows
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, training_rows
 from privlm.training.checkpoint import FINISHED
 
 NAMES = ["negative", "positive"]
@@ -87,4 +87,3 @@ def test_the_model_passed_in_is_left_untouched(lm, tmp_path) -> None:
     before = {k: v.clone() for k, v in model.state_dict().items()}
     _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE))
     assert all((before[k] == v).all() for k, v in model.state_dict().items()) and not hasattr(model, "peft_config")
-    assert dp_finetune.DPFinetuneConfig().lora_layers == 2

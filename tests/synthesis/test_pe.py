@@ -13,13 +13,14 @@ import pytest
 from scipy.stats import norm
 
 import privlm.randomness as randomness
-import privlm.synthesis.pe as pe
+import privlm.synthesis.pe.mechanism as pe
 from privlm.errors import UserError
 from privlm.evaluation.baselines import Sampling
 from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.privacy.snapping import snapping_eta
 from privlm.resources.tiny import build_tiny_model
-from privlm.synthesis.pe import PEConfig, PEPaths, histogram_snapped, noise_multiplier, run_pe, vote_counts
+from privlm.synthesis.pe.config import PEConfig
+from privlm.synthesis.pe.mechanism import PEPaths, histogram_snapped, noise_multiplier, run_pe, vote_counts
 
 NAMES = ["negative", "positive"]
 PRIVATE = [("a joyful, clever film", 1), ("tedious and empty", 0), ("moving and beautifully acted", 1), ("a mess of a movie", 0)]

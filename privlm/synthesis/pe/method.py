@@ -8,12 +8,12 @@ are computed once per experiment and kept in ``ctx.private_cache`` (private). Pa
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from privlm.evaluation.config import digest
-from privlm.evaluation.methods import Method, MethodContext, register_method
-from privlm.synthesis.pe import PEConfig, run_pe
+from privlm.synthesis.registry import MethodContext
+from privlm.synthesis.pe.config import PEConfig
+from privlm.synthesis.pe.mechanism import run_pe
 
 
 def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -30,13 +30,3 @@ def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
-
-register_method(
-    "pe",
-    Method(
-        pe_rows,
-        "(ε, δ)-DP synthetic text (Private Evolution) at the cell's ε; NOT private when ε is 'none'",
-        takes_epsilon=True,
-        params=frozenset(f.name for f in fields(PEConfig)) - {"seed"},
-    ),
-)

@@ -9,13 +9,13 @@ cells are one release (one ε), not several. Parameters (TOML ``[methods.dp-fine
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from privlm.errors import UserError
 from privlm.evaluation.config import digest
-from privlm.evaluation.methods import Method, MethodContext, register_method
-from privlm.synthesis.dp_finetune import DPFinetuneConfig, run_dp_finetune
+from privlm.synthesis.registry import MethodContext
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
 
 
 def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -32,13 +32,3 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
-
-register_method(
-    "dp-finetune-gen",
-    Method(
-        dp_finetune_rows,
-        "(ε, δ)-DP synthetic text sampled from a model DP fine-tuned (DP-SGD, LoRA) at the cell's ε",
-        takes_epsilon=True,
-        params=frozenset(f.name for f in fields(DPFinetuneConfig)) - {"seed"},
-    ),
-)
