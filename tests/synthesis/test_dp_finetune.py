@@ -39,8 +39,8 @@ def reference(lm, tmp_path_factory) -> Path:
 
 def test_prompt_is_context_and_the_text_and_end_token_are_targets(lm) -> None:
     _, tokenizer = lm
-    (row,) = training_rows(tokenizer, [("a lovely film indeed and more", 1)], ["A:", "B:"], max_text_tokens=3)
     prompt = tokenizer("B:", add_special_tokens=True)["input_ids"]
+    (row,) = training_rows(tokenizer, [("a lovely film indeed and more", 1)], [[7], prompt], max_text_tokens=3)
     assert row.input_ids[: len(prompt)] == prompt and row.n_option_tokens == 4 == len(row.input_ids) - len(prompt)
     assert row.input_ids[-1] == tokenizer.eos_token_id
 

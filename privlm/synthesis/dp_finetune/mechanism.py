@@ -47,18 +47,19 @@ from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 
 
 def training_rows(
-    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, int]], prompts: Sequence[str], max_text_tokens: int
+    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, int]], prefixes: Sequence[Sequence[int]],
+    max_text_tokens: int,
 ) -> list[EncodedOption]:
-    """Each example as ``prompts[label]`` (context) + its text cut to ``max_text_tokens`` tokens and the
-    end-of-turn token (targets), so the trained model answers the public prompt with private-like text."""
-    prefixes = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
+    """Each example as ``prefixes[label]`` (the token ids of its class's public prompt: context) + its text cut
+    to ``max_text_tokens`` tokens and the end-of-turn token (targets), so the trained model answers the public
+    prompt with private-like text."""
     end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     rows = []
     for text, label in examples:
-        if not 0 <= label < len(prompts):
-            raise UserError(f"label {label} out of range for {len(prompts)} classes")
+        if not 0 <= label < len(prefixes):
+            raise UserError(f"label {label} out of range for {len(prefixes)} classes")
         target = tokenizer(text, add_special_tokens=False)["input_ids"][:max_text_tokens] + end
-        rows.append(EncodedOption(prefixes[label] + target, len(target)))
+        rows.append(EncodedOption(list(prefixes[label]) + target, len(target)))
     return rows
 
 
@@ -81,12 +82,14 @@ def train_generator(
     if (run_dir / FINISHED).exists() and adapter.is_dir():
         trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
         return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
-    prompts = [chat_prompt(tokenizer, text) for text in class_instructions(label_names, config.instructions)]
-    rows = training_rows(tokenizer, load_private(), prompts, config.max_text_tokens)
-    max_length = max(len(r.input_ids) for r in rows)
+    prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
+                for text in class_instructions(label_names, config.instructions)]
+    rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
+    # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
+    max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
     context = model.config.max_position_embeddings
     if max_length > context:
-        raise UserError(f"prompt + text of {max_length} tokens exceeds the model's context of {context}")
+        raise UserError(f"prompt + text of up to {max_length} tokens exceeds the model's context of {context}")
     train = config.train_config(epsilon, delta, max_length)
     module = with_lora(base, config.lora, config.seed, config.lora_layers)
     module.train()
