@@ -3,7 +3,7 @@
 Two tasks:
 
 - ``classify``: each labelled example ``(text, y)`` becomes the label-word prompt of
-  :mod:`privlm.evaluation.prompts` (``<text><suffix> <word_y>``, context cut from the left to fit T);
+  :mod:`privlm.evaluation.prompts` (``fill(template, text) <word_y>``, context cut from the left to fit T);
   only the label-word tokens are targets, so the training loss is the negative of the score that
   test accuracy uses.
 - ``lm``: each text, cut to its first T tokens; every token is a target.
@@ -27,9 +27,9 @@ from privlm.resources.corpus import Example
 from privlm.resources.datasets import load_dataset
 from privlm.resources.files import jsonl_records
 from privlm.resources.splits import per_row_split
+from privlm.names import TASKS
 from privlm.resources.verbalizers import Verbalizer
 
-TASKS = ("classify", "lm")
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def encode(
     """Token ids (≤ ``max_length``) of every example of ``split``, with how many trailing ids are targets."""
     rows = data.train if split == "train" else data.test
     if data.task == "classify":
-        suffix, words = data.verbalizer.suffix, data.verbalizer.label_words
-        return [encode_option(tokenizer, text, suffix, words[label], max_length) for text, label in rows]
+        template, words = data.verbalizer.template, data.verbalizer.label_words
+        return [encode_option(tokenizer, text, template, words[label], max_length) for text, label in rows]
     encoded = []
     for text in rows:
         ids = tokenizer(text, add_special_tokens=True)["input_ids"][:max_length]

@@ -87,7 +87,7 @@ def save_head(head: LabelWordHead, data: TaskData, model_name: str, run_dir: Pat
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file({"rows": head.rows.weight.detach().contiguous()}, str(tmp / "label_rows.safetensors"))
-    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "suffix": data.verbalizer.suffix,
+    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "template": data.verbalizer.template,
             "label_token_ids": head.label_ids.tolist(),
             "use": "replace these rows of the base model's output layer (untied) to get the trained classifier"}
     (tmp / "head.json").write_text(json.dumps(info, indent=2) + "\n")
