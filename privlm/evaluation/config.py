@@ -209,11 +209,9 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
-    for key in ("model", "pool_per_class", "n_per_class", "seeds", "methods"):
-        if key not in data:
+    for key in ("model", "dataset", "pool_per_class", "n_per_class", "seeds", "methods"):
+        if key not in data and not (key == "dataset" and "train" in data):  # a train file may stand for it
             raise UserError(f"{source}: missing key {key!r}")
-    if "dataset" not in data and "train" not in data:
-        raise UserError(f"{source}: missing key 'dataset' (or 'train', a file that is the whole train split)")
     splits = {key: None if data.get(key) is None else str(data[key]) for key in ("dataset", "train", "validation", "test")}
     if not isinstance(data["methods"], dict) or not data["methods"]:
         raise UserError(f"{source}: [methods] must name at least one method table")
@@ -273,7 +271,6 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         validation=splits["validation"],
         test=splits["test"],
     )
-    config.data_spec()  # names and files are checked here, before anything runs
     if config.labels is None and config.dataset is not None and config.dataset.startswith(("jsonl:", "csv:")):
         raise UserError(
             f"{source}: dataset {config.dataset!r} is user data: give its public class names, e.g. "

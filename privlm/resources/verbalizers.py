@@ -92,10 +92,7 @@ BBC_NEWS = Verbalizer(
     "{text} This news article is about ", ("business", "entertainment", "politics", "sports", "technology")
 )
 GENERIC_TEMPLATE = "{text} Label: "
-GENERIC_INSTRUCTION = (
-    'Write one short text that belongs to the class "{label_name}": in "{prompt}", the answer would be '
-    '"{label_word}". Reply with the text only.'
-)
+GENERIC_INSTRUCTION = 'Write one short text for "{prompt} {label_word}".'
 
 
 def generic_verbalizer(
