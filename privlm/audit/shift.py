@@ -30,8 +30,10 @@ parity flips between blocks i − 1 and i: its score is the log-odds of that fli
 logaddexp(λ_{i−1}, λ_i) − logaddexp(0, λ_{i−1} + λ_i) (λ_{−1} = −∞: nothing precedes canary 0).
 Any score is valid for the bound; this one assumes Hutchinson's rank-one law with the run's k.
 
-An excluded canary's row is absent (the added/removed example is the zero-gradient row itself), so N
-varies with the inclusion bits; at q = 1 with a given σ nothing public depends on N.
+Nothing here breaks anything: the pre-fix clipper exists only as a test fixture
+(``tests/audit/conftest.py``), which patches it into the engine for one test. An excluded canary's row
+is absent (the added/removed example is the zero-gradient row itself), so N varies with the inclusion
+bits; at q = 1 nothing public depends on N (σ is calibrated for q = 1 and one step).
 """
 
 from __future__ import annotations
