@@ -147,7 +147,7 @@ def main() -> None:
     held_out = [train.examples[i] for i in per_class_indices(train.labels, 50, 1, exclude=pool_idx)]
     model, tokenizer = load_model("smollm2-135m", seed=0)
     model.requires_grad_(False)
-    prompt = build_prompt(tokenizer, train.verbalizer.suffix, train.verbalizer.label_words, train.label_names)
+    prompt = build_prompt(tokenizer, train.verbalizer.template, train.verbalizer.label_words, train.label_names)
     release = draw_release(  # all rows: the measurements below are about the full (paper's) release
         model, prompt, private_factors(model, tokenizer, pool, prompt, max_tokens=config.max_private_tokens),
         epsilon=None, delta=None, dp=False, max_tokens=config.max_private_tokens,

@@ -110,7 +110,7 @@ def main() -> None:
     validation = load_dataset("rotten-tomatoes", split="validation", seed=0)
     model, tokenizer = load_model("smollm2-135m", seed=0)
     model.requires_grad_(False)
-    prompt = build_prompt(tokenizer, train.verbalizer.suffix, train.verbalizer.label_words, train.label_names)
+    prompt = build_prompt(tokenizer, train.verbalizer.template, train.verbalizer.label_words, train.label_names)
     whole = (PrivateFactors.load(args.factors) if args.factors is not None
              else private_factors(model, tokenizer, list(train.examples), prompt, max_tokens=max_tokens))
     if len(whole.labels) != len(train.examples):

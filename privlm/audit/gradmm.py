@@ -1,73 +1,81 @@
 """Canaries for GRADMM's release: the per-class noisy sum of clipped LM-head gradients in the released
 rows (:func:`privlm.gradmm.release.draw_release`, one Gaussian mechanism with sensitivity C).
 
-Canary i is a private example (a random-token text with a random class); the release is drawn by the
-library's own :func:`~privlm.gradmm.release.draw_release` from the included canaries (fresh OS noise
-key, as in ``privlm synth``). The auditor, who knows the public model, computes every canary's clipped
-gradient ĝ_i in the released rows (:func:`~privlm.gradmm.release.factor_class_sums` of that example
-alone) and scores it by ⟨S_c, ĝ_i − ḡ_c⟩ / C², S_c the released target of its class and ḡ_c the mean
-clipped gradient of that class's canaries (removing the component every canary shares, which would
-otherwise drown each canary's own contribution). LM-head gradients of different texts are far from
-orthogonal (g = (p − e_y) hᵀ with d-dimensional h), so the canaries interfere and this audit is weak.
+White-box canaries, as the DP-SGD gradient canaries: canary i is a private example whose factor — the
+final hidden state h_i the release reads (:class:`~privlm.gradmm.release.PrivateFactors`) — is crafted
+as ``norm``·C·e_{j_i}, with class y_i = i mod K and hidden coordinate j_i = ⌊i/K⌋ (the tiny Llama is
+built with hidden width ⌈m/K⌉, so every canary of a class has a coordinate of its own). Its gradient in
+the released rows R, g_i = (p_i − e_{y_i})_R h_iᵀ (p_i from the public head), has norm ≈ ``norm``·C and
+is clipped to C by the release: the canaries are m mutually orthogonal directions of norm C, each in its
+class's sum, the worst case the sensitivity-C analysis covers. The release is drawn by the library's own
+``draw_release`` from the included canaries' factors (fresh OS noise key, as in ``privlm synth``: this
+cell is the one audit run that is not reproducible). The score of canary i is the release's component
+along its own unit direction, ⟨S_{y_i}[:, j_i], r̂_i⟩/C with r̂_i = (p_i − e_{y_i})_R/‖·‖: 1 + σZ when
+included, σZ when not.
+
+Text canaries (random-token texts through the tiny model) found nothing: their last hidden states are
+nearly collinear (g = (p − e_y) hᵀ with d = 64), so 256 of them drowned each other.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
 from privlm.errors import UserError
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.release import PrivateFactors, draw_release, factor_class_sums, private_factors, released_rows
+from privlm.gradmm.prompt import build_prompt, head_logits
+from privlm.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
 from privlm.privacy.gaussian import gaussian_epsilon
 from privlm.resources.tiny import build_tiny_model
 
 LABEL_WORDS = ("bad", "great")
+ALIGN = 8  # the tiny Llama's hidden width: 4 attention heads of even width (RoPE)
 
 
 @dataclass(frozen=True)
 class GradmmCanaries:
-    """m canary texts of ``tokens`` random tokens in a tiny Llama of width ``hidden_size``; ``release``:
-    which LM-head rows are released (``label-rows`` or ``full``, as ``privlm synth --release``)."""
+    """m crafted-factor canaries of hidden-state norm ``norm``·C (≥ 1: clipped); ``release``: which
+    LM-head rows are released (``label-rows`` or ``full``, as ``privlm synth --release``)."""
 
-    canaries: int = 256
-    tokens: int = 8
-    hidden_size: int = 64
+    canaries: int = 1000
+    norm: float = 10.0
     release: str = "label-rows"
+
+    def hidden_size(self) -> int:
+        """⌈m/K⌉ rounded up to a multiple of 8 (what the tiny Llama accepts): a coordinate per canary of a class."""
+        return ALIGN * math.ceil(self.canaries / (len(LABEL_WORDS) * ALIGN))
 
     def run(self, epsilon: float, delta: float, clip: float = 1.0, seed: int = 0) -> CanaryOutcome:
         """Draw one release from the included canaries and score every canary (module docstring)."""
-        if self.canaries < 2:
-            raise UserError(f"need >= 2 canaries, got {self.canaries}")
-        included = inclusion_bits(self.canaries, seed)
-        model, tokenizer = build_tiny_model("tiny-llama", seed=seed, hidden_size=self.hidden_size)
+        if self.canaries < 2 or not self.norm >= 1.0:
+            raise UserError(f"need >= 2 canaries of norm >= C, got {self.canaries} of norm {self.norm}·C")
+        included = torch.from_numpy(inclusion_bits(self.canaries, seed))
+        width = self.hidden_size()
+        model, tokenizer = build_tiny_model("tiny-llama", seed=seed, hidden_size=width)
         prompt = build_prompt(tokenizer, " It was ", LABEL_WORDS)
-        gen = torch.Generator().manual_seed(seed + 2)
-        ids = torch.randint(1, len(tokenizer), (self.canaries, self.tokens), generator=gen)
-        labels = torch.randint(0, len(LABEL_WORDS), (self.canaries,), generator=gen).tolist()
-        texts = [tokenizer.decode(row) for row in ids.tolist()]
-        examples = list(zip(texts, labels))
+        index = torch.arange(self.canaries)
+        labels, coords = index % len(LABEL_WORDS), index // len(LABEL_WORDS)
+        hidden = torch.zeros(self.canaries, width)
+        hidden[index, coords] = self.norm * clip
         rows = released_rows(prompt, self.release)
-        single = [private_factors(model, tokenizer, [e], prompt, max_tokens=self.tokens) for e in examples]
-        chosen = [f for f, keep in zip(single, included) if keep]
-        factors = (PrivateFactors(torch.cat([f.hidden for f in chosen]), torch.cat([f.labels for f in chosen]))
-                   if chosen else None)  # no canary in: the library's noise-only release (reads no data)
+        factors = (PrivateFactors(hidden[included], labels[included])
+                   if included.any() else None)  # no canary in: the library's noise-only release (reads no data)
         release = draw_release(model, prompt, factors, epsilon=epsilon, delta=delta, clip=clip, rows=rows,
-                               max_tokens=self.tokens)
-        grads = torch.stack([factor_class_sums(model, f, prompt, clip=clip, rows=rows)[k]
-                             for f, k in zip(single, labels)]).double()
-        classes = torch.tensor(labels)
-        for k in range(len(LABEL_WORDS)):
-            grads[classes == k] -= grads[classes == k].mean(0)
-        targets = release.targets.double()[classes]
-        scores = (grads * targets).flatten(1).sum(1) / clip**2
+                               max_tokens=8)
+        with torch.no_grad():
+            probs = torch.softmax(head_logits(model, hidden).double(), dim=-1)
+        resid, norms = per_sample_factors(hidden.double(), probs, torch.tensor(prompt.label_token_ids)[labels], rows)
+        direction = resid / resid.norm(dim=1, keepdim=True)
+        columns = release.targets.double()[labels, :, coords]  # m × |R|: canary i's class sum at its coordinate
+        scores = (columns * direction).sum(1) / clip
         return CanaryOutcome(
             scores=scores.numpy(),
-            included=included,
+            included=included.numpy(),
             accounted_epsilon=gaussian_epsilon(release.noise_multiplier, delta),
             delta=delta,
-            details={"noise_multiplier": release.noise_multiplier, "hidden_size": self.hidden_size,
-                     "release": self.release},
+            details={"noise_multiplier": release.noise_multiplier, "hidden_size": width, "release": self.release,
+                     "canary_norm": self.norm, "smallest_gradient_norm": float(norms.min()) / clip},
         )

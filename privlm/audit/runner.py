@@ -35,6 +35,15 @@ MECHANISMS = {
     "smollm2-blackbox": ("exact", "hutchinson"),
 }
 EPSILONS = (1.0, 4.0, 8.0)
+_DPSGD_FIELDS = ("canaries", "steps", "sample_rate", "physical_batch_size", "probes")
+# The Scale fields each mechanism's cells read (run_mechanism): a cached cell is reused when these match.
+SCALE_FIELDS = {
+    "dpsgd-whitebox": _DPSGD_FIELDS + ("real_examples", "canary_norm"),
+    "dpsgd-blackbox": _DPSGD_FIELDS,
+    "dp-loss": _DPSGD_FIELDS + ("real_examples", "canary_norm"),
+    "gradmm": ("gradmm_canaries",),
+    "smollm2-blackbox": ("smollm2_canaries", "smollm2_steps", "sample_rate", "probes"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Scale:
     steps: int = 50
     sample_rate: float = 0.5
     real_examples: int = 64
-    gradmm_canaries: int = 256
+    gradmm_canaries: int = 1000
     physical_batch_size: int = 256
     probes: int = 32
     canary_norm: float = 2.0
@@ -138,12 +147,12 @@ def run_grid(
     cache: Path | None = None,
     on_cell: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Audit every cell (reusing ``cache/<cell>.json`` written by an earlier run with the same scale,
-    δ and seed); returns the rows in cell order."""
+    """Audit every cell (reusing ``cache/<cell>.json`` written by an earlier run with the same δ, seed
+    and values of the scale fields its mechanism reads, :data:`SCALE_FIELDS`); returns the rows in cell order."""
     rows = []
     for cell in cells:
         path = None if cache is None else cache / f"{cell.name}.json"
-        row = _cached(path, scale, delta, seed)
+        row = _cached(path, cell, scale, delta, seed)
         if row is None:
             row = audit_cell(cell, scale, delta, seed)
             if path is not None:
@@ -155,12 +164,13 @@ def run_grid(
     return rows
 
 
-def _cached(path: Path | None, scale: Scale, delta: float, seed: int) -> dict | None:
+def _cached(path: Path | None, cell: Cell, scale: Scale, delta: float, seed: int) -> dict | None:
     if path is None or not path.exists():
         return None
     row = json.loads(path.read_text())
-    same = row.get("scale") == asdict(scale) and row.get("delta") == delta and row.get("seed") == seed
-    return row if same else None
+    fields, cached = SCALE_FIELDS[cell.mechanism], row.get("scale") or {}
+    same_scale = all(cached.get(f) == getattr(scale, f) for f in fields)
+    return row if same_scale and row.get("delta") == delta and row.get("seed") == seed else None
 
 
 def violations(rows: Sequence[dict]) -> list[str]:

@@ -11,16 +11,6 @@ from rich.table import Table
 
 from privlm.cli._common import console, err_console, print_json
 from privlm.errors import UserError
-from privlm.privacy.accountant import DEFAULT_DISCRETIZATION
-from privlm.privacy.calibration import calibrate_noise_multiplier, dpsgd_epsilon
-from privlm.privacy.events import CLIPPING_KINDS, PoissonGaussianStep
-from privlm.privacy.validation import (
-    check_count,
-    check_delta,
-    check_epsilon,
-    check_noise_multiplier,
-    check_sample_rate,
-)
 
 DEFAULT_PROBES = 32
 
@@ -44,6 +34,13 @@ def account(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Print ε for a DP-SGD run (Poisson rate, σ, steps), or the smallest σ reaching --target-epsilon."""
+    from privlm.privacy.accountant import DEFAULT_DISCRETIZATION
+    from privlm.privacy.calibration import calibrate_noise_multiplier, dpsgd_epsilon
+    from privlm.privacy.events import CLIPPING_KINDS, PoissonGaussianStep
+    from privlm.privacy.validation import (
+        check_count, check_delta, check_epsilon, check_noise_multiplier, check_sample_rate,
+    )
+
     check_sample_rate(sample_rate, "--sample-rate")
     check_count(steps, "--steps")
     check_delta(delta, "--delta")
@@ -121,6 +118,8 @@ def _print_table(
     noise_multiplier: Optional[float],
     target_epsilon: Optional[float],
 ) -> None:
+    from privlm.privacy.events import PoissonGaussianStep
+
     given = f"σ={noise_multiplier:g}" if noise_multiplier is not None else f"target ε={target_epsilon:g}"
     table = Table(title=f"DP-SGD, q={sample_rate:g}, {steps} steps, δ={delta:g}, {given}")
     table.add_column("clipping")

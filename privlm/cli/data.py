@@ -1,12 +1,13 @@
-"""``privlm data show NAME``: size, classes, verbalizer, split sizes and a few examples of a dataset."""
+"""``privlm data show [NAME] [--train FILE] [--validation FILE] [--test FILE]``: size, classes, verbalizer,
+split sizes and a few examples of a dataset."""
 
 from __future__ import annotations
 
 import typer
 from rich.table import Table
 
-from privlm.cli._common import LABELS_HELP, console, print_json
-from privlm.resources.datasets import dataset_names, load_dataset
+from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, TRAIN_FILE, VALIDATION_FILE, console, print_json, public_classes
+from privlm.resources.datasets import data_spec, dataset_names, load_dataset
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
 PREVIEW_CHARS = 120
@@ -14,16 +15,22 @@ PREVIEW_CHARS = 120
 
 @data_app.command("show")
 def show(
-    name: str = typer.Argument(..., help=f"Dataset: {', '.join(dataset_names())}."),
+    name: str | None = typer.Argument(None, help=f"Dataset: {', '.join(dataset_names())}."),
+    train: str | None = TRAIN_FILE,
+    validation: str | None = VALIDATION_FILE,
+    test: str | None = TEST_FILE,
     split: str = typer.Option("train", help="Split to preview: train, validation or test."),
     n: int = typer.Option(5, "--n", min=0, help="Number of examples to print."),
     seed: int = typer.Option(0, help="Seed of the split (stratified for built-ins, per row for user data)."),
-    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
+    labels: str | None = LABELS,
+    template: str | None = TEMPLATE,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Show a dataset: examples, classes, verbalizer, split sizes and the first N examples of a split."""
-    full = load_dataset(name, seed=seed, labels=labels)
-    part = load_dataset(name, split=split, seed=seed, labels=labels)
+    spec, classes = data_spec(name, train, validation, test), public_classes(labels, template)
+    name = str(spec)
+    full = load_dataset(spec, seed=seed, labels=classes)
+    part = load_dataset(spec, split=split, seed=seed, labels=classes)
     examples = [
         {"text": text, "label": label, "label_name": full.label_names[label]} for text, label in part.examples[:n]
     ]
@@ -45,7 +52,7 @@ def show(
         return
     overview = Table(title=f"{name}: {len(full):,} examples, {full.num_classes} classes", show_header=False)
     overview.add_row("classes", ", ".join(f"{k}={c:,}" for k, c in full.class_counts().items()))
-    overview.add_row("verbalizer", f"text + {full.verbalizer.suffix!r} + {' | '.join(full.verbalizer.label_words)}")
+    overview.add_row("verbalizer", f"{full.verbalizer.template!r} + {' | '.join(full.verbalizer.label_words)}")
     overview.add_row("splits", ", ".join(f"{k}={c:,}" for k, c in full.split_sizes.items()) + f" (seed {seed})")
     console.print(overview)
     preview = Table(title=f"first {len(examples)} of {split}")

@@ -20,13 +20,12 @@ from rich.panel import Panel
 from privlm.cli._common import LABELS_HELP, console, print_json
 from privlm.cli.models import load_with_status
 from privlm.cli.synth import SPLIT_SEED, check_privacy_args, show_result, summary, synthesize_with_progress
-from privlm.evaluation.compare import synthetic_vs_random
-from privlm.evaluation.finetune import preset
+from privlm.errors import UserError
+from privlm.evaluation.finetune_config import preset
 from privlm.gradmm.config import make_config
+from privlm.names import DEFAULT_MODEL
 from privlm.resources.cache import cache_root
 from privlm.resources.datasets import DEFAULT_DATASET, load_dataset
-from privlm.errors import UserError
-from privlm.resources.models import DEFAULT_MODEL
 
 
 DEMO_EPSILON = 4.0
@@ -104,6 +103,8 @@ def _compare(
     """Fine-tune on the synthetic rows and on a random real train subset with the same class counts;
     score both on the first ``eval_test`` examples of the test split. The real subset is a non-private
     reference: nothing from it reaches the synthetic output, which was written before this runs."""
+    from privlm.evaluation.compare import synthetic_vs_random
+
     if eval_test == 0 or not rows:
         return None
     dataset = load_dataset(data, split="train", seed=SPLIT_SEED, labels=labels)
@@ -113,7 +114,7 @@ def _compare(
     with console.status(f"fine-tuning on {len(synthetic)} synthetic and {len(synthetic)} real examples, "
                         f"scoring {len(test)} test examples", spinner="dots") if not quiet else contextlib.nullcontext():
         scores = synthetic_vs_random(
-            model, tokenizer, synthetic, dataset.examples, test, dataset.verbalizer.suffix,
+            model, tokenizer, synthetic, dataset.examples, test, dataset.verbalizer.template,
             dataset.verbalizer.label_words, config, seed=0,
         )
     if not quiet:

@@ -1,26 +1,27 @@
-"""``privlm eval``: fine-tune a model on a training JSONL file and report test accuracy."""
+"""``privlm eval``: fine-tune a model on a training file and report accuracy on every row of a test set."""
 
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privlm.cli._common import LABELS_HELP, console, err_console, print_json
-from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune import PRESETS, preset
-from privlm.evaluation.records import read_training_set
-from privlm.evaluation.sampling import subsample
-from privlm.resources.datasets import load_dataset
-from privlm.resources.models import DEFAULT_MODEL, load_model
+from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, VALIDATION_FILE, console, err_console, print_json, public_classes
+from privlm.evaluation.finetune_config import PRESETS, preset
+from privlm.names import DEFAULT_MODEL
 
 
 def eval_command(
-    train: Path = typer.Option(..., "--train", help="Training set: JSONL rows with text, label (int), optional label_name."),
-    test: str = typer.Option(..., "--test", help="Dataset whose test split is scored (e.g. rotten-tomatoes, jsonl:PATH)."),
+    train: str | None = typer.Option(
+        None, "--train", metavar="FILE",
+        help="Training set, whole: JSONL/CSV rows with text and label (a class name or index), e.g. privlm synth's "
+             "output; default: the train split of --data."),
+    test: str | None = TEST_FILE,
+    validation: str | None = VALIDATION_FILE,
+    data: str | None = typer.Option(
+        None, "--data", help="Dataset whose seeded splits give those not given as files (e.g. rotten-tomatoes, jsonl:PATH)."),
     model_name: str = typer.Option(DEFAULT_MODEL, "--model", help="Model name or local folder."),
     preset_name: str = typer.Option("smollm2", "--preset", help=f"Fine-tuning preset: {', '.join(PRESETS)}."),
     epochs: int | None = typer.Option(None, min=1, help="Override the preset's epochs."),
@@ -30,20 +31,30 @@ def eval_command(
     max_test: int | None = typer.Option(None, min=1, help="Score a seeded subset of this many test examples."),
     max_validation: int = typer.Option(200, min=1, help="Validation examples used by --select-epoch."),
     seed: int = typer.Option(0, help="Seed of the split, the subsets and fine-tuning."),
-    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
+    labels: str | None = LABELS,
+    template: str | None = TEMPLATE,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Fine-tune MODEL on the training file (label-word loss) and score it on the test split of TEST."""
+    """Fine-tune MODEL on the training set (label-word loss) and score it on every row of the test set."""
+    from privlm.evaluation.evaluate import fit_and_score
+    from privlm.evaluation.prompts import check_label_words
+    from privlm.evaluation.sampling import subsample
+    from privlm.resources.datasets import data_spec, load_dataset
+    from privlm.resources.models import load_model
+
     overrides = {k: v for k, v in {"epochs": epochs, "lr": lr, "lora_rank": lora_rank}.items() if v is not None}
     config = preset(preset_name, seed=seed, **overrides)
-    test_set = load_dataset(test, split="test", seed=seed, labels=labels)
-    train_examples = read_training_set(train, test_set.label_names)
+    spec, classes = data_spec(data, train, validation, test), public_classes(labels, template)
+    test_set = load_dataset(spec, split="test", seed=seed, labels=classes)
+    train_examples = load_dataset(spec, split="train", seed=seed, labels=classes).examples
     test_examples = subsample(test_set.examples, max_test, seed)
-    validation = None
+    validation_examples = None
     if select_epoch:
-        validation = subsample(load_dataset(test, split="validation", seed=seed, labels=labels).examples, max_validation, seed)
+        validation_examples = subsample(load_dataset(spec, split="validation", seed=seed, labels=classes).examples,
+                                        max_validation, seed)
     start = time.perf_counter()
     model, tokenizer = load_model(model_name, seed=seed)
+    check_label_words(tokenizer, test_set.verbalizer)
     steps = config.epochs * math.ceil(len(train_examples) / config.batch_size)
     with Progress(
         TextColumn("fine-tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
@@ -51,15 +62,14 @@ def eval_command(
     ) as progress:
         task = progress.add_task("fine-tuning", total=steps, loss="-")
         row = fit_and_score(
-            model, tokenizer, train_examples, test_examples, test_set.verbalizer.suffix,
-            test_set.verbalizer.label_words, config, validation=validation,
+            model, tokenizer, train_examples, test_examples, test_set.verbalizer.template,
+            test_set.verbalizer.label_words, config, validation=validation_examples,
             on_step=lambda step, loss: progress.update(task, completed=step, loss=f"{loss:.3f}"),
         )
     summary = {
         **row,
         "model": model_name,
-        "train_file": str(train),
-        "test": test,
+        "data": str(spec),
         "finetune": config.__dict__,
         "wall_time_s": round(time.perf_counter() - start, 2),
     }
@@ -68,7 +78,7 @@ def eval_command(
         return
     console.print(
         f"test accuracy {row['accuracy']:.1%} (95% CI {row['ci_low']:.1%}–{row['ci_high']:.1%}, "
-        f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples from {train} "
+        f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples ({spec}) "
         f"[{summary['wall_time_s']:.0f} s]"
     )
 

@@ -12,8 +12,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from privlm.cli._common import console, err_console, log_when_detached, print_json
 from privlm.errors import UserError
-from privlm.evaluation.config import load_config
-from privlm.evaluation.experiment import Hooks, run_experiment
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -39,6 +37,9 @@ def experiment_command(
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
+    from privlm.evaluation.config import load_config
+    from privlm.evaluation.experiment import Hooks, run_experiment
+
     config = load_config(config_path)
     shard_k_n = parse_shard(shard)
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]

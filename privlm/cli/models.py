@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.cli._common import console, err_console, print_json
-from privlm.resources.models import MODEL_NAMES, cache_path, describe_model, is_cached, load_model
+from privlm.names import MODEL_NAMES
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 models_app = typer.Typer(help="Inspect models.", no_args_is_help=True)
 
 
 def load_with_status(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, dict[str, object]]:
     """Load ``name`` with a spinner on stderr when it needs conversion; returns model, tokenizer, facts."""
+    from privlm.resources.models import cache_path, describe_model, is_cached, load_model
+
     cached = is_cached(name)
     waiting = (
         contextlib.nullcontext()

@@ -6,26 +6,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.cli._common import LABELS_HELP, console, err_console, print_json
+from privlm.cli._common import LABELS, TEMPLATE, console, err_console, print_json, public_classes
 from privlm.errors import UserError
 from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES, SynthConfig, make_config
-from privlm.gradmm.generate import batches_per_class
-from privlm.gradmm.pipeline import RunPaths, SynthResult, run_synthesis
-from privlm.gradmm.prompt import build_prompt
+from privlm.resources.datasets import DataSpec
 from privlm.synthesis.registry import synth_methods
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from privlm.gradmm.pipeline import SynthResult
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
 SYNTH_METHODS = tuple(sorted(synth_methods()))  # the registry's methods that privlm synth runs
 
 
-def private_examples(data: str, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
+def private_examples(data: str | DataSpec, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
     """A loader of the private examples: the train split, the first ``per_class`` of each class.
 
     Unit of privacy: this list *is* the private dataset of the guarantee (add/remove one of its
@@ -33,8 +35,8 @@ def private_examples(data: str, per_class: int | None, labels: object = None) ->
     private dataset, adding one record there can also push another out of the first ``per_class``
     (sensitivity up to 2C), which the stated ε does not cover: ε is for the set read, as the README says.
     The train split of user data is per row (a row's split depends on its own text only), so it adds
-    no such effect; the built-in data sets' stratified split does. ``labels``: the public class names
-    (``--labels``), never read off the rows."""
+    no such effect; the built-in data sets' stratified split does. A file given as ``--train`` is the
+    whole private set. ``labels``: the public class names (``--labels``), never read off the rows."""
 
     def load() -> list[tuple[str, int]]:
         from privlm.resources.datasets import load_dataset
@@ -60,7 +62,7 @@ def synthesize_with_progress(
     tokenizer: PreTrainedTokenizerBase,
     *,
     model_name: str,
-    data: str,
+    data: str | DataSpec,
     per_class: int,
     config: SynthConfig,
     dp: bool,
@@ -73,8 +75,11 @@ def synthesize_with_progress(
     """Read the dataset's public verbalizer, run the pipeline with rich progress bars.
 
     Returns the result and the wall time in seconds (model loading excluded). ``labels``: the public
-    class names (and words) of user data, ``--labels``.
+    class names (and words, template) of user data, ``--labels`` and ``--template``.
     """
+    from privlm.gradmm.generate import batches_per_class
+    from privlm.gradmm.pipeline import RunPaths, run_synthesis
+    from privlm.gradmm.prompt import build_prompt
     from privlm.resources.datasets import load_dataset
 
     start = time.perf_counter()
@@ -85,11 +90,11 @@ def synthesize_with_progress(
     dataset = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels)  # only its public verbalizer is used
     model.requires_grad_(False)
     prompt = build_prompt(
-        tokenizer, dataset.verbalizer.suffix, dataset.verbalizer.label_words, dataset.label_names
+        tokenizer, dataset.verbalizer.template, dataset.verbalizer.label_words, dataset.label_names
     )
     load_private = private_examples(data, config.private_per_class, labels)
-    if config.private_per_class is not None and not RunPaths(out).release.exists():
-        examples = load_private()  # a cut larger than a class is refused here, before anything is written
+    if not RunPaths(out).release.exists():
+        examples = load_private()  # a cut larger than a class, or bad rows, are refused here, before anything is written
         load_private = examples.copy
     n_batches = batches_per_class(per_class, config) * len(prompt.label_token_ids)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -109,7 +114,7 @@ def synthesize_with_progress(
         result = run_synthesis(
             model, tokenizer, prompt, load_private,
             out=out, per_class=per_class, config=config, dp=dp, epsilon=epsilon, delta=delta, resume=resume,
-            settings={"model": model_name, "data": data},
+            settings={"model": model_name, "data": str(data)},
             on_private_batch=lambda n: progress.advance(private, n),
             on_step=on_step, on_batch=on_batch,
         )
@@ -128,6 +133,8 @@ def print_rows(title: str, rows: list[dict[str, Any]], score: str, show: Callabl
 
 def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
     """The examples beside the privacy they cost, as a rich table."""
+    from privlm.gradmm.pipeline import RunPaths
+
     print_rows(f"synthetic examples ({out})", result.rows, "match loss", lambda row: f"{row['match_loss']:.4f}")
     privacy = result.privacy
     if privacy["dp"]:
@@ -136,6 +143,9 @@ def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
             f"(σ = {privacy['noise_multiplier']:.4f}, C = {privacy['clip']:g}); release {privacy['release_sha256'][:16]}"
             + (" (reused, no new privacy spent)" if result.reused_release else "")
         )
+        if "private_examples" in privacy:
+            console.print(f"private set: {privacy['private_data']}, N = {privacy['private_examples']:,} examples "
+                          "(N is public, as in DP-SGD accounting)")
         rows = privacy["released_rows"]
         console.print(
             f"[yellow]signal vs noise: the release keeps {'all' if rows == 'all' else len(rows)} rows of the LM-head "
@@ -171,8 +181,12 @@ def register(app: typer.Typer) -> None:
     @app.command("synth")
     def synth(
         model: str = typer.Option("smollm2-135m", "--model", help="registered name, local folder or hub id"),
-        data: str = typer.Option(..., "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ..."),
-        labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
+        data: str | None = typer.Option(
+            None, "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ... (its seeded train split is read)"),
+        train: str | None = typer.Option(
+            None, "--train", metavar="FILE", help="private file, .jsonl/.csv: the whole private set (instead of --data)"),
+        labels: str | None = LABELS,
+        template: str | None = TEMPLATE,
         per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
         out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ sidecar FILE.privacy.json)"),
         epsilon: float | None = typer.Option(None, "--epsilon", help="privacy budget ε of the whole output"),
@@ -221,14 +235,20 @@ def register(app: typer.Typer) -> None:
             None, "--lora-layers", help="dp-finetune: LoRA on the last N blocks (default 2)"),
     ) -> None:
         """Generate DP synthetic examples: last-layer gradient matching (GRADMM), Private Evolution, or DP fine-tuning then sampling."""
+        from privlm.resources.datasets import data_spec
+        from privlm.resources.models import load_model
+
         check_privacy_args(epsilon, delta, no_dp)
+        if data is not None and train is not None:
+            raise UserError("give --data NAME (its train split is private) or --train FILE (the whole private set), not both")
+        spec, classes = data_spec(data, train), public_classes(labels, template)
         if method not in SYNTH_METHODS:
             raise UserError(f"--method {method!r} is not one of {', '.join(SYNTH_METHODS)}")
         if method != "gradmm":
             overrides = {"seed": seed, "max_new_tokens": max_new_tokens}
             overrides |= ({"iterations": iterations, "variations": variations, "population": population} if method == "pe"
                           else {"epochs": epochs, "lora_layers": lora_layers})
-            run_method_command(method, model, data, labels, per_class, out, epsilon, delta, private_per_class, resume,
+            run_method_command(method, model, spec, classes, per_class, out, epsilon, delta, private_per_class, resume,
                                json_out, {k: v for k, v in overrides.items() if v is not None})
             return
         config = make_config(
@@ -237,12 +257,10 @@ def register(app: typer.Typer) -> None:
             class_context=class_context, release=release, optimizer=optimizer, oversample=oversample,
             source=source, instruction=instruction, contrastive=contrastive,
         )
-        from privlm.resources.models import load_model
-
         loaded, tokenizer = load_model(model)
         result, wall_s = synthesize_with_progress(
-            loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=not no_dp,
-            epsilon=epsilon, delta=delta, out=out, resume=resume, labels=labels,
+            loaded, tokenizer, model_name=model, data=spec, per_class=per_class, config=config, dp=not no_dp,
+            epsilon=epsilon, delta=delta, out=out, resume=resume, labels=classes,
         )
         if json_out:
             print_json(summary(result, out, wall_s))
@@ -252,7 +270,7 @@ def register(app: typer.Typer) -> None:
 
 
 def run_method_command(
-    method: str, model_name: str, data: str, labels: str | None, per_class: int, out: Path, epsilon: float | None,
+    method: str, model_name: str, data: DataSpec, labels: object, per_class: int, out: Path, epsilon: float | None,
     delta: float | None, private_per_class: int | None, resume: bool, json_out: bool, overrides: dict[str, Any],
 ) -> None:
     """``privlm synth --method pe`` (Private Evolution) or ``--method dp-finetune`` (DP fine-tune, then
@@ -287,7 +305,7 @@ def run_method_command(
     with err_console.status(method) as status:
         if method == "pe":
             result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
-                            epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": data},
+                            epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": str(data)},
                             on_phase=lambda text: status.update(text))
             extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
         else:

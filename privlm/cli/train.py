@@ -9,20 +9,22 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from privlm.cli._common import LABELS_HELP, console, err_console, print_json
-from privlm.dpsgd.norms import NORM_MODES
+from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, console, err_console, print_json, public_classes
 from privlm.errors import UserError
-from privlm.training.data import TASKS
-from privlm.training.loop import TrainConfig, check_run_dir
+from privlm.names import NORM_MODES, TASKS
 from privlm.training.recipe import defaults
-from privlm.training.run import fine_tune, set_up
 
 
 def train_command(
     model: str = typer.Option("smollm2-135m", "--model", help="Registered name, local folder or hub id."),
-    data: str = typer.Option(..., "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ..."),
+    data: str | None = typer.Option(
+        None, "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ... (split 80/10/10, seeded)"),
+    train: str | None = typer.Option(
+        None, "--train", metavar="FILE", help="Private training file, .jsonl/.csv: the whole private set (replaces --data's train split)."),
+    test: str | None = TEST_FILE,
     task: str = typer.Option("classify", "--task", help=f"One of {', '.join(TASKS)}."),
-    labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
+    labels: str | None = LABELS,
+    template: str | None = TEMPLATE,
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -69,7 +71,11 @@ def train_command(
     max_test: int | None = typer.Option(None, "--max-test", help="Score only the first N test examples."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Fine-tune MODEL on the train split of DATA with DP-SGD at (ε, δ); score the test split."""
+    """Fine-tune MODEL on the train split of DATA (or the --train file) with DP-SGD at (ε, δ); score the test split."""
+    from privlm.resources.datasets import data_spec
+    from privlm.training.loop import TrainConfig, check_run_dir
+    from privlm.training.run import fine_tune, set_up
+
     if no_dp and epsilon is not None:
         raise UserError("--no-dp cannot be combined with --epsilon")
     if not no_dp and epsilon is None:
@@ -87,6 +93,7 @@ def train_command(
         head_only=head_only, cache="bfloat16" if cache else None, seed=seed,
         checkpoint_every=checkpoint_every, loss_bound=loss_bound, loss_noise_fraction=loss_noise_fraction,
     )
+    spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
 
@@ -94,7 +101,7 @@ def train_command(
         if not as_json:
             err_console.print(f"computing the frozen model's features of {n} examples once (private cache)")
 
-    session = set_up(model, data, config, max_train, labels,  # class names of user data: public input
+    session = set_up(model, spec, config, max_train, classes,  # class names of user data: public input
                      cache_dir or out / "prefix-cache", announce)
     label = "DP loss" if config.private else "loss (not private)"
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{label} {{task.fields[loss]}}"),

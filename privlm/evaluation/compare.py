@@ -10,7 +10,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune import FinetuneConfig
+from privlm.evaluation.finetune_config import FinetuneConfig
 from privlm.evaluation.scoring import Example
 
 
@@ -32,7 +32,7 @@ def synthetic_vs_random(
     synthetic: Sequence[Example],
     real: Sequence[Example],
     test: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     config: FinetuneConfig,
     seed: int = 0,
@@ -45,6 +45,6 @@ def synthetic_vs_random(
     counts = dict(Counter(label for _, label in synthetic))
     baseline = matched_random_subset(real, counts, seed)
     return {
-        "synthetic": fit_and_score(model, tokenizer, synthetic, test, suffix, label_words, config),
-        "random_real": fit_and_score(model, tokenizer, baseline, test, suffix, label_words, config),
+        "synthetic": fit_and_score(model, tokenizer, synthetic, test, template, label_words, config),
+        "random_real": fit_and_score(model, tokenizer, baseline, test, template, label_words, config),
     }

@@ -27,7 +27,11 @@ User data (``jsonl:``, ``csv:``, ``hf:`` without a ClassLabel column) needs its 
 as ``privlm … --labels`` does: ``labels = ["negative", "positive"]`` (items may be ``"NAME=WORD"``) or
 ``labels = {negative = "bad", positive = "great"}`` (name = label word, in class order). They are never
 read off the private rows (see :mod:`privlm.resources.labels`); for a built-in data set they may only
-repeat its names. A configuration without ``labels`` hashes as it did before the key existed.
+repeat its names. ``template = "Note: {text} Diagnosis:"`` sets the prompt of user data (as
+``--template``). Explicit splits, as ``--train/--validation/--test``: ``train = "train.jsonl"``,
+``test = "test.jsonl"`` (each file is that split, whole; ``dataset`` may then be left out, and gives
+the splits that are not files). A configuration without ``labels``, ``template`` or split files hashes
+as it did before those keys existed.
 
 The configuration hash (SHA-256 of its canonical JSON) tags every results row, and so do two finer
 hashes: of the shared settings, and of the shared settings plus one method's parameters. A resume keeps
@@ -46,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from privlm.errors import UserError
-from privlm.evaluation.finetune import FinetuneConfig, preset
-from privlm.resources.labels import LabelSpec, as_labels
+from privlm.evaluation.finetune_config import FinetuneConfig, preset
+from privlm.resources.datasets import DataSpec, data_spec
+from privlm.resources.labels import LabelSpec, as_labels, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
 
 NO_DP = "none"
@@ -109,7 +114,7 @@ class ExperimentConfig:
     """Everything that determines the results (see module docstring for the TOML form)."""
 
     model: str
-    dataset: str
+    dataset: str | None
     pool_per_class: int | str  # or WHOLE_SPLIT
     n_per_class: tuple[int, ...]
     seeds: tuple[int, ...]
@@ -121,12 +126,23 @@ class ExperimentConfig:
     data_seed: int = 0
     mia: bool = True
     labels: LabelSpec | None = None
+    train: str | None = None
+    validation: str | None = None
+    test: str | None = None
+
+    def data_spec(self) -> str | DataSpec:
+        """Where the splits come from (:func:`privlm.resources.datasets.data_spec`)."""
+        return data_spec(self.dataset, self.train, self.validation, self.test)
 
     def to_dict(self) -> dict[str, Any]:
-        """Canonical dict form; ``labels`` only when given (older configurations keep their hashes)."""
+        """Canonical dict form; ``labels``, a template and split files only when given (older
+        configurations keep their hashes)."""
         data = asdict(self)
-        if self.labels is None:
-            del data["labels"]
+        for key in ("labels", "train", "validation", "test"):
+            if data[key] is None:
+                del data[key]
+        if self.labels is not None and self.labels.template is None:
+            del data["labels"]["template"]
         for method in data["methods"]:  # older configurations keep their hashes
             if method["sizes"] is None:
                 del method["sizes"]
@@ -185,13 +201,14 @@ def _int_list(value: Any, where: str) -> tuple[int, ...]:
 
 def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
     """Validate a parsed TOML document; errors name ``source`` and the key."""
-    known = {f.name for f in fields(ExperimentConfig)}
+    known = {f.name for f in fields(ExperimentConfig)} | {"template"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
     for key in ("model", "dataset", "pool_per_class", "n_per_class", "seeds", "methods"):
-        if key not in data:
+        if key not in data and not (key == "dataset" and "train" in data):  # a train file may stand for it
             raise UserError(f"{source}: missing key {key!r}")
+    splits = {key: None if data.get(key) is None else str(data[key]) for key in ("dataset", "train", "validation", "test")}
     if not isinstance(data["methods"], dict) or not data["methods"]:
         raise UserError(f"{source}: [methods] must name at least one method table")
     methods = []
@@ -234,7 +251,7 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         raise UserError(f"{source}: delta must be in (0, 1), got {delta!r}")
     config = ExperimentConfig(
         model=str(data["model"]),
-        dataset=str(data["dataset"]),
+        dataset=splits["dataset"],
         pool_per_class=pool,
         n_per_class=n_per_class,
         seeds=_int_list(data["seeds"], f"{source}: seeds"),
@@ -245,9 +262,12 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         validation_size=data.get("validation_size"),
         data_seed=int(data.get("data_seed", 0)),
         mia=bool(data.get("mia", True)),
-        labels=as_labels(data.get("labels"), f"{source}: labels"),
+        labels=with_template(as_labels(data.get("labels"), f"{source}: labels"), data.get("template"), f"{source}: template"),
+        train=splits["train"],
+        validation=splits["validation"],
+        test=splits["test"],
     )
-    if config.labels is None and config.dataset.startswith(("jsonl:", "csv:")):
+    if config.labels is None and config.dataset is not None and config.dataset.startswith(("jsonl:", "csv:")):
         raise UserError(
             f"{source}: dataset {config.dataset!r} is user data: give its public class names, e.g. "
             'labels = ["negative", "positive"] or labels = {negative = "bad", positive = "great"} '

@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.evaluation.finetune import FinetuneConfig, finetune_classifier, select_and_finetune
+from privlm.evaluation.finetune import finetune_classifier, select_and_finetune
+from privlm.evaluation.finetune_config import FinetuneConfig
 from privlm.evaluation.mia import membership_inference
 from privlm.evaluation.scoring import Example, evaluate_accuracy
 
@@ -17,7 +18,7 @@ def fit_and_score(
     tokenizer: PreTrainedTokenizerBase,
     train: Sequence[Example],
     test: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     config: FinetuneConfig,
     *,
@@ -42,18 +43,18 @@ def fit_and_score(
     selection: dict[str, object] = {}
     if train and grid:
         result, tried = select_and_finetune(
-            model, tokenizer, train, validation or (), suffix, label_words, grid, on_step=on_step
+            model, tokenizer, train, validation or (), template, label_words, grid, on_step=on_step
         )
         selection = {"selected": asdict(result.config), "grid": tried}
     elif train:
         result = finetune_classifier(
-            model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=on_step
+            model, tokenizer, train, template, label_words, config, validation=validation, on_step=on_step
         )
     if train:
         tuned, best_epoch, validation_accuracy = result.model, result.best_epoch, result.validation_accuracy
     else:
         tuned, best_epoch, validation_accuracy = model, 0, None
-    accuracy = evaluate_accuracy(tuned, tokenizer, test, suffix, label_words, max_length=config.max_length)
+    accuracy = evaluate_accuracy(tuned, tokenizer, test, template, label_words, max_length=config.max_length)
     row: dict[str, object] = {
         **accuracy.as_dict(),
         "n_train": len(train),
@@ -63,7 +64,7 @@ def fit_and_score(
     }
     if members is not None and nonmembers is not None:
         attack = membership_inference(
-            tuned, tokenizer, members, nonmembers, suffix, label_words, max_length=config.max_length
+            tuned, tokenizer, members, nonmembers, template, label_words, max_length=config.max_length
         )
         row.update(attack.as_dict())
     return row

@@ -43,9 +43,9 @@ from privlm.atomic import write_text_atomic
 from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.evaluation.report import write_report
 from privlm.evaluation.sampling import per_class_indices, subsample
-from privlm.resources.datasets import load_dataset
+from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
-from privlm.synthesis.registry import MethodContext, get_method
+from privlm.synthesis.registry import Method, MethodContext, get_method
 
 
 @dataclass
@@ -180,7 +180,7 @@ def run_experiment(
     write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
     write_text_atomic(out / "config.json", saved_config)
 
-    train = load_dataset(config.dataset, split="train", seed=config.data_seed, labels=config.labels)
+    train = load_dataset(config.data_spec(), split="train", seed=config.data_seed, labels=config.labels)
     if config.pool_per_class == WHOLE_SPLIT:
         pool, nonmembers = list(train.examples), []  # parse_config refused mia = true here
     else:
@@ -190,13 +190,13 @@ def run_experiment(
         nonmembers = [train.examples[i] for i in held_out_idx]
     validation = None
     if config.validation_size is not None:
-        valid = load_dataset(config.dataset, split="validation", seed=config.data_seed, labels=config.labels)
+        valid = load_dataset(config.data_spec(), split="validation", seed=config.data_seed, labels=config.labels)
         validation = subsample(valid.examples, config.validation_size, config.data_seed)
     test = subsample(
-        load_dataset(config.dataset, split="test", seed=config.data_seed, labels=config.labels).examples,
+        load_dataset(config.data_spec(), split="test", seed=config.data_seed, labels=config.labels).examples,
         config.test_size, config.data_seed,
     )
-    suffix, words = train.verbalizer.suffix, train.verbalizer.label_words
+    template, words = train.verbalizer.template, train.verbalizer.label_words
     model, tokenizer = load_model(config.model, seed=config.data_seed)
     features = functools.cache(lambda: last_token_features(model, tokenizer, [t for t, _ in pool]))
 
@@ -215,9 +215,10 @@ def run_experiment(
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
             ctx = MethodContext(
-                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, suffix=suffix,
+                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, template=template,
                 label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
-                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features, params=spec.params,
+                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features,
+                params={**_default_instructions(train, method), **spec.params},
                 private_cache=out / "work" / "private-cache" / config.shared_hash,
             )
             write_jsonl_atomic(set_path, method(ctx))
@@ -227,7 +228,7 @@ def run_experiment(
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
         scores = fit_and_score(
-            model, tokenizer, train_set, test, suffix, words, finetune, validation=validation, grid=grid,
+            model, tokenizer, train_set, test, template, words, finetune, validation=validation, grid=grid,
             members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
         )
         row = {
@@ -259,3 +260,9 @@ def run_experiment(
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
+
+
+def _default_instructions(train: Dataset, method: Method) -> dict[str, Any]:
+    """A generation method's instructions from the verbalizer (user data), or none (its default)."""
+    instructions = train.verbalizer.instructions(train.label_names)
+    return {} if instructions is None or "instructions" not in method.params else {"instructions": instructions}

@@ -1,7 +1,7 @@
 """Fine-tune a causal LM as a label-word classifier (full fine-tuning or LoRA through peft).
 
 The loss of an example (text, y) is the length-normalized cross-entropy of the label word w_y given
-``<text><suffix>`` — the negative of the score in :mod:`privlm.evaluation.scoring`, so training and
+``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) — the negative of the score in :mod:`privlm.evaluation.scoring`, so training and
 scoring see the same tokens. Hyperparameters are fixed per preset, or chosen on a *validation* split
 (best epoch, and best configuration of a small grid); the test split is never looked at here.
 """
@@ -11,53 +11,16 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.evaluation.finetune_config import FinetuneConfig
 from privlm.evaluation.prompts import collate, encode_option, pad_token_id
 from privlm.evaluation.scoring import Example, evaluate_accuracy, option_logprobs
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    """Hyperparameters of one fine-tuning run; ``lora_rank=0`` means full fine-tuning."""
-
-    epochs: int = 10
-    lr: float = 2e-5
-    batch_size: int = 8
-    weight_decay: float = 0.0
-    lora_rank: int = 0
-    lora_alpha: int = 16
-    max_length: int = 128
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise UserError(f"fine-tuning {name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0 or self.lora_rank < 0:
-            raise UserError(f"fine-tuning needs lr > 0 and lora_rank >= 0, got lr={self.lr}, lora_rank={self.lora_rank}")
-
-
-PRESETS: dict[str, FinetuneConfig] = {
-    # Tiny random models in tests and smoke runs: large steps, many epochs.
-    "tiny": FinetuneConfig(epochs=20, lr=3e-3, batch_size=8, max_length=96),
-    # SmolLM2-135M, full fine-tuning on a few dozen examples.
-    "smollm2": FinetuneConfig(epochs=8, lr=2e-5, batch_size=8, max_length=128),
-    # SmolLM2-135M with LoRA rank 8 on all linear layers.
-    "smollm2-lora": FinetuneConfig(epochs=8, lr=5e-4, batch_size=8, max_length=128, lora_rank=8),
-}
-
-
-def preset(name: str, **overrides: object) -> FinetuneConfig:
-    """A named preset, optionally with some fields replaced."""
-    if name not in PRESETS:
-        raise UserError(f"unknown fine-tuning preset {name!r}; known: {', '.join(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
 
 
 @dataclass
@@ -75,7 +38,7 @@ def finetune_classifier(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     train: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     config: FinetuneConfig,
     *,
@@ -101,7 +64,7 @@ def finetune_classifier(
             model = get_peft_model(model, lora)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    options = [encode_option(tokenizer, t, suffix, label_words[y], config.max_length) for t, y in train]
+    options = [encode_option(tokenizer, t, template, label_words[y], config.max_length) for t, y in train]
     pad = pad_token_id(tokenizer)
     generator = torch.Generator().manual_seed(config.seed)
     result = FinetuneResult(model=model, config=config)
@@ -123,7 +86,7 @@ def finetune_classifier(
                 on_step(step, losses[-1])
         record = {"epoch": epoch, "train_loss": sum(losses) / len(losses)}
         if validation:
-            accuracy = evaluate_accuracy(model, tokenizer, validation, suffix, label_words, max_length=config.max_length)
+            accuracy = evaluate_accuracy(model, tokenizer, validation, template, label_words, max_length=config.max_length)
             record["validation_accuracy"] = accuracy.value
             if result.validation_accuracy is None or accuracy.value > result.validation_accuracy:
                 result.validation_accuracy, result.best_epoch = accuracy.value, epoch
@@ -146,7 +109,7 @@ def select_and_finetune(
     tokenizer: PreTrainedTokenizerBase,
     train: Sequence[Example],
     validation: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     grid: Sequence[FinetuneConfig],
     on_step: Callable[[int, float], None] | None = None,
@@ -164,7 +127,7 @@ def select_and_finetune(
     for config in grid:
         offset_step = None if on_step is None else (lambda step, loss, before=done_steps: on_step(before + step, loss))
         result = finetune_classifier(
-            model, tokenizer, train, suffix, label_words, config, validation=validation, on_step=offset_step
+            model, tokenizer, train, template, label_words, config, validation=validation, on_step=offset_step
         )
         done_steps += config.epochs * math.ceil(len(train) / config.batch_size)
         rows.append({**asdict(config), "validation_accuracy": result.validation_accuracy, "best_epoch": result.best_epoch})

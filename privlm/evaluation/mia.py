@@ -36,7 +36,7 @@ def example_losses(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     *,
     batch_size: int = 16,
@@ -44,7 +44,7 @@ def example_losses(
 ) -> np.ndarray:
     """Per-example loss: minus the mean log-probability of the true label word's tokens, shape ``(N,)``."""
     scores = option_scores(
-        model, tokenizer, [t for t, _ in examples], suffix, label_words, batch_size=batch_size, max_length=max_length
+        model, tokenizer, [t for t, _ in examples], template, label_words, batch_size=batch_size, max_length=max_length
     )
     return -scores[np.arange(len(examples)), [y for _, y in examples]]
 
@@ -70,7 +70,7 @@ def membership_inference(
     tokenizer: PreTrainedTokenizerBase,
     members: Sequence[Example],
     nonmembers: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     *,
     batch_size: int = 16,
@@ -79,6 +79,6 @@ def membership_inference(
     """Loss attack on ``model``: members vs non-members, scored by their label-word losses."""
     kwargs = {"batch_size": batch_size, "max_length": max_length}
     return attack_from_losses(
-        example_losses(model, tokenizer, members, suffix, label_words, **kwargs),
-        example_losses(model, tokenizer, nonmembers, suffix, label_words, **kwargs),
+        example_losses(model, tokenizer, members, template, label_words, **kwargs),
+        example_losses(model, tokenizer, nonmembers, template, label_words, **kwargs),
     )

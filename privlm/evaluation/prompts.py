@@ -1,7 +1,8 @@
 """Token layout of a label-word prompt, shared by scoring, fine-tuning and membership inference.
 
 A classification example is scored as the continuation ``<label word>`` of the context
-``<text><suffix>`` (e.g. ``"a fine film" + " It was " + "great"``). Trailing whitespace of the
+``fill(template, text)`` (:func:`privlm.resources.verbalizers.fill`, e.g. ``"{text} It was "`` gives
+``"a fine film It was "`` + ``"great"``). Trailing whitespace of the
 context is moved to the front of the label word (``"… It was"`` + ``" great"``), so that byte-level
 BPE tokenizers see the word with its leading space, as in running text. Context and continuation are
 tokenized separately and concatenated, so the label-word tokens are the same for every text.
@@ -16,6 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.resources.verbalizers import Verbalizer, fill
 
 IGNORE_INDEX = -100
 
@@ -28,21 +30,21 @@ class EncodedOption:
     n_option_tokens: int
 
 
-def split_prompt(text: str, suffix: str, word: str) -> tuple[str, str]:
+def split_prompt(text: str, template: str, word: str) -> tuple[str, str]:
     """``(context, continuation)`` with the context's trailing whitespace moved onto the word."""
-    prompt = text + suffix
+    prompt = fill(template, text)
     context = prompt.rstrip()
     return context, prompt[len(context) :] + word
 
 
 def encode_option(
-    tokenizer: PreTrainedTokenizerBase, text: str, suffix: str, word: str, max_length: int
+    tokenizer: PreTrainedTokenizerBase, text: str, template: str, word: str, max_length: int
 ) -> EncodedOption:
     """Encode one (text, label word) pair; the context is cut from the left to fit ``max_length``.
 
-    Left truncation keeps the suffix (``" It was"``) next to the label word.
+    Left truncation keeps the end of the prompt (``" It was"``) next to the label word.
     """
-    context, continuation = split_prompt(text, suffix, word)
+    context, continuation = split_prompt(text, template, word)
     context_ids = tokenizer(context, add_special_tokens=True)["input_ids"]
     option_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     if not option_ids:
@@ -51,6 +53,20 @@ def encode_option(
     if room < 1:
         raise UserError(f"max_length={max_length} leaves no room for a context before {word!r}")
     return EncodedOption(context_ids[-room:] + option_ids, len(option_ids))
+
+
+def check_label_words(tokenizer: PreTrainedTokenizerBase, verbalizer: Verbalizer) -> None:
+    """Refuse label words that add no token after the prompt, or two that add the same tokens. A word
+    of several tokens is fine here: scoring and fine-tuning use all of its tokens (length-normalized)."""
+    seen: dict[tuple[int, ...], str] = {}
+    for word in verbalizer.label_words:
+        _, continuation = split_prompt("", verbalizer.template, word)
+        ids = tuple(tokenizer(continuation, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise UserError(f"label word {word!r} encodes to no tokens for this tokenizer; choose another word")
+        if ids in seen:
+            raise UserError(f"label words {seen[ids]!r} and {word!r} encode to the same tokens; choose distinct words")
+        seen[ids] = word
 
 
 def collate(options: Sequence[EncodedOption], pad_token_id: int) -> dict[str, torch.Tensor]:

@@ -213,7 +213,7 @@ def write_report(
     unfinished = total_cells not in (None, len(rows))
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.release()}"
     facts = [
-        f"model `{config.model}`, dataset `{config.dataset}`, private pool "
+        f"model `{config.model}`, dataset `{config.data_spec()}`, private pool "
         + ("the whole train split" if config.pool_per_class == WHOLE_SPLIT else f"{config.pool_per_class} per class")
         + ", "
         f"n per class {list(config.n_per_class)}, seeds {list(config.seeds)}, δ={config.delta:g}",

@@ -1,7 +1,7 @@
 """Label-word scoring of a causal LM classifier, and test accuracy with a bootstrap interval.
 
 For a text and each class c, the score is the option log-likelihood of the label word w_c after
-``<text><suffix>`` (layout in :mod:`privlm.evaluation.prompts`); with ``normalize=True`` it is the mean
+``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) (layout in :mod:`privlm.evaluation.prompts`); with ``normalize=True`` it is the mean
 over the tokens of w_c (length-normalized), else their sum. The predicted label is the argmax.
 """
 
@@ -42,7 +42,7 @@ def option_scores(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     *,
     batch_size: int = 16,
@@ -57,7 +57,7 @@ def option_scores(
     """
     if batch_size < 1:
         raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    options = [[encode_option(tokenizer, t, suffix, w, max_length) for w in label_words] for t in texts]
+    options = [[encode_option(tokenizer, t, template, w, max_length) for w in label_words] for t in texts]
     was_training = model.training
     model.eval()
     try:
@@ -144,7 +144,7 @@ def evaluate_accuracy(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     examples: Sequence[Example],
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     *,
     batch_size: int = 16,
@@ -156,5 +156,5 @@ def evaluate_accuracy(
         raise UserError("no test examples to score")
     texts = [t for t, _ in examples]
     labels = np.array([y for _, y in examples])
-    scores = option_scores(model, tokenizer, texts, suffix, label_words, batch_size=batch_size, max_length=max_length)
+    scores = option_scores(model, tokenizer, texts, template, label_words, batch_size=batch_size, max_length=max_length)
     return accuracy_ci(scores.argmax(axis=1) == labels, seed=seed)

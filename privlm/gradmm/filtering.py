@@ -60,7 +60,7 @@ def few_shot_context(prompt: Prompt, only: int | None = None) -> str:
     for round_ in range(max(len(s) for s in shots)):
         for k, examples in enumerate(shots):
             if round_ < len(examples):
-                lines.append(f"{examples[round_]}{prompt.suffix}{prompt.label_words[k]}\n")
+                lines.append(prompt.completion(examples[round_], k) + "\n")
     return "".join(lines)
 
 
@@ -79,7 +79,7 @@ def few_shot_labels(
 
     def label_logprobs(batch: Sequence[str]) -> torch.Tensor:
         seqs = [
-            [*prompt.prefix_ids, *context, *tokenizer.encode(t, add_special_tokens=False), *prompt.suffix_ids]
+            [*prompt.with_context(context), *prompt.text_ids(tokenizer, t), *prompt.suffix_ids]
             for t in batch
         ]
         logits = head_logits(model, last_hidden_from_ids(model, seqs))

@@ -85,7 +85,7 @@ def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label
     decoded text reads like the task's domain — with ``label``, only that class's demonstrations, so it
     also reads like the class. Public; the matching itself sees ``prefix + text + suffix``."""
     demos = tokenizer.encode(few_shot_context(prompt, only=label), add_special_tokens=False)
-    return (*prompt.prefix_ids, *demos)
+    return prompt.with_context(demos)
 
 
 def instructed_ids(

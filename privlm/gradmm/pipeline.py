@@ -139,11 +139,20 @@ def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
         "ledger": [entry.to_dict() for entry in ledger],
         "delta": release.delta,
         **public,
+        **private_set(release),
         "clipping": "per-sample L2 clipping of the last-position LM-head gradient in the released rows "
         "(closed form, rank one)",
         "mechanism": "Gaussian, one release per class (disjoint classes, parallel composition), "
         "add/remove-one adjacency, sensitivity C; generation and filtering are post-processing",
     }
+
+
+def private_set(release: Release) -> dict:
+    """What the guarantee protects, as recorded with the release: the data it read
+    (``private_data``) and how many examples N (``private_examples``, public, as in DP-SGD accounting)."""
+    settings = release.meta.get("settings", {})
+    named = {"private_data": settings["data"]} if "data" in settings else {}
+    return {**named, **({"private_examples": release.meta["private_examples"]} if "private_examples" in release.meta else {})}
 
 
 def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
@@ -206,7 +215,8 @@ def obtain_release(
     )
     release = draw_release(
         model, prompt, factors, epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, rows=rows,
-        max_tokens=config.max_private_tokens, save_to=paths.release, meta={"settings": settings},
+        max_tokens=config.max_private_tokens, save_to=paths.release,
+        meta={"settings": settings, **({} if factors is None else {"private_examples": len(factors.labels)})},
     )
     return release, False
 

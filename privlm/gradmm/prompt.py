@@ -1,7 +1,8 @@
 """The public prompt layout of GRADMM and the model calls that read the last position.
 
 Every sequence, real or synthetic, is ``prefix + text + suffix`` where ``prefix`` opens a document
-(:func:`document_start_ids`) and ``suffix`` is the verbalizer's prompt suffix (e.g. ``" It was"``); the
+(:func:`document_start_ids`) followed by the template's text before ``{text}`` (empty for the built-in
+verbalizers) and ``suffix`` is the template's text after it (e.g. ``" It was"``); the
 LM head's next-token prediction at the last position is scored against the first token of the class's
 label word (e.g. ``" great"``). Everything here is public: it depends on the tokenizer and verbalizer
 only, never on private data.
@@ -20,11 +21,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.resources.verbalizers import TEXT, fill, split_template
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """Token ids of the public prompt: ``prefix_ids``, ``suffix_ids``, one label token per class."""
+    """Token ids of the public prompt: ``prefix_ids`` (document start, then ``lead_ids``: the template's
+    text before ``{text}``, ``prefix``), ``suffix_ids``, one label token per class."""
 
     prefix_ids: tuple[int, ...]
     suffix_ids: tuple[int, ...]
@@ -32,9 +35,31 @@ class Prompt:
     label_words: tuple[str, ...]
     label_names: tuple[str, ...]
     label_token_ids: tuple[int, ...]
+    prefix: str = ""
+    lead_ids: tuple[int, ...] = ()
+
+    @property
+    def template(self) -> str:
+        """The verbalizer's template, ``prefix + "{text}" + suffix``."""
+        return f"{self.prefix}{TEXT}{self.suffix}"
+
+    def completion(self, text: str, label: int) -> str:
+        """``text`` verbalized with class ``label``'s word (a few-shot demonstration)."""
+        return fill(self.template, text) + self.label_words[label]
+
+    def text_ids(self, tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+        """The ids of ``text`` where it follows ``prefix_ids`` (the prefix's trailing space goes with it)."""
+        gap = self.prefix[len(self.prefix.rstrip()):]
+        return tokenizer.encode(gap + text, add_special_tokens=False)
+
+    def with_context(self, context: Sequence[int]) -> tuple[int, ...]:
+        """``prefix_ids`` with ``context`` (e.g. demonstrations) between the document start and ``lead_ids``."""
+        start = self.prefix_ids[: len(self.prefix_ids) - len(self.lead_ids)]
+        return (*start, *context, *self.lead_ids)
 
     def to_dict(self) -> dict:
-        """JSON-able form (stored with the release)."""
+        """JSON-able form (stored with the release; ``prefix`` and ``lead_ids`` only when there is a prefix,
+        so releases made without one keep their form)."""
         return {
             "prefix_ids": list(self.prefix_ids),
             "suffix_ids": list(self.suffix_ids),
@@ -42,6 +67,7 @@ class Prompt:
             "label_words": list(self.label_words),
             "label_names": list(self.label_names),
             "label_token_ids": list(self.label_token_ids),
+            **({"prefix": self.prefix, "lead_ids": list(self.lead_ids)} if self.prefix else {}),
         }
 
     @classmethod
@@ -65,16 +91,21 @@ def document_start_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
 
 def build_prompt(
     tokenizer: PreTrainedTokenizerBase,
-    suffix: str,
+    template: str,
     label_words: Sequence[str],
     label_names: Sequence[str] | None = None,
 ) -> Prompt:
-    """Tokenize the verbalizer: ``suffix`` (e.g. ``" It was "``) and one label word per class.
+    """Tokenize the verbalizer: ``template`` (e.g. ``"{text} It was "``; without ``{text}``, a suffix) and
+    one label word per class.
 
     The label token of word ``w`` is the first token that ``suffix + w`` adds after ``suffix.rstrip()``
-    (so ``" It was " + "great"`` gives the token ``" great"``). Raises :class:`UserError` when two
-    classes share a label token or a word adds no token.
+    (so ``" It was " + "great"`` gives the token ``" great"``): GRADMM releases and matches that one
+    token of a multi-token word. Raises :class:`UserError` when two classes share a label token or a
+    word adds no token.
     """
+    prefix, suffix = split_template(template)
+    lead = prefix.rstrip()
+    lead_ids = tuple(tokenizer.encode(lead, add_special_tokens=False)) if lead else ()
     stem = suffix.rstrip()
     suffix_ids = tuple(tokenizer.encode(stem, add_special_tokens=False))
     label_ids = []
@@ -86,7 +117,9 @@ def build_prompt(
     if len(set(label_ids)) != len(label_ids):
         raise UserError(f"label words {list(label_words)} share a first token; choose distinct words")
     return Prompt(
-        prefix_ids=document_start_ids(tokenizer),
+        prefix_ids=(*document_start_ids(tokenizer), *lead_ids),
+        prefix=prefix,
+        lead_ids=lead_ids,
         suffix_ids=suffix_ids,
         suffix=suffix,
         label_words=tuple(label_words),
@@ -129,5 +162,5 @@ def encode_text(
     tokenizer: PreTrainedTokenizerBase, prompt: Prompt, text: str, max_tokens: int
 ) -> list[int]:
     """``prefix + text[:max_tokens tokens] + suffix`` as ids (``max_tokens`` is a public parameter)."""
-    ids = tokenizer.encode(text, add_special_tokens=False)[:max_tokens]
+    ids = prompt.text_ids(tokenizer, text)[:max_tokens]
     return [*prompt.prefix_ids, *ids, *prompt.suffix_ids]

@@ -17,6 +17,13 @@ and every ``label_name`` are the same whichever labels occur in the data; withou
 fails. Built-in data sets keep their own names and verbalizers; ``labels`` given for one must
 repeat its names in order (and its words, if any are given).
 
+**Explicit splits.** A :class:`DataSpec` (``--data NAME --train FILE --validation FILE --test FILE``,
+TOML keys ``dataset``/``train``/``validation``/``test``; built by :func:`data_spec`) takes each split
+from the file given for it, **whole**, and every other split from the seeded split of ``--data``. A
+private file given as ``--train`` is then the whole private set, and a file given as ``--test`` is
+scored row by row. A built-in name given for a split means that data set's own split of that name.
+Bare paths ending in ``.jsonl`` or ``.csv`` are read as ``jsonl:PATH`` / ``csv:PATH``.
+
 Splits are seeded, 80 / 10 / 10, and keep identical texts in one split
 (:mod:`privlm.resources.splits`): built-in data sets are stratified by class; **user data is split row
 by row** (each row's split is a hash of its own text and the seed), so adding one row never moves
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from privlm.errors import UserError
 from privlm.resources import sources, verbalizers
@@ -100,12 +107,48 @@ class Dataset:
         return {name: counts[k] for k, name in enumerate(self.label_names)}
 
 
+@dataclass(frozen=True)
+class DataSpec:
+    """Where each split comes from: the file (or built-in name) given for it, else the seeded split of
+    ``data``. Load it with :func:`load_dataset` like a name."""
+
+    data: str | None = None
+    train: str | None = None
+    validation: str | None = None
+    test: str | None = None
+
+    def __str__(self) -> str:
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None)
+
+
+def data_spec(
+    data: str | None = None, train: str | None = None, validation: str | None = None, test: str | None = None
+) -> str | DataSpec:
+    """``data`` itself when no split is given as a file (the seeded 80/10/10 split), else a :class:`DataSpec`;
+    a bare ``PATH.jsonl`` / ``PATH.csv`` is read as ``jsonl:PATH`` / ``csv:PATH``."""
+    data, train, validation, test = (_dataset_name(v) for v in (data, train, validation, test))
+    if train is None and validation is None and test is None:
+        if data is None:
+            raise UserError("no data: give --data NAME (split 80/10/10) or the splits as files, --train FILE --test FILE")
+        return data
+    return DataSpec(data, train, validation, test)
+
+
+def _dataset_name(value: str | None) -> str | None:
+    if value is None or value in BUILTIN or value.startswith(tuple(PREFIXES)):
+        return value
+    for kind in ("jsonl", "csv"):
+        if value.lower().endswith(f".{kind}"):
+            return f"{kind}:{value}"
+    raise UserError(f"unknown dataset {value!r}; known: {', '.join(dataset_names())}, or a .jsonl/.csv file")
+
+
 def dataset_names() -> list[str]:
     """Registered names, plus the prefixes that name user data."""
     return sorted(BUILTIN) + [f"{prefix}PATH" for prefix in ("jsonl:", "csv:")] + ["hf:NAME"]
 
 
-def load_dataset(name: str, split: str | None = None, seed: int = 0, labels: object = None) -> Dataset:
+def load_dataset(name: str | DataSpec, split: str | None = None, seed: int = 0, labels: object = None) -> Dataset:
     """Load dataset ``name``; ``split`` is ``"train"``, ``"validation"``, ``"test"`` or ``None`` (all).
 
     ``labels``: the public class names (and optional words) — a :class:`LabelSpec` or any form
@@ -117,6 +160,8 @@ def load_dataset(name: str, split: str | None = None, seed: int = 0, labels: obj
     splits. Bad names, files or contents raise :class:`UserError`.
     """
     check_split(split)
+    if isinstance(name, DataSpec):
+        return _load_spec(name, split, seed, as_labels(labels))
     spec = as_labels(labels)
     corpus, verbalizer, builtin = _read(name, spec)
     texts, labels_ = zip(*corpus.examples)
@@ -136,6 +181,38 @@ def load_dataset(name: str, split: str | None = None, seed: int = 0, labels: obj
     )
 
 
+def _load_spec(spec: DataSpec, split: str | None, seed: int, labels: LabelSpec | None) -> Dataset:
+    """``split`` of ``spec`` (``None``: every split it has, one after the other). Every split shares the
+    classes and verbalizer: a built-in's when one is named, else those of ``labels``."""
+    builtin = next((n for n in (spec.data, spec.train, spec.validation, spec.test) if n in BUILTIN), None)
+    reference = None
+    if builtin is not None:
+        reference = load_dataset(builtin, None, seed, labels)  # checks ``labels`` against the built-in
+        words = reference.verbalizer.label_words
+        labels = LabelSpec(reference.label_names, words, reference.verbalizer.template)
+    parts = {part: _part(spec, part, seed, labels) for part in SPLITS}
+    available = {part: data for part, data in parts.items() if data is not None}
+    if split is not None and split not in available:
+        raise UserError(f"no {split} data: give --{split} FILE, or --data NAME to split one data set 80/10/10")
+    chosen = [available[split]] if split is not None else list(available.values())
+    first = reference or chosen[0]
+    return Dataset(
+        name=str(spec), split=split, seed=seed, examples=tuple(e for data in chosen for e in data.examples),
+        label_names=first.label_names, verbalizer=first.verbalizer,
+        split_sizes={part: len(parts[part]) if parts[part] is not None else 0 for part in SPLITS},
+    )
+
+
+def _part(spec: DataSpec, part: str, seed: int, labels: LabelSpec | None) -> Dataset | None:
+    """One split of ``spec``: its file, whole; a built-in's own split; that split of ``spec.data``; or ``None``."""
+    given = getattr(spec, part)
+    if given is None:
+        return None if spec.data is None else load_dataset(spec.data, part, seed, labels)
+    if given in BUILTIN:
+        return load_dataset(given, part, seed, labels)
+    return replace(load_dataset(given, None, seed, labels), split=part)
+
+
 def _read(name: str, spec: LabelSpec | None) -> tuple[Corpus, Verbalizer, bool]:
     if name in BUILTIN:
         reader, verbalizer = BUILTIN[name]
@@ -149,12 +226,16 @@ def _read(name: str, spec: LabelSpec | None) -> tuple[Corpus, Verbalizer, bool]:
                 raise missing_labels_error(name)
             corpus = reader(name[len(prefix) :], spec)
             words = spec.label_words if spec is not None else None
-            return corpus, generic_verbalizer(corpus.label_names, words), False
+            template = spec.template if spec is not None else None
+            return corpus, generic_verbalizer(corpus.label_names, words, template), False
     raise UserError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
 
 
 def _check_builtin_labels(name: str, names: tuple[str, ...], verbalizer: Verbalizer, spec: LabelSpec) -> None:
-    """``--labels`` for a built-in data set may only repeat its names (and words): they are built in."""
+    """``--labels`` for a built-in data set may only repeat its names (and words): they are built in,
+    like its template."""
+    if spec.template is not None and spec.template != verbalizer.template:
+        raise UserError(f"{name} has a built-in prompt ({verbalizer.template!r}); --template is for user data")
     if spec.names != names:
         raise UserError(
             f"{name} is built in with classes {','.join(names)}; --labels may only repeat them "

@@ -1,6 +1,7 @@
 """User datasets from local files: ``jsonl:PATH`` and ``csv:PATH``.
 
-Both need a ``text`` column (non-empty string) and a ``label`` column. **The class names are public
+Both need a ``text`` column (non-empty string) and a ``label`` column; a JSONL row's optional
+``label_name`` (as in ``privlm synth``'s output) must name the class its ``label`` gives. **The class names are public
 input** (:class:`~privlm.resources.labels.LabelSpec`, from ``--labels`` or the TOML ``labels`` key), never
 read off the rows: each row's label must be one of those names or a class index ``0..K-1`` (a JSON
 integer or its digits). A row with any other label is a :class:`UserError` naming the file
@@ -21,7 +22,7 @@ from privlm.errors import UserError
 from privlm.resources.corpus import Corpus
 from privlm.resources.labels import LabelSpec, unknown_label_error
 
-TEXT, LABEL = "text", "label"
+TEXT, LABEL, LABEL_NAME = "text", "label", "label_name"
 
 
 def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -43,7 +44,7 @@ def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
 def read_jsonl(path: str | Path, labels: LabelSpec) -> Corpus:
     """One JSON object per line with ``text`` and ``label``; blank lines are skipped; classes ``labels``."""
     path = Path(path)
-    texts, raw, lines = [], [], []
+    texts, raw, lines, given_names = [], [], [], []
     for number, record in jsonl_records(path):
         for column in (TEXT, LABEL):
             if column not in record:
@@ -56,7 +57,12 @@ def read_jsonl(path: str | Path, labels: LabelSpec) -> Corpus:
         texts.append(_text(record[TEXT], f"{path}:{number}"))
         raw.append(str(label).strip())
         lines.append(f"{path}:{number}")
-    return encode_labels(texts, raw, labels, lines, str(path))
+        given_names.append(record.get(LABEL_NAME))
+    corpus = encode_labels(texts, raw, labels, lines, str(path))
+    for (_, k), name, where in zip(corpus.examples, given_names, lines):
+        if name is not None and name != labels.names[k]:  # e.g. a file written for classes in another order
+            raise UserError(f"{where}: '{LABEL_NAME}' does not match class {k} ({labels.names[k]!r})")
+    return corpus
 
 
 def read_csv(path: str | Path, labels: LabelSpec) -> Corpus:

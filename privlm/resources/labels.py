@@ -6,6 +6,9 @@ rows: if it were, adding one record labelled ``"hiv_positive"`` would change the
 the release metadata and every output row's ``label_name`` — a deterministic leak (ε = ∞). The names,
 their order and their words are therefore part of the mechanism's public description, like the model.
 
+The prompt template (``--template "Note: {text} Diagnosis:"``, TOML ``template``) travels with them:
+:func:`with_template` puts it on the spec, so every consumer of the classes gets the same verbalizer.
+
 Syntax (one option or TOML key carries names and words together):
 
 - command line: ``--labels negative,positive`` or ``--labels negative=bad,positive=great``
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from privlm.errors import UserError
 
@@ -38,10 +41,11 @@ SYNTAX = (
 @dataclass(frozen=True)
 class LabelSpec:
     """The public classes of a data set: ``names[k]`` is class ``k``; ``words[k]`` its label word, or
-    ``None`` for "the name itself"."""
+    ``None`` for "the name itself"; ``template``: the prompt template (``None``: the default)."""
 
     names: tuple[str, ...]
     words: tuple[str | None, ...]
+    template: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.words) != len(self.names):
@@ -96,6 +100,16 @@ def as_labels(value: object, source: str = "--labels") -> LabelSpec | None:
     if isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
         return _spec([_item(item, source) for item in value], source)
     raise UserError(f"{source}: expected a list of class names or a table name = word; {SYNTAX}")
+
+
+def with_template(spec: LabelSpec | None, template: str | None, source: str = "--template") -> LabelSpec | None:
+    """``spec`` carrying the prompt ``template`` (unchanged when ``template`` is ``None``); a template
+    needs the classes (their words end the prompt), so it is refused without them."""
+    if template is None:
+        return spec
+    if spec is None:
+        raise UserError(f"{source} needs the public classes and their words as well: {SYNTAX}")
+    return replace(spec, template=template)
 
 
 def missing_labels_error(name: str) -> UserError:

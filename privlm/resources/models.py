@@ -21,10 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from privlm.errors import UserError
 from privlm.resources import smollm2
 from privlm.resources.online import hub_reachable
-from privlm.resources.tiny import TINY_MODELS, build_tiny_model
-
-DEFAULT_MODEL = "smollm2-135m"
-MODEL_NAMES = (DEFAULT_MODEL, *TINY_MODELS)
+from privlm.names import DEFAULT_MODEL, MODEL_NAMES, TINY_MODELS  # noqa: F401  (MODEL_NAMES re-exported)
+from privlm.resources.tiny import build_tiny_model
 
 
 def load_model(

@@ -21,7 +21,6 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-TINY_MODELS = ("tiny-llama", "tiny-gpt2")
 TINY_VOCAB_SIZE = 512
 EOS_TOKEN = "<|endoftext|>"
 

@@ -1,8 +1,11 @@
 """Verbalizers: how a classification example becomes a next-word prediction for a causal LM.
 
-An example ``(text, label)`` is read as the prompt ``text + suffix`` followed by the label's word,
-e.g. ``"a fine film" + " It was " + "great"``. Tokenization (moving the suffix's trailing space onto
-the word) is :mod:`privlm.evaluation.prompts`' concern; here we only fix the strings.
+An example ``(text, label)`` is read as a prompt — the verbalizer's *template* with ``{text}`` replaced
+by the text — followed by the label's word, e.g. ``"{text} It was "`` gives ``"a fine film It was "`` +
+``"great"``. :func:`fill` is the one function that builds a prompt: scoring, fine-tuning, private training,
+GRADMM's release, matching and filtering, and the experiment all take their prompts from it. Tokenization
+(moving the prompt's trailing space onto the word) is :mod:`privlm.evaluation.prompts`' concern; here we
+only fix the strings.
 
 Built-in verbalizers (suffix; one word per class, in label order):
 
@@ -10,8 +13,10 @@ Built-in verbalizers (suffix; one word per class, in label order):
 - ``tweets``: ``" Does the tweet express joy or sadness? "``; sadness, joy.
 - ``tweets-3class``: ``" Is the tweet negative, neutral or positive? "``; negative, neutral, positive.
 - ``bbc-news``: ``" This news article is about "``; business, entertainment, politics, sports, technology.
-- user files (``jsonl:``, ``csv:``, ``hf:``): ``" Label: "``; the words given with ``--labels NAME=WORD``,
-  else the label names (both public input, never read off the data).
+- user files (``jsonl:``, ``csv:``, ``hf:``): ``"{text} Label: "``, or the user's ``--template`` (TOML
+  ``template``), which must hold ``{text}`` once (e.g. ``"Note: {text} Diagnosis:"``; a template that
+  does not end in whitespace is followed by one space before the word); the words given with
+  ``--labels NAME=WORD``, else the label names (all public input, never read off the data).
 
 The rotten-tomatoes verbalizer and the tweets question follow the GRADMM reference code (DESIGN.md
 §3); the tweets label words and the other verbalizers are ours (each word names its class). With
@@ -26,39 +31,80 @@ from dataclasses import dataclass
 from privlm.errors import UserError
 
 
+TEXT = "{text}"
+
+
+def fill(template: str, text: str) -> str:
+    """The prompt of ``text``: ``template`` with its ``{text}`` replaced (a template without ``{text}`` is
+    a suffix: ``text + template``). The one function that builds prompts."""
+    return template.replace(TEXT, text, 1) if TEXT in template else text + template
+
+
+def split_template(template: str) -> tuple[str, str]:
+    """``(before, after)``: the template's text before and after ``{text}``."""
+    before, _, after = template.rpartition(TEXT) if TEXT in template else ("", "", template)
+    return before, after
+
+
+def check_template(template: str, source: str = "--template") -> str:
+    """A user template, ready to :func:`fill`: exactly one ``{text}``; a space is added after it unless
+    it ends in whitespace (the label word follows). :class:`UserError` names ``source`` and the value."""
+    if template.count(TEXT) != 1:
+        raise UserError(f"{source} must contain {TEXT} exactly once (where the example's text goes), got {template!r}")
+    return template if template[-1:].isspace() else template + " "
+
+
 @dataclass(frozen=True)
 class Verbalizer:
-    """Prompt suffix plus one label word per class (``label_words[i]`` verbalizes label ``i``)."""
+    """Prompt template plus one label word per class (``label_words[i]`` verbalizes label ``i``);
+    ``instruction``: the zero/few-shot generation baselines' instruction for a class (``{label_name}``,
+    ``{label_word}`` and ``{prompt}`` are filled in), ``None`` for their built-in default."""
 
-    suffix: str
+    template: str
     label_words: tuple[str, ...]
+    instruction: str | None = None
 
     def prompt(self, text: str) -> str:
-        """The context the LM continues: ``text + suffix``."""
-        return text + self.suffix
+        """The context the LM continues: the template filled with ``text``."""
+        return fill(self.template, text)
 
     def completion(self, text: str, label: int) -> str:
-        """The full verbalized example ``text + suffix + label_words[label]``."""
+        """The full verbalized example: ``prompt(text) + label_words[label]``."""
         return self.prompt(text) + self.label_words[label]
 
+    def instructions(self, label_names: tuple[str, ...]) -> list[str] | None:
+        """One generation instruction per class, or ``None`` (the baselines' default)."""
+        if self.instruction is None:
+            return None
+        shown = self.prompt("...").rstrip()
+        return [self.instruction.format(label_name=name, label_word=word, prompt=shown)
+                for name, word in zip(label_names, self.label_words)]
+
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form: ``{"suffix": ..., "label_words": [...]}``."""
-        return {"suffix": self.suffix, "label_words": list(self.label_words)}
+        """JSON-ready form: ``{"template": ..., "label_words": [...]}``."""
+        return {"template": self.template, "label_words": list(self.label_words)}
 
 
-SENTIMENT = Verbalizer(" It was ", ("bad", "great"))
-TWEETS = Verbalizer(" Does the tweet express joy or sadness? ", ("sadness", "joy"))
-TWEETS_3CLASS = Verbalizer(" Is the tweet negative, neutral or positive? ", ("negative", "neutral", "positive"))
+SENTIMENT = Verbalizer("{text} It was ", ("bad", "great"))
+TWEETS = Verbalizer("{text} Does the tweet express joy or sadness? ", ("sadness", "joy"))
+TWEETS_3CLASS = Verbalizer("{text} Is the tweet negative, neutral or positive? ", ("negative", "neutral", "positive"))
 BBC_NEWS = Verbalizer(
-    " This news article is about ", ("business", "entertainment", "politics", "sports", "technology")
+    "{text} This news article is about ", ("business", "entertainment", "politics", "sports", "technology")
 )
-GENERIC_SUFFIX = " Label: "
+GENERIC_TEMPLATE = "{text} Label: "
+GENERIC_INSTRUCTION = 'Write one short text for "{prompt} {label_word}".'
 
 
-def generic_verbalizer(label_names: tuple[str, ...], words: tuple[str, ...] | None = None) -> Verbalizer:
-    """Verbalizer of a user-supplied dataset: suffix ``" Label: "``, the given ``words`` (one per class),
-    else the label names as words."""
+def generic_verbalizer(
+    label_names: tuple[str, ...], words: tuple[str, ...] | None = None, template: str | None = None
+) -> Verbalizer:
+    """Verbalizer of a user-supplied dataset: ``template`` (checked by :func:`check_template`; default
+    ``"{text} Label: "``), the given ``words`` (one per class), else the label names as words. Words must
+    be non-empty and distinct."""
     words = tuple(label_names) if words is None else tuple(words)
     if len(words) != len(label_names) or any(not word.strip() for word in words):
         raise UserError(f"label words must be non-empty, one per class, got {list(words)}")
-    return Verbalizer(GENERIC_SUFFIX, words)
+    repeated = sorted({word for word in words if words.count(word) > 1})
+    if repeated:
+        raise UserError(f"--labels: label word {repeated[0]!r} is given to two classes; each class needs its own word")
+    return Verbalizer(GENERIC_TEMPLATE if template is None else check_template(template), words, GENERIC_INSTRUCTION)

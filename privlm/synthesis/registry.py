@@ -45,7 +45,7 @@ class MethodContext:
     tokenizer: PreTrainedTokenizerBase
     pool: Sequence[Example]
     label_names: Sequence[str]
-    suffix: str
+    template: str
     label_words: Sequence[str]
     n_per_class: int
     seed: int

@@ -3,7 +3,7 @@
 Two tasks:
 
 - ``classify``: each labelled example ``(text, y)`` becomes the label-word prompt of
-  :mod:`privlm.evaluation.prompts` (``<text><suffix> <word_y>``, context cut from the left to fit T);
+  :mod:`privlm.evaluation.prompts` (``fill(template, text) <word_y>``, context cut from the left to fit T);
   only the label-word tokens are targets, so the training loss is the negative of the score that
   test accuracy uses.
 - ``lm``: each text, cut to its first T tokens; every token is a target.
@@ -24,12 +24,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privlm.errors import UserError
 from privlm.evaluation.prompts import EncodedOption, collate, encode_option, pad_token_id
 from privlm.resources.corpus import Example
-from privlm.resources.datasets import load_dataset
+from privlm.resources.datasets import DataSpec, load_dataset
 from privlm.resources.files import jsonl_records
 from privlm.resources.splits import per_row_split
+from privlm.names import TASKS
 from privlm.resources.verbalizers import Verbalizer
 
-TASKS = ("classify", "lm")
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,16 @@ def check_max_length(model: PreTrainedModel, max_length: int) -> None:
         raise UserError(f"--max-length {max_length} is larger than the model's context of {context} tokens")
 
 
-def load_task_data(name: str, task: str, seed: int = 0, labels: object = None) -> TaskData:
-    """Train and test splits of dataset ``name`` for ``task``.
+def load_task_data(name: str | DataSpec, task: str, seed: int = 0, labels: object = None) -> TaskData:
+    """Train and test splits of dataset ``name`` (or of a :class:`DataSpec`'s files) for ``task``.
     ``labels``: the public class names of user data (see :func:`privlm.resources.datasets.load_dataset`).
     ``lm`` on a ``jsonl:`` file reads the ``text`` of every row and nothing else (labels, if any, are
     ignored: whether a file is labelled is never decided from one of its private rows), split row by row
-    like any user file; ``classify`` needs every row labelled."""
+    like any user file, or whole when it is given as a split; ``classify`` needs every row labelled."""
     if task not in TASKS:
         raise UserError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task == "lm" and isinstance(name, DataSpec):
+        return TaskData(task, _lm_texts(name, "train", seed, labels), _lm_texts(name, "test", seed, labels), None)
     if task == "lm" and name.startswith("jsonl:"):
         texts = _jsonl_texts(name)
         splits = per_row_split(texts, seed)
@@ -75,6 +77,18 @@ def load_task_data(name: str, task: str, seed: int = 0, labels: object = None) -
     if task == "lm":
         return TaskData(task, tuple(train.texts), tuple(test.texts), None)
     return TaskData(task, train.examples, test.examples, train.verbalizer)
+
+
+def _lm_texts(spec: DataSpec, split: str, seed: int, labels: object) -> tuple[str, ...]:
+    """One split's texts for ``lm``: the ``jsonl:`` file given for it, whole (labels ignored); else
+    that split of ``spec.data`` as :func:`load_task_data` reads it; else the labelled file's texts."""
+    given = getattr(spec, split)
+    if given is not None and given.startswith("jsonl:"):
+        return tuple(_jsonl_texts(given))
+    if given is None and spec.data is not None:
+        whole = load_task_data(spec.data, "lm", seed, labels)
+        return whole.train if split == "train" else whole.test
+    return tuple(load_dataset(spec, split, seed, labels).texts)
 
 
 def _jsonl_texts(name: str) -> list[str]:
@@ -96,8 +110,8 @@ def encode(
     """Token ids (≤ ``max_length``) of every example of ``split``, with how many trailing ids are targets."""
     rows = data.train if split == "train" else data.test
     if data.task == "classify":
-        suffix, words = data.verbalizer.suffix, data.verbalizer.label_words
-        return [encode_option(tokenizer, text, suffix, words[label], max_length) for text, label in rows]
+        template, words = data.verbalizer.template, data.verbalizer.label_words
+        return [encode_option(tokenizer, text, template, words[label], max_length) for text, label in rows]
     encoded = []
     for text in rows:
         ids = tokenizer(text, add_special_tokens=True)["input_ids"][:max_length]

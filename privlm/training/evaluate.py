@@ -42,7 +42,7 @@ def label_word_scores(
 ) -> np.ndarray:
     """Label-word scores (M, K) of the first ``max_examples`` test examples (:func:`option_scores`)."""
     test = data.test[:max_examples] if max_examples else data.test
-    return option_scores(model, tokenizer, [t for t, _ in test], data.verbalizer.suffix, data.verbalizer.label_words,
+    return option_scores(model, tokenizer, [t for t, _ in test], data.verbalizer.template, data.verbalizer.label_words,
                          batch_size=batch_size, max_length=max_length)
 
 

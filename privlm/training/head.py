@@ -39,7 +39,7 @@ def label_token_ids(tokenizer: PreTrainedTokenizerBase, verbalizer: Verbalizer) 
     them apart). The ids do not depend on the text: context and label word are tokenized separately."""
     ids = []
     for word in verbalizer.label_words:
-        _, continuation = split_prompt("", verbalizer.suffix, word)
+        _, continuation = split_prompt("", verbalizer.template, word)
         tokens = tokenizer(continuation, add_special_tokens=False)["input_ids"]
         if not tokens:
             raise UserError(f"label word {word!r} encodes to no tokens")

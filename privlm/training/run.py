@@ -25,6 +25,8 @@ from transformers.pytorch_utils import Conv1D
 from privlm.atomic import write_text_atomic
 from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.errors import UserError
+from privlm.evaluation.prompts import check_label_words
+from privlm.resources.datasets import DataSpec
 from privlm.resources.models import load_model
 from privlm.training import prefix_cache
 from privlm.training.checkpoint import replace_folder, retire_checkpoints
@@ -87,7 +89,7 @@ def save_head(head: LabelWordHead, data: TaskData, model_name: str, run_dir: Pat
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file({"rows": head.rows.weight.detach().contiguous()}, str(tmp / "label_rows.safetensors"))
-    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "suffix": data.verbalizer.suffix,
+    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "template": data.verbalizer.template,
             "label_token_ids": head.label_ids.tolist(),
             "use": "replace these rows of the base model's output layer (untied) to get the trained classifier"}
     (tmp / "head.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -112,7 +114,7 @@ class Session:
 
 
 def set_up(
-    model_name: str, data_name: str, config: TrainConfig, max_train: int | None = None, labels: object = None,
+    model_name: str, data_name: str | DataSpec, config: TrainConfig, max_train: int | None = None, labels: object = None,
     cache_dir: Path | None = None, on_cache_build: Callable[[int], None] | None = None,
 ) -> Session:
     """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
@@ -132,6 +134,8 @@ def set_up(
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
     collate = make_collate(tokenizer)
+    if config.task == "classify":
+        check_label_words(tokenizer, data.verbalizer)
     label_ids = label_token_ids(tokenizer, data.verbalizer) if config.task == "classify" else None
     features = None
     if config.head_only:
@@ -154,7 +158,7 @@ def set_up(
                    functools.partial(label_word_lm_losses, label_ids=torch.tensor(label_ids, dtype=torch.long)))
     module.train()
     run = prepare(module, rows, collate, config, ctx, loss_fn)
-    return Session(model_name, data_name, config, module, tokenizer, data, run, features, cache_dir)
+    return Session(model_name, str(data_name), config, module, tokenizer, data, run, features, cache_dir)
 
 
 def head_scores(session: Session, max_test: int | None) -> np.ndarray:

@@ -29,7 +29,7 @@ for cell in ("zero-shot", "exact-mixed", "hutchinson-k32", "non-private"):
         if not (HERE / "runs" / cell / "adapter").exists():
             continue
         model = PeftModel.from_pretrained(model, HERE / "runs" / cell / "adapter")
-    scores = option_scores(model, tokenizer, texts, verbalizer.suffix, verbalizer.label_words, max_length=T)
+    scores = option_scores(model, tokenizer, texts, verbalizer.template, verbalizer.label_words, max_length=T)
     predicted = scores.argmax(axis=1)
     correct[cell] = predicted == labels
     confusion = np.zeros((len(summary["classes"]),) * 2, dtype=int)

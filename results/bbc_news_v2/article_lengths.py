@@ -17,7 +17,7 @@ _, tokenizer = load_model("smollm2-135m")
 data = load_task_data("bbc-news", "classify", SPLIT_SEED)
 out = {}
 for split in ("train", "test"):
-    lengths = np.array([len(tokenizer(split_prompt(text, data.verbalizer.suffix, "x")[0])["input_ids"]) + 1
+    lengths = np.array([len(tokenizer(split_prompt(text, data.verbalizer.template, "x")[0])["input_ids"]) + 1
                         for text, _ in getattr(data, split)])
     out[split] = {"n": len(lengths), "median_tokens": float(np.median(lengths)), "p90": float(np.percentile(lengths, 90)),
                   "max": int(lengths.max()), **{f"share_over_{t}": float((lengths > t).mean()) for t in (256, 1024, 2048)}}

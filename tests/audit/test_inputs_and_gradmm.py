@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privlm.audit.bound import best_lower_bound
 from privlm.audit.gradmm import GradmmCanaries
 from privlm.audit.inputs import InputCanaries
 from privlm.audit.training import RunSettings
@@ -27,17 +28,31 @@ def test_input_canaries_are_refused_when_too_few():
         InputCanaries(canaries=1).run(RunSettings("exact", 1.0, 1e-5, 0.5, 1))
 
 
-@pytest.mark.parametrize("release", ["label-rows", "full"])
-def test_gradmm_canaries_audit_the_librarys_release(release, monkeypatch):
-    """The release is the library's draw_release at the calibrated σ; the claim is its exact ε. (Its
-    noise key comes from the OS; here a seeded one, so that the test is deterministic.)"""
+@pytest.fixture
+def seeded_release_key(monkeypatch):
+    """draw_release's noise key comes from the OS; a seeded one here, so that the tests are deterministic."""
     monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(0, "audit-test")))
+
+
+@pytest.mark.parametrize("release", ["label-rows", "full"])
+def test_gradmm_canaries_audit_the_librarys_release(release, seeded_release_key):
+    """The release is the library's draw_release at the calibrated σ; the claim is its exact ε; every
+    canary is clipped (gradient norm ≥ C) and moves its own direction by C."""
     outcome = GradmmCanaries(canaries=16, release=release).run(epsilon=20.0, delta=1e-5)
     assert outcome.details["noise_multiplier"] == gaussian_noise_multiplier(20.0, 1e-5)
     assert outcome.accounted_epsilon == pytest.approx(20.0, rel=1e-6)
+    assert outcome.details["hidden_size"] == 8 and outcome.details["smallest_gradient_norm"] >= 1.0
     assert outcome.scores.shape == (16,) and np.isfinite(outcome.scores).all()
-    # at ε = 20 the noise is small against one clipped gradient: included canaries score higher
-    assert outcome.scores[outcome.included].mean() > outcome.scores[~outcome.included].mean()
+    # at ε = 20, σ = 0.23: included canaries score ≈ 1, excluded ≈ 0
+    assert np.abs(outcome.scores - outcome.included).max() < 1.2
+
+
+@pytest.mark.parametrize("release", ["label-rows", "full"])
+def test_gradmm_canaries_reach_a_real_bound_below_the_claim(release, seeded_release_key):
+    """1,000 orthogonal canaries at ε = 8 (σ = 0.60): a bound of the DP-SGD white-box order, below ε."""
+    outcome = GradmmCanaries(canaries=1000, release=release).run(epsilon=8.0, delta=1e-5)
+    bound = best_lower_bound(outcome.scores, outcome.included, outcome.delta)
+    assert 2.0 <= bound.epsilon <= outcome.accounted_epsilon, bound
 
 
 @pytest.mark.slow

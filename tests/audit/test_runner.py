@@ -45,6 +45,15 @@ def test_cells_are_cached_and_reused(tmp_path, monkeypatch):
     assert other[0]["seed"] == 1
 
 
+def test_a_cell_is_recomputed_only_when_a_scale_field_of_its_mechanism_changes(tmp_path, monkeypatch):
+    cells = [Cell("dpsgd-whitebox", "exact", 1.0), Cell("gradmm", "full", 1.0)]
+    first = run_grid(cells, TINY, 1e-5, 0, tmp_path)
+    recomputed = []
+    monkeypatch.setattr(runner, "audit_cell", lambda cell, *a: recomputed.append(cell) or first[1])
+    run_grid(cells, replace(TINY, gradmm_canaries=16), 1e-5, 0, tmp_path)  # DP-SGD reads no GRADMM field
+    assert recomputed == [cells[1]]
+
+
 def _row(bound: float, accounted: float) -> dict:
     return {"mechanism": "dpsgd-whitebox", "mode": "exact", "epsilon": 1.0, "accounted_epsilon": accounted,
             "epsilon_lower_bound": bound, "violation": bound > accounted, "guesses": 10, "correct": 9,

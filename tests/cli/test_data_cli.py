@@ -19,7 +19,7 @@ def test_rotten_tomatoes_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert sum(facts["split_class_counts"].values()) == facts["split_sizes"]["test"]
     assert len(facts["examples"]) == 3 and facts["split"] == "test"
     assert all(e["label_name"] == facts["label_names"][e["label"]] for e in facts["examples"])
-    assert facts["verbalizer"] == {"suffix": " It was ", "label_words": ["bad", "great"]}
+    assert facts["verbalizer"] == {"template": "{text} It was ", "label_words": ["bad", "great"]}
 
 
 def test_same_seed_same_examples_other_seed_different(capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,7 +119,7 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path: Path, capsys: pyt
     for key in ("num_classes", "label_names", "verbalizer"):
         assert a[key] == b[key]
     assert a["label_names"] == ["neg", "pos", "mixed"]
-    assert a["verbalizer"] == {"suffix": " Label: ", "label_words": ["bad", "great", "meh"]}
+    assert a["verbalizer"] == {"template": "{text} Label: ", "label_words": ["bad", "great", "meh"]}
     assert b["class_counts"] == {"neg": 0, "pos": 20, "mixed": 0}
     name_of = {e["text"]: e["label_name"] for e in a["examples"]}
     assert b["examples"] and all(name_of.get(e["text"], "pos") == e["label_name"] == "pos" for e in b["examples"])

@@ -31,7 +31,7 @@ def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.
     write_keyword_rows(data, 200, seed=1, names=True)  # public classes, --labels bad,great: bad=0, great=1
     write_keyword_rows(train, 32, seed=2, names=False)
     code = run(["eval", "--model", "tiny-llama", "--preset", "tiny", "--train", str(train),
-                "--test", f"jsonl:{data}", "--labels", "bad,great", "--select-epoch", "--json"])
+                "--data", f"jsonl:{data}", "--labels", "bad,great", "--select-epoch", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test", labels="bad,great")) and out["n_train"] == 32
@@ -50,7 +50,7 @@ def test_eval_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert run([*base, "--train", str(train)]) == 2
     assert "does not match class 1 ('great')" in capsys.readouterr().err
     assert run([*base, "--train", str(tmp_path / "missing.jsonl")]) == 2
-    assert "missing.jsonl does not exist" in capsys.readouterr().err
+    assert "file not found" in capsys.readouterr().err
     assert run([*base, "--train", str(train), "--preset", "huge"]) == 2
     assert "unknown fine-tuning preset 'huge'" in capsys.readouterr().err
     assert run([*base[:-2], "--train", str(train)]) == 2  # user data without --labels

@@ -9,7 +9,7 @@ import pytest
 from privlm.errors import UserError
 from privlm.evaluation.compare import matched_random_subset, synthetic_vs_random
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune import preset
+from privlm.evaluation.finetune_config import preset
 from privlm.evaluation.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 

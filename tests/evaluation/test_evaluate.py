@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune import preset
+from privlm.evaluation.finetune_config import preset
 from privlm.evaluation.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation.finetune import FinetuneConfig, finetune_classifier, preset, select_and_finetune
+from privlm.evaluation.finetune import finetune_classifier, select_and_finetune
+from privlm.evaluation.finetune_config import FinetuneConfig, preset
 from privlm.evaluation.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 from privlm.errors import UserError
-from privlm.evaluation.finetune import finetune_classifier, preset
+from privlm.evaluation.finetune import finetune_classifier
+from privlm.evaluation.finetune_config import preset
 from privlm.evaluation.mia import attack_from_losses, example_losses, membership_inference
 from privlm.evaluation.scoring import option_scores
 from privlm.resources.tiny import build_tiny_model

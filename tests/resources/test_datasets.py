@@ -26,7 +26,7 @@ def test_sentiment_verbalizers_follow_design() -> None:
     assert rotten.verbalizer.completion("A fine film.", 1) == "A fine film. It was great"
     assert rotten.verbalizer.label_words == ("bad", "great")
     tweets = load_dataset("tweets")
-    assert "joy or sadness" in tweets.verbalizer.suffix and tweets.verbalizer.label_words == ("sadness", "joy")
+    assert "joy or sadness" in tweets.verbalizer.template and tweets.verbalizer.label_words == ("sadness", "joy")
 
 
 def test_unknown_dataset_lists_known_names() -> None:

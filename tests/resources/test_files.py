@@ -47,7 +47,7 @@ def test_user_file_through_the_registry(tmp_path: Path) -> None:
     path = write(tmp_path / "d.jsonl", "\n".join(lines))
     full = load_dataset(f"jsonl:{path}", labels="0,1")
     assert len(full) == 40 and sum(full.split_sizes.values()) == 40 and full.split_sizes["train"] > 24
-    assert full.verbalizer.suffix == " Label: " and full.verbalizer.label_words == ("0", "1")
+    assert full.verbalizer.template == "{text} Label: " and full.verbalizer.label_words == ("0", "1")
     assert full.verbalizer.completion("t0", 1) == "t0 Label: 1"
     worded = load_dataset(f"jsonl:{path}", labels="no=bad,yes=great")
     assert worded.label_names == ("no", "yes") and worded.verbalizer.label_words == ("bad", "great")

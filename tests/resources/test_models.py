@@ -12,7 +12,8 @@ from huggingface_hub import constants
 from privlm.errors import UserError
 from privlm.resources import online
 from privlm.resources.models import MODEL_NAMES, cache_path, count_parameters, describe_model, is_cached, load_model
-from privlm.resources.tiny import TINY_MODELS, build_tiny_model
+from privlm.names import TINY_MODELS
+from privlm.resources.tiny import build_tiny_model
 
 
 @pytest.mark.parametrize("name", TINY_MODELS)

@@ -47,7 +47,7 @@ def test_head_predictions_are_the_label_word_scoring_with_the_trained_rows():
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie, then put the rows in
     with torch.no_grad():
         model.lm_head.weight[ids] = head.rows.weight
-    theirs = torch.from_numpy(option_scores(model, tokenizer, TEXTS, VERBALIZER.suffix, VERBALIZER.label_words, max_length=32))
+    theirs = torch.from_numpy(option_scores(model, tokenizer, TEXTS, VERBALIZER.template, VERBALIZER.label_words, max_length=32))
     assert torch.equal(ours.argmax(1), theirs.argmax(1))
     shift = theirs - ours  # full-vocabulary log-softmax vs K-way: one constant per text
     torch.testing.assert_close(shift, shift[:, :1].expand_as(shift), rtol=0, atol=1e-5)  # option_scores: float32

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from privlm.dpsgd import estimators
+from privlm.names import NORM_MODES  # noqa: F401  (re-exported by privlm.dpsgd.norms)
 
 NormMode = Literal["exact", "ghost", "mixed", "hutchinson", "hutchpp"]
-NORM_MODES: tuple[str, ...] = ("exact", "ghost", "mixed", "hutchinson", "hutchpp")
 RANDOMIZED_MODES: tuple[str, ...] = ("hutchinson", "hutchpp")
 
 

@@ -31,7 +31,7 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     params = dict(ctx.params)
     config = make_config(params.pop("preset", "paper"), **params, seed=ctx.seed)
     model = copy.deepcopy(ctx.model).requires_grad_(False)  # GRADMM differentiates the inputs only
-    prompt = build_prompt(ctx.tokenizer, ctx.suffix, ctx.label_words, ctx.label_names)
+    prompt = build_prompt(ctx.tokenizer, ctx.template, ctx.label_words, ctx.label_names)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     dp = ctx.epsilon is not None
     cache = None if ctx.private_cache is None else ctx.private_cache / (

@@ -1,0 +1,12 @@
+"""Public names of choices (norm modes, tasks, models), shared by the CLI's help and the code behind it.
+
+Standard library only: ``privlm --help`` reads these without importing torch or transformers.
+"""
+
+from __future__ import annotations
+
+NORM_MODES: tuple[str, ...] = ("exact", "ghost", "mixed", "hutchinson", "hutchpp")
+TASKS: tuple[str, ...] = ("classify", "lm")
+DEFAULT_MODEL = "smollm2-135m"
+TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-gpt2")
+MODEL_NAMES: tuple[str, ...] = (DEFAULT_MODEL, *TINY_MODELS)
