@@ -1,4 +1,5 @@
-"""``privlm synth``: differentially private synthetic text with GRADMM."""
+"""``privlm synth``: differentially private synthetic text with GRADMM (default), Private Evolution (``--method pe``)
+or DP fine-tune-then-generate (``--method dp-finetune``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from privlm.cli._common import LABELS, TEMPLATE, console, err_console, print_jso
 from privlm.errors import UserError
 from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES, SynthConfig, make_config
 from privlm.resources.datasets import DataSpec
+from privlm.synthesis.registry import synth_methods
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from privlm.gradmm.pipeline import SynthResult
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
+SYNTH_METHODS = tuple(sorted(synth_methods()))  # the registry's methods that privlm synth runs
 
 
 def private_examples(data: str | DataSpec, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
@@ -118,16 +121,21 @@ def synthesize_with_progress(
     return result, time.perf_counter() - start
 
 
+def print_rows(title: str, rows: list[dict[str, Any]], score: str, show: Callable[[dict[str, Any]], str]) -> None:
+    """The synthetic rows as a rich table: label name, ``score`` (``show(row)``) and text."""
+    table = Table(title=title)
+    for col in ("label", score, "text"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["label_name"], show(row), row["text"])
+    console.print(table)
+
+
 def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
     """The examples beside the privacy they cost, as a rich table."""
     from privlm.gradmm.pipeline import RunPaths
 
-    table = Table(title=f"synthetic examples ({out})")
-    for col in ("label", "match loss", "text"):
-        table.add_column(col)
-    for row in result.rows:
-        table.add_row(row["label_name"], f"{row['match_loss']:.4f}", row["text"])
-    console.print(table)
+    print_rows(f"synthetic examples ({out})", result.rows, "match loss", lambda row: f"{row['match_loss']:.4f}")
     privacy = result.privacy
     if privacy["dp"]:
         console.print(
@@ -215,8 +223,18 @@ def register(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, "--seed", help="seed of the synthetic batches (not of the noise)"),
         resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished batches"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
+        method: str = typer.Option(
+            "gradmm", "--method", help=f"{', '.join(SYNTH_METHODS)}: GRADMM, Private Evolution, DP fine-tune then generate"),
+        iterations: int | None = typer.Option(None, "--iterations", help="pe: noisy histograms T (default 3)"),
+        variations: int | None = typer.Option(None, "--variations", help="pe: rewrites per survivor (default 3)"),
+        population: float | None = typer.Option(None, "--population", help="pe: candidates per output example (default 2)"),
+        max_new_tokens: int | None = typer.Option(
+            None, "--max-new-tokens", help="pe, dp-finetune: tokens per generated text (default 40)"),
+        epochs: float | None = typer.Option(None, "--epochs", help="dp-finetune: DP-SGD epochs (default 1)"),
+        lora_layers: int | None = typer.Option(
+            None, "--lora-layers", help="dp-finetune: LoRA on the last N blocks (default 2)"),
     ) -> None:
-        """Generate DP synthetic examples by last-layer gradient matching (GRADMM)."""
+        """Generate DP synthetic examples: last-layer gradient matching (GRADMM), Private Evolution, or DP fine-tuning then sampling."""
         from privlm.resources.datasets import data_spec
         from privlm.resources.models import load_model
 
@@ -224,6 +242,15 @@ def register(app: typer.Typer) -> None:
         if data is not None and train is not None:
             raise UserError("give --data NAME (its train split is private) or --train FILE (the whole private set), not both")
         spec, classes = data_spec(data, train), public_classes(labels, template)
+        if method not in SYNTH_METHODS:
+            raise UserError(f"--method {method!r} is not one of {', '.join(SYNTH_METHODS)}")
+        if method != "gradmm":
+            overrides = {"seed": seed, "max_new_tokens": max_new_tokens}
+            overrides |= ({"iterations": iterations, "variations": variations, "population": population} if method == "pe"
+                          else {"epochs": epochs, "lora_layers": lora_layers})
+            run_method_command(method, model, spec, classes, per_class, out, epsilon, delta, private_per_class, resume,
+                               json_out, {k: v for k, v in overrides.items() if v is not None})
+            return
         config = make_config(
             preset, private_per_class=private_per_class, length=length, batch=batch, outer_steps=outer_steps,
             inner_steps=inner_steps, rho=rho, top_k=top_k, clip=clip, seed=seed, label_filter=label_filter,
@@ -240,3 +267,63 @@ def register(app: typer.Typer) -> None:
         else:
             show_result(result, out, wall_s)
 
+
+
+def run_method_command(
+    method: str, model_name: str, data: DataSpec, labels: object, per_class: int, out: Path, epsilon: float | None,
+    delta: float | None, private_per_class: int | None, resume: bool, json_out: bool, overrides: dict[str, Any],
+) -> None:
+    """``privlm synth --method pe`` (Private Evolution) or ``--method dp-finetune`` (DP fine-tune, then
+    generate) on the train split (or its first N per class)."""
+    from privlm.resources.datasets import load_dataset
+    from privlm.resources.models import load_model
+
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    if not out.parent.is_dir():
+        raise UserError(f"output folder {out.parent} does not exist")
+    if method == "dp-finetune":
+        from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+        from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
+
+        if epsilon is None:
+            raise UserError("--method dp-finetune trains with DP-SGD: give --epsilon and --delta (not --no-dp)")
+        config, workdir = DPFinetuneConfig(**overrides), out.with_name(out.name + ".dpft")
+    else:
+        from privlm.synthesis.pe.config import PEConfig
+        from privlm.synthesis.pe.mechanism import PEPaths, run_pe
+
+        config, workdir = PEConfig(**overrides), PEPaths(out).workdir
+    if workdir.exists() and not resume:
+        raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
+    label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
+    load_private = private_examples(data, private_per_class, labels)
+    if private_per_class is not None:
+        load_private = load_private().copy  # a cut larger than a class is refused here, before anything is written
+    loaded, tokenizer = load_model(model_name)
+    start = time.perf_counter()
+    with err_console.status(method) as status:
+        if method == "pe":
+            result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
+                            epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": str(data)},
+                            on_phase=lambda text: status.update(text))
+            extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
+        else:
+            result = run_dp_finetune(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
+                                     config=config, epsilon=epsilon, delta=delta, run_dir=workdir,
+                                     on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
+            extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
+    wall_s = time.perf_counter() - start
+    if json_out:
+        print_json({"out": str(out), "method": method, "rows": result.rows, "privacy": result.privacy, **extra,
+                    "wall_s": wall_s})
+        return
+    print_rows(f"{method} synthetic examples ({out})", result.rows, "votes",
+               lambda row: f"{row['noisy_votes']:.1f}" if "noisy_votes" in row else "")
+    privacy = result.privacy
+    if privacy["dp"]:
+        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
+                      + detail.format(**privacy, **privacy.get("settings", {})) + ")")
+    else:
+        console.print(f"[bold red]{privacy['warning']}[/bold red]")
+    console.print(f"{len(result.rows)} examples in {out} (sidecar {out.with_suffix('.privacy.json')}), {wall_s:.0f} s")

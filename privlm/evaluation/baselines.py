@@ -62,35 +62,70 @@ def sample_texts(
 
     Uses ``torch.manual_seed(seed + round)`` inside a forked RNG, so the caller's RNG is untouched.
     """
-    ids = torch.tensor([tokenizer(prompt, add_special_tokens=not tokenizer.chat_template)["input_ids"]])
+    return sample_many(model, tokenizer, [prompt], n, seed, sampling)[0]
+
+
+def sample_many(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    per_prompt: int,
+    seed: int,
+    sampling: Sampling,
+    batch_size: int = 48,
+) -> list[list[str]]:
+    """``per_prompt`` non-empty cleaned continuations of each prompt, generated for ≈ ``batch_size``
+    sequences at a time (prompts left-padded to a common length); empty ones are resampled up to
+    ``max_rounds`` times.
+
+    Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
+    in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`."""
+    encoded = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
     context = model.config.max_position_embeddings
-    if ids.shape[1] + sampling.max_new_tokens > context:
+    longest = max((len(ids) for ids in encoded), default=0)
+    if longest + sampling.max_new_tokens > context:
         raise UserError(
-            f"prompt of {ids.shape[1]} tokens + {sampling.max_new_tokens} new tokens exceeds the model's context of {context}"
+            f"prompt of {longest} tokens + {sampling.max_new_tokens} new tokens exceeds the model's context of {context}"
         )
-    texts: list[str] = []
-    for round_ in range(sampling.max_rounds):
-        with torch.random.fork_rng(devices=[]), torch.inference_mode():
-            torch.manual_seed(seed + round_)
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=0,
-                max_new_tokens=sampling.max_new_tokens,
-                num_return_sequences=n - len(texts),
-                pad_token_id=pad_token_id(tokenizer),
-            )
-        decoded = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-        texts.extend(t for t in map(clean_generation, decoded) if t)
-        if len(texts) == n:
-            return texts
-    raise UserError(f"the model gave only {len(texts)} non-empty texts out of {n} for prompt {prompt[:60]!r}")
+    pad = pad_token_id(tokenizer)
+    step = max(1, batch_size // per_prompt)
+    texts: list[list[str]] = [[] for _ in prompts]
+    for first in range(0, len(prompts), step):
+        chunk = range(first, min(first + step, len(prompts)))
+        for round_ in range(sampling.max_rounds):
+            todo = [j for j in chunk if len(texts[j]) < per_prompt]
+            if not todo:
+                break
+            width, count = max(len(encoded[j]) for j in todo), max(per_prompt - len(texts[j]) for j in todo)
+            ids = torch.tensor([[pad] * (width - len(encoded[j])) + encoded[j] for j in todo])
+            mask = torch.tensor([[0] * (width - len(encoded[j])) + [1] * len(encoded[j]) for j in todo])
+            with torch.random.fork_rng(devices=[]), torch.inference_mode():
+                torch.manual_seed(seed + round_ + 7919 * first)
+                out = model.generate(
+                    ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=0,
+                    max_new_tokens=sampling.max_new_tokens,
+                    num_return_sequences=count,
+                    pad_token_id=pad,
+                )
+            decoded = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+            for i, j in enumerate(todo):
+                cleaned = [t for t in map(clean_generation, decoded[i * count : (i + 1) * count]) if t]
+                texts[j].extend(cleaned[: per_prompt - len(texts[j])])
+        for j in chunk:
+            if len(texts[j]) < per_prompt:
+                raise UserError(
+                    f"the model gave only {len(texts[j])} non-empty texts out of {per_prompt} for prompt {prompts[j][:60]!r}"
+                )
+    return texts
 
 
-def _instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:
+def class_instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:
+    """The public instruction of each class: ``instructions``, or the default with each class name."""
     if instructions is None:
         return [DEFAULT_INSTRUCTION.format(label_name=name) for name in label_names]
     if len(instructions) != len(label_names):
@@ -110,7 +145,7 @@ def zero_shot(
 ) -> list[dict[str, object]]:
     """``n_per_class`` generated rows per class from public instructions only (no private data)."""
     rows: list[dict[str, object]] = []
-    for label, instruction in enumerate(_instructions(label_names, instructions)):
+    for label, instruction in enumerate(class_instructions(label_names, instructions)):
         prompt = chat_prompt(tokenizer, instruction)
         for text in sample_texts(model, tokenizer, prompt, n_per_class, seed + 1000 * label, sampling):
             rows.append({"text": text, "label": label, "label_name": label_names[label], "method": "zero-shot", "uses_private_data": False})
@@ -135,7 +170,7 @@ def few_shot(
     """
     rng = np.random.default_rng(seed)
     rows: list[dict[str, object]] = []
-    for label, instruction in enumerate(_instructions(label_names, instructions)):
+    for label, instruction in enumerate(class_instructions(label_names, instructions)):
         texts = [t for t, y in pool if y == label]
         if len(texts) < k:
             raise UserError(f"class {label_names[label]!r} has {len(texts)} pool examples, fewer than k={k} shots")

@@ -53,6 +53,7 @@ from privlm.errors import UserError
 from privlm.evaluation.finetune_config import FinetuneConfig, preset
 from privlm.resources.datasets import DataSpec, data_spec
 from privlm.resources.labels import LabelSpec, as_labels, with_template
+from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
 
 NO_DP = "none"
 FULL_POOL = "full-pool"
@@ -79,11 +80,6 @@ def method_hash(config: dict[str, Any], name: str) -> str:
     (not its list of ε values: each cell has its own ε)."""
     spec = next(m for m in config["methods"] if m["name"] == name)
     return digest({"shared": shared_hash(config), "name": name, "params": spec["params"]})
-
-
-def base_name(name: str) -> str:
-    """The registered method behind a method table's name: ``gradmm@top50`` → ``gradmm``."""
-    return name.split("@", 1)[0]
 
 
 @dataclass(frozen=True)

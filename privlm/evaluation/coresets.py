@@ -24,15 +24,30 @@ def last_token_features(
     batch_size: int = 16,
     max_length: int = 128,
 ) -> np.ndarray:
-    """Final hidden state (after the final norm) at each text's last real token, ``(len(texts), hidden)``.
+    """Final hidden state (after the final norm) at each text's last real token, ``(len(texts), hidden)``:
+    :func:`hidden_features` with ``pooling="last"``."""
+    return hidden_features(model, tokenizer, texts, "last", batch_size, max_length)
 
-    float64; computed by the model's backbone (``model.base_model``), without the LM head.
 
-    Right padding with an attention mask; texts longer than ``max_length`` tokens keep their end.
+def hidden_features(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    pooling: str = "last",
+    batch_size: int = 16,
+    max_length: int = 128,
+) -> np.ndarray:
+    """Final hidden states (after the final norm) of each text, ``(len(texts), hidden)``, float64: at the
+    last real token (``pooling="last"``) or averaged over the real tokens (``"mean"``).
+
+    Computed by the model's backbone (``model.base_model``), without the LM head. Right padding with an
+    attention mask; texts longer than ``max_length`` tokens keep their end.
     """
+    if pooling not in ("last", "mean"):
+        raise UserError(f"pooling must be 'last' or 'mean', got {pooling!r}")
     encoded = [tokenizer(t, add_special_tokens=True)["input_ids"][-max_length:] for t in texts]
     if any(len(ids) == 0 for ids in encoded):
-        raise UserError("a text encodes to no tokens; cannot take its last-token features")
+        raise UserError("a text encodes to no tokens; cannot take its hidden-state features")
     pad = pad_token_id(tokenizer)
     out = []
     was_training = model.training
@@ -45,8 +60,12 @@ def last_token_features(
                 ids = torch.tensor([x + [pad] * (width - len(x)) for x in chunk])
                 mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in chunk])
                 hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # no LM head
-                last = torch.tensor([len(x) - 1 for x in chunk])
-                out.append(hidden[torch.arange(len(chunk)), last].double().numpy())
+                if pooling == "mean":
+                    weights = mask.to(hidden.dtype)[:, :, None]
+                    out.append(((hidden * weights).sum(1) / weights.sum(1)).double().numpy())
+                else:
+                    last = torch.tensor([len(x) - 1 for x in chunk])
+                    out.append(hidden[torch.arange(len(chunk)), last].double().numpy())
     finally:
         model.train(was_training)
     return np.concatenate(out)

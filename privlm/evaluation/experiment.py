@@ -35,18 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 from privlm.errors import UserError
 from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.methods import Method, MethodContext, get_method
 from privlm.atomic import write_text_atomic
 from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.evaluation.report import write_report
 from privlm.evaluation.sampling import per_class_indices, subsample
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
+from privlm.synthesis.registry import Method, MethodContext, get_method
 
 
 @dataclass
@@ -222,7 +221,7 @@ def run_experiment(
                 params={**_default_instructions(train, method), **spec.params},
                 private_cache=out / "work" / "private-cache" / config.shared_hash,
             )
-            write_jsonl_atomic(set_path, method.run(ctx))
+            write_jsonl_atomic(set_path, method(ctx))
         generation_s = time.perf_counter() - start
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
         finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from privlm.evaluation.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
-from privlm.evaluation.methods import get_method  # noqa: E402
+from privlm.synthesis.registry import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 
 

@@ -14,8 +14,8 @@ from typing import Callable
 
 from privlm.errors import UserError
 from privlm.privacy.accountant import DEFAULT_DISCRETIZATION, Method, PrivacyAccountant
-from privlm.privacy.events import Clipping, PoissonGaussianStep
-from privlm.privacy.validation import check_count, check_delta, check_epsilon
+from privlm.privacy.events import Clipping, GaussianRelease, PoissonGaussianStep
+from privlm.privacy.validation import check_count, check_delta, check_epsilon, check_noise_multiplier_for_sampler
 
 SIGMA_RANGE = (1e-3, 1e4)
 COARSE_DISCRETIZATION = 1e-3
@@ -112,9 +112,58 @@ def calibrate_noise_multiplier(
             sigma, sample_rate, steps, delta, clipping, probes, method, discretization, snapped
         )
 
-    start = 1.0
+    return _calibrate(epsilon_at, target_epsilon, method, rtol, value_discretization)
+
+
+def gaussian_releases_epsilon(
+    noise_multiplier: float,
+    releases: int,
+    delta: float,
+    snapped: int = 0,
+    value_discretization: float = DEFAULT_DISCRETIZATION,
+) -> float:
+    """ε (PLD, pessimistic) after ``releases`` adaptively composed Gaussian mechanisms of noise multiplier σ
+    (noise std / L2 sensitivity), each snapping ``snapped`` coordinates (e.g. Private Evolution's histograms)."""
+    check_count(releases, "releases")
+    accountant = PrivacyAccountant("pld", value_discretization)
+    accountant.record(GaussianRelease(noise_multiplier, snapped), releases)
+    return accountant.epsilon(delta)
+
+
+def calibrate_gaussian_releases(
+    target_epsilon: float,
+    delta: float,
+    releases: int,
+    snapped: int = 0,
+    rtol: float = 1e-3,
+    value_discretization: float = DEFAULT_DISCRETIZATION,
+) -> float:
+    """Smallest σ (within 1 + ``rtol``) such that ``releases`` Gaussian mechanisms of noise multiplier σ,
+    composed (PLD, as the ledger will report them), are (target ε, δ)-DP; refuses σ below the sampler's
+    floor (:func:`privlm.privacy.validation.check_noise_multiplier_for_sampler`)."""
+    check_epsilon(target_epsilon, "target epsilon")
+    check_delta(delta)
+    check_count(releases, "releases")
+    GaussianRelease(1.0, snapped)  # validates ``snapped`` before the search
+
+    def epsilon_at(discretization: float) -> Callable[[float], float]:
+        return lambda sigma: gaussian_releases_epsilon(sigma, releases, delta, snapped, discretization)
+
+    sigma = _calibrate(epsilon_at, target_epsilon, "pld", rtol, value_discretization)
+    check_noise_multiplier_for_sampler(sigma)
+    return sigma
+
+
+def _calibrate(
+    epsilon_at: Callable[[float], Callable[[float], float]],
+    target_epsilon: float,
+    method: Method,
+    rtol: float,
+    value_discretization: float,
+) -> float:
+    """Bisection on ``epsilon_at(discretization)``; with a fine PLD grid, σ is first located on a coarser
+    (still pessimistic) grid and then settled on the requested one."""
     if method == "pld" and value_discretization < COARSE_DISCRETIZATION:
-        # locate σ cheaply on a coarser (still pessimistic) grid, then settle it on the requested one
         start = bisect_noise_multiplier(epsilon_at(COARSE_DISCRETIZATION), target_epsilon, rtol)
         return bisect_noise_multiplier(epsilon_at(value_discretization), target_epsilon, rtol, start, 1 + 4 * rtol)
-    return bisect_noise_multiplier(epsilon_at(value_discretization), target_epsilon, rtol, start)
+    return bisect_noise_multiplier(epsilon_at(value_discretization), target_epsilon, rtol)

@@ -13,7 +13,7 @@ from privlm.errors import UserError
 from privlm.evaluation import experiment
 from privlm.evaluation.config import load_config, parse_config
 from privlm.evaluation.experiment import run_experiment
-from privlm.evaluation.methods import METHODS, Method, register_method
+from privlm.synthesis.registry import METHODS, Method, register_method
 
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
 BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import privlm.evaluation.gradmm_method  # noqa: F401  (registers the "gradmm" method)
 
 from privlm.evaluation.config import parse_config
 from privlm.evaluation.report import summarize, verdicts, write_report

@@ -16,12 +16,11 @@ seed only: cells that share them (DP, noise-only, no-DP, every ε) read them fro
 from __future__ import annotations
 
 import copy
-from dataclasses import fields
 from typing import Any
 
 from privlm.evaluation.config import digest
-from privlm.evaluation.methods import Method, MethodContext, register_method
-from privlm.gradmm.config import SynthConfig, make_config
+from privlm.synthesis.registry import MethodContext
+from privlm.gradmm.config import make_config
 from privlm.gradmm.pipeline import run_synthesis
 from privlm.gradmm.prompt import build_prompt
 from privlm.gradmm.release import model_fingerprint
@@ -48,14 +47,3 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
-
-register_method(
-    "gradmm",
-    Method(
-        gradmm_rows,
-        "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'; "
-        "noise_only: public control, reads no private data",
-        takes_epsilon=True,
-        params=frozenset({"preset"} | {f.name for f in fields(SynthConfig)} - {"seed"}),
-    ),
-)

@@ -1,0 +1,34 @@
+"""The ``dp-finetune-gen`` experiment method: DP fine-tune, then generate (:mod:`privlm.synthesis.dp_finetune`).
+
+The training run depends on the cell's ε and seed and the method's parameters, not on n, so the cells
+that differ only in n share one run, kept in ``ctx.private_cache`` (its checkpoints hold noise keys
+while it trains: private); each cell samples its own n per class from it. Published together, those
+cells are one release (one ε), not several. Parameters (TOML ``[methods.dp-finetune-gen]``): any
+:class:`privlm.synthesis.dp_finetune.DPFinetuneConfig` field but ``seed`` (the cell's seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from privlm.errors import UserError
+from privlm.evaluation.config import digest
+from privlm.synthesis.registry import MethodContext
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
+
+
+def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
+    """``n_per_class`` texts per class sampled from the model DP fine-tuned on the pool at the cell's ε."""
+    if ctx.epsilon is None:
+        raise UserError("dp-finetune-gen needs an ε (epsilons = [...]); 'none' is not supported")
+    config = DPFinetuneConfig(**{**ctx.params, "seed": ctx.seed})
+    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    shared = ctx.private_cache or ctx.workdir
+    run_dir = shared / ("dpft-" + digest({"epsilon": ctx.epsilon, "delta": ctx.delta, "config": config.to_dict()}))
+    result = run_dp_finetune(
+        ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.workdir / "synthetic.jsonl",
+        per_class=ctx.n_per_class, config=config, epsilon=ctx.epsilon, delta=ctx.delta, run_dir=run_dir,
+    )
+    return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
+

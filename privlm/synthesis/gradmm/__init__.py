@@ -1,0 +1,21 @@
+"""``gradmm``: GRADMM's DP synthetic text (core in :mod:`privlm.gradmm`, experiment adapter in :mod:`.method`)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from privlm.gradmm.config import SynthConfig
+from privlm.synthesis.registry import Method, register_method
+
+register_method(
+    "gradmm",
+    Method(
+        "privlm.synthesis.gradmm.method:gradmm_rows",
+        "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'; "
+        "noise_only: public control, reads no private data",
+        takes_epsilon=True,
+        params=frozenset({"preset"} | {f.name for f in fields(SynthConfig)} - {"seed"}),
+        summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
+        synth="gradmm",
+    ),
+)

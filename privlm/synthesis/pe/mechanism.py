@@ -1,0 +1,335 @@
+"""Private Evolution for text (Aug-PE; Xie et al., ICML 2024): DP synthetic text without training.
+
+Per class, a population of M public candidates (zero-shot samples of the public LM,
+:func:`privlm.evaluation.baselines.zero_shot`) evolves for T iterations. In iteration t every private
+example votes once, for its nearest candidate of its own class (mean-pooled final hidden states of the
+public model, unit-normalized, Euclidean nearest neighbour with scikit-learn), and the vote histogram of
+all classes together is released with Gaussian noise. The ⌈M/(1+V)⌉ candidates with the most noisy votes
+survive and the public LM writes V rewrites ("variations") of each; after the last iteration the top
+n per class by the last noisy histogram are the output.
+
+**Guarantee.** Under add/remove-one adjacency an example casts exactly one vote per iteration, so one
+iteration's histogram (all classes concatenated, K·M bins) changes by one in one bin: L2 sensitivity 1.
+Adding N(0, σ²) to every bin is a Gaussian mechanism with noise multiplier σ, and the T iterations
+compose adaptively as T ``GaussianRelease(σ)`` events; σ is the smallest (within 1e-3) for which
+privlm's PLD accountant gives ε ≤ target at δ (:func:`privlm.privacy.calibration.calibrate_gaussian_releases`),
+and the ledger reports what was drawn. Noise: a fresh 256-bit OS key per histogram
+(:class:`privlm.randomness.SecureRandom`), float64, snapped (:mod:`privlm.privacy.snapping`, clamp 2¹⁶σ so
+no realistic vote count is cut) with the slack counted in every event. Assumptions: labels are part of
+the record; M, K, T, the instructions and the public model are public; nothing about the private data
+but the noisy histograms is released.
+
+**The wall.** Private data enters through ``load_private`` alone, which only :class:`PrivateVoter`
+calls (and only when a histogram must be drawn): it turns the texts into embeddings (kept in memory, or
+in ``embedding_cache``, which is as private as the data) and answers each iteration with the noisy
+histogram. Generation, candidate embeddings, selection and variations see noisy histograms and public
+inputs only.
+
+**Files** next to ``FILE.jsonl``, in ``FILE.jsonl.pe/``: ``privacy.json`` — the write-ahead ledger (an
+entry is durable before each draw; a draw that died before its histogram was saved is redrawn and
+counted again: an over-count, never an under-count); ``run.json`` — the public settings a resume must
+repeat; ``population{t}.json`` — iteration t's public candidates; ``histogram{t}.json`` — iteration t's
+noisy histogram, saved the moment it is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
+``FILE.privacy.json`` are written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.atomic import atomic_path, write_text_atomic
+from privlm.errors import UserError
+from privlm.evaluation.baselines import chat_prompt, sample_many, zero_shot
+from privlm.evaluation.coresets import hidden_features
+from privlm.privacy.calibration import calibrate_gaussian_releases
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
+from privlm.randomness import SecureRandom
+from privlm.synthesis.pe.config import PEConfig
+
+def histogram_snapped(n_classes: int, candidates: int) -> int:
+    """The ``snapped`` count of one histogram's event: K·M bins at clamp 2¹⁶σ."""
+    return snapped_coordinates(n_classes * candidates, MAX_CLAMP_BITS)
+
+
+def noise_multiplier(epsilon: float, delta: float, config: PEConfig, n_classes: int, per_class: int) -> float:
+    """σ for T histograms of K·M bins: the smallest whose composition is (ε, δ)-DP (PLD, snapping slack counted)."""
+    snapped = histogram_snapped(n_classes, config.candidates(per_class))
+    return calibrate_gaussian_releases(epsilon, delta, config.iterations, snapped)
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+
+
+def vote_counts(private: np.ndarray, labels: np.ndarray, candidates: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Exact votes (PRIVATE): per class k, how many class-k private embeddings have each class-k candidate
+    as their nearest (Euclidean; ties to the lower index). One vote per example: L2 sensitivity 1."""
+    from sklearn.neighbors import NearestNeighbors
+
+    counts = []
+    for k, cand in enumerate(candidates):
+        members = private[labels == k]
+        votes = np.zeros(len(cand), dtype=np.int64)
+        if len(members):
+            nearest = NearestNeighbors(n_neighbors=1).fit(cand).kneighbors(members, return_distance=False)[:, 0]
+            votes = np.bincount(nearest, minlength=len(cand))
+        counts.append(votes)
+    return counts
+
+
+def noisy_histograms(counts: Sequence[np.ndarray], sigma: float) -> list[np.ndarray]:
+    """``counts`` (all classes together) + N(0, σ²) per bin, float64, snapped at clamp 2¹⁶σ; a fresh OS key."""
+    flat = torch.tensor(np.concatenate(counts), dtype=torch.float64)
+    noise = SecureRandom.from_os().normal(flat.shape, (0,), std=sigma, dtype=torch.float64)
+    noisy = snap(flat + noise, sigma, MAX_CLAMP_BITS).numpy()
+    return np.split(noisy, np.cumsum([len(c) for c in counts])[:-1])
+
+
+class PrivateVoter:
+    """The private side of the wall: embeds the private examples (once, on first use) and answers
+    :meth:`histograms` with the votes plus noise (``sigma=None``: exact votes, NOT private)."""
+
+    def __init__(
+        self,
+        embed: Callable[[Sequence[str]], np.ndarray],
+        load_private: Callable[[], Sequence[tuple[str, int]]],
+        n_classes: int,
+        cache: Path | None = None,
+    ) -> None:
+        self._embed, self._load, self._n_classes, self._cache = embed, load_private, n_classes, cache
+        self._private: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _embeddings(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._private is None:
+            if self._cache is not None and self._cache.exists():
+                blob = np.load(self._cache)
+                self._private = blob["embeddings"], blob["labels"]
+            else:
+                examples = list(self._load())
+                labels = np.array([k for _, k in examples], dtype=np.int64)
+                if len(labels) and not (0 <= labels.min() and labels.max() < self._n_classes):
+                    raise UserError(f"a private label is out of range for {self._n_classes} classes")
+                self._private = unit_rows(self._embed([t for t, _ in examples])), labels
+                if self._cache is not None:
+                    self._cache.parent.mkdir(parents=True, exist_ok=True)
+                    with atomic_path(self._cache) as tmp, open(tmp, "wb") as handle:
+                        np.savez(handle, embeddings=self._private[0], labels=self._private[1])
+        return self._private
+
+    def histograms(self, candidates: Sequence[np.ndarray], sigma: float | None) -> list[np.ndarray]:
+        """Noisy votes per class over ``candidates`` (unit-row embeddings per class)."""
+        counts = vote_counts(*self._embeddings(), candidates)
+        return [c.astype(np.float64) for c in counts] if sigma is None else noisy_histograms(counts, sigma)
+
+
+@dataclass(frozen=True)
+class PEPaths:
+    """Where a run keeps its files (module docstring)."""
+
+    out: Path
+
+    @property
+    def workdir(self) -> Path:
+        return self.out.with_name(self.out.name + ".pe")
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / "privacy.json"
+
+    @property
+    def manifest(self) -> Path:
+        return self.workdir / "run.json"
+
+    def population(self, t: int) -> Path:
+        return self.workdir / f"population{t}.json"
+
+    def histogram(self, t: int) -> Path:
+        return self.workdir / f"histogram{t}.json"
+
+    @property
+    def sidecar(self) -> Path:
+        return self.out.with_suffix(".privacy.json")
+
+
+@dataclass(frozen=True)
+class PEResult:
+    """The output rows, the privacy statement written beside them, and how many histograms were reused."""
+
+    rows: list[dict[str, Any]]
+    privacy: dict[str, Any]
+    reused_histograms: int
+
+
+def _digest(population: Sequence[Sequence[str]]) -> str:
+    return hashlib.sha256(json.dumps(population).encode()).hexdigest()
+
+
+def _write_json(path: Path, value: Any) -> None:
+    write_text_atomic(path, json.dumps(value, sort_keys=True) + "\n")
+
+
+def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
+    """Create the run folder, or check a resumed one repeats the saved settings."""
+    if paths.manifest.exists():
+        if not resume:
+            raise UserError(
+                f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
+                f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
+            )
+        saved = json.loads(paths.manifest.read_text())
+        for key in sorted(set(saved) | set(settings)):
+            if saved.get(key) != settings.get(key):
+                raise UserError(
+                    f"--resume: {key} was {saved.get(key)!r} in the interrupted run ({paths.manifest}) but is now "
+                    f"{settings.get(key)!r}; resume with the same settings"
+                )
+        return
+    paths.workdir.mkdir(parents=True, exist_ok=True)
+    _write_json(paths.manifest, settings)
+
+
+def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
+    """Append histogram t's release to the ledger, durably, before it is drawn (every draw appends)."""
+    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
+    ledger.append(LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}"))
+    ledger.save(paths.ledger)
+
+
+def next_population(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    population: Sequence[str],
+    histogram: np.ndarray,
+    label_name: str,
+    config: PEConfig,
+    seed: int,
+) -> list[str]:
+    """Public post-processing of one class's noisy histogram: the top ⌈M/(1+V)⌉ candidates by noisy
+    votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all."""
+    keep = np.argsort(-histogram, kind="stable")[: math.ceil(len(population) / (1 + config.variations))]
+    survivors = [population[i] for i in keep]
+    prompts = [chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
+               for text in survivors]
+    rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling)
+    return (survivors + [text for group in rewrites for text in group])[: len(population)]
+
+
+def run_pe(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    label_names: Sequence[str],
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    *,
+    out: str | Path,
+    per_class: int,
+    config: PEConfig,
+    epsilon: float | None,
+    delta: float | None,
+    resume: bool = False,
+    settings: dict[str, Any] | None = None,
+    embedding_cache: Path | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> PEResult:
+    """Run (or resume) PE and write ``out`` and its ``.privacy.json`` sidecar (module docstring).
+
+    ``epsilon=None`` runs without noise: NOT private (exact votes; a reference and a test mode).
+    ``embedding_cache``: a file for the private embeddings (PRIVATE; keyed by the caller to one data set,
+    model, pooling and ``max_tokens``)."""
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    dp = epsilon is not None
+    if dp and (delta is None or not epsilon > 0 or not 0 < delta < 1):
+        raise UserError(f"need epsilon > 0 and 0 < delta < 1 for PE (got {epsilon}, {delta})")
+    paths = PEPaths(Path(out))
+    if not paths.out.parent.is_dir():
+        raise UserError(f"output folder {paths.out.parent} does not exist")
+    n_classes, m = len(label_names), config.candidates(per_class)
+    sigma = noise_multiplier(epsilon, delta, config, n_classes, per_class) if dp else None
+    snapped = histogram_snapped(n_classes, m)
+    settings = {**(settings or {}), "config": config.to_dict(), "per_class": per_class, "epsilon": epsilon,
+                "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma}
+    _start(paths, settings, resume)
+    phase = on_phase or (lambda text: None)
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens)
+
+    voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
+    if paths.population(0).exists():
+        population = json.loads(paths.population(0).read_text())
+    else:
+        phase(f"PE: {m} zero-shot candidates per class")
+        rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
+                         sampling=config.sampling)
+        population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
+        _write_json(paths.population(0), population)
+    reused = 0
+    for t in range(config.iterations):
+        if paths.histogram(t).exists():
+            saved = json.loads(paths.histogram(t).read_text())
+            if saved["population_sha256"] != _digest(population):
+                raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
+            histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
+        else:
+            phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
+            if dp:
+                _write_ahead(paths, sigma, snapped, t)
+            histograms = voter.histograms([unit_rows(embed(texts)) for texts in population], sigma)
+            _write_json(paths.histogram(t), {"population_sha256": _digest(population),
+                                             "histograms": [h.tolist() for h in histograms]})
+        if t + 1 == config.iterations:
+            break
+        if paths.population(t + 1).exists():
+            population = json.loads(paths.population(t + 1).read_text())
+        else:
+            phase(f"PE: variations {t + 1}/{config.iterations - 1}")
+            population = [
+                next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
+                                config.seed * 1_000_003 + k * 10_007 + t)
+                for k in range(n_classes)
+            ]
+            _write_json(paths.population(t + 1), population)
+    rows = []
+    for k in range(n_classes):
+        for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
+            rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
+                         "noisy_votes": float(histograms[k][i]), "dp": dp})
+    privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
+    _write_json(paths.sidecar, privacy)
+    write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
+
+
+def privacy_statement(
+    paths: PEPaths, config: PEConfig, sigma: float | None, epsilon: float | None, delta: float | None,
+    n_classes: int, candidates: int,
+) -> dict[str, Any]:
+    """The sidecar: ε accounted from the run folder's ledger (every draw, redraws included; never below the
+    target), σ, T and the mechanism; or a warning without DP."""
+    if sigma is None:
+        return {"dp": False, "epsilon": None, "delta": None,
+                "warning": "NOT differentially private (no noise): the histograms are exact private vote counts"}
+    ledger = Ledger.load(paths.ledger)
+    accounted = ledger.epsilon(delta)
+    return {
+        "dp": True, "epsilon": max(epsilon, accounted), "epsilon_target": epsilon, "epsilon_accounted": accounted,
+        "delta": delta, "noise_multiplier": sigma, "iterations": config.iterations,
+        "candidates_per_class": candidates, "bins_per_histogram": n_classes * candidates,
+        "ledger": [entry.to_dict() for entry in ledger],
+        "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
+        "candidate of its class (L2 sensitivity 1, add/remove-one); the histogram gets N(0, σ²) per bin; "
+        "T Gaussian releases composed with PLD; selection and variations are post-processing",
+    }

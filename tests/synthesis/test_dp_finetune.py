@@ -1,0 +1,89 @@
+"""DP fine-tune-then-generate on a tiny model: the run's ε, prompts + targets, the wall (poison test), resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, training_rows
+from privlm.training.checkpoint import FINISHED
+
+NAMES = ["negative", "positive"]
+PRIVATE = [(f"{word} film number {i}", y) for i in range(12) for y, word in ((0, "a dull"), (1, "a lovely"))]
+POISONED = [("POISON " + text[::-1], 1 - y) for text, y in PRIVATE]
+CONFIG = DPFinetuneConfig(lora=2, lora_layers=1, batch_size=8, physical_batch_size=8, epochs=2.0, max_text_tokens=8,
+                          max_new_tokens=6, instructions=("Write bad.", "Write good."), seed=1)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return build_tiny_model("tiny-llama", seed=2)
+
+
+def _run(lm, out: Path, load_private, **kwargs):
+    model, tokenizer = lm
+    return run_dp_finetune(model, tokenizer, NAMES, load_private, out=out, per_class=3, config=CONFIG,
+                           epsilon=4.0, delta=1e-5, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def reference(lm, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "dpft.jsonl"
+    _run(lm, out, lambda: list(PRIVATE))
+    return out
+
+
+def test_prompt_is_context_and_the_text_and_end_token_are_targets(lm) -> None:
+    _, tokenizer = lm
+    prompt = tokenizer("B:", add_special_tokens=True)["input_ids"]
+    (row,) = training_rows(tokenizer, [("a lovely film indeed and more", 1)], [[7], prompt], max_text_tokens=3)
+    assert row.input_ids[: len(prompt)] == prompt and row.n_option_tokens == 4 == len(row.input_ids) - len(prompt)
+    assert row.input_ids[-1] == tokenizer.eos_token_id
+
+
+def test_rows_carry_the_runs_epsilon_and_the_ledger_covers_every_step(reference) -> None:
+    rows = [json.loads(line) for line in reference.read_text().splitlines()]
+    assert [r["label"] for r in rows] == [0, 0, 0, 1, 1, 1] and all(r["dp"] and r["text"] for r in rows)
+    privacy = json.loads(reference.with_suffix(".privacy.json").read_text())
+    assert privacy["epsilon_accounted"] <= 4.0 == privacy["epsilon"] and privacy["private_release"] is True
+    steps = sum(entry["count"] for entry in privacy["ledger"])
+    assert steps == 6  # ⌈2 epochs · ⌈1/q⌉⌉, q = 8/24
+    run_dir = reference.with_name(reference.name + ".dpft")
+    assert (run_dir / FINISHED).exists() and not list(run_dir.glob("checkpoint-*"))  # no noise keys left beside the release
+
+
+def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_path) -> None:
+    calls = []
+    out = tmp_path / "again.jsonl"
+    _run(lm, out, lambda: calls.append(1) or POISONED, run_dir=reference.with_name(reference.name + ".dpft"))
+    assert calls == []
+    assert out.read_bytes() == reference.read_bytes()
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint_and_counts_each_step_once(lm, tmp_path, monkeypatch) -> None:
+    out, seen = tmp_path / "dpft.jsonl", []
+
+    def crash(step: int, total: int, loss, epsilon) -> None:
+        seen.append(step)
+        if step == 5 and len(seen) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, out, lambda: list(PRIVATE), on_progress=crash)
+    run_dir = out.with_name(out.name + ".dpft")
+    assert list(run_dir.glob("checkpoint-*")) and not (run_dir / FINISHED).exists()
+    _run(lm, out, lambda: list(PRIVATE), on_progress=crash)
+    assert seen == [1, 2, 3, 4, 5, 6]
+    privacy = json.loads(out.with_suffix(".privacy.json").read_text())
+    assert sum(entry["count"] for entry in privacy["ledger"]) == 6
+
+
+def test_the_model_passed_in_is_left_untouched(lm, tmp_path) -> None:
+    model, _ = lm
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE))
+    assert all((before[k] == v).all() for k, v in model.state_dict().items()) and not hasattr(model, "peft_config")

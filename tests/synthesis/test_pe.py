@@ -1,0 +1,180 @@
+"""Private Evolution on a tiny model: accounting against μ-GDP, sensitivity 1, convergence without noise,
+the wall (poison test), resume without a redraw, refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+import privlm.randomness as randomness
+import privlm.synthesis.pe.mechanism as pe
+from privlm.errors import UserError
+from privlm.evaluation.baselines import Sampling
+from privlm.privacy.calibration import gaussian_releases_epsilon
+from privlm.privacy.snapping import snapping_eta
+from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.pe.config import PEConfig
+from privlm.synthesis.pe.mechanism import PEPaths, histogram_snapped, noise_multiplier, run_pe, vote_counts
+
+NAMES = ["negative", "positive"]
+PRIVATE = [("a joyful, clever film", 1), ("tedious and empty", 0), ("moving and beautifully acted", 1), ("a mess of a movie", 0)]
+POISONED = [("POISON " * 5 + text[::-1], 1 - label) for text, label in PRIVATE]
+CONFIG = PEConfig(iterations=2, population=2.0, variations=1, max_new_tokens=6, max_tokens=16, seed=3)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    return model.requires_grad_(False), tokenizer
+
+
+def _run(lm, out: Path, load_private, **kwargs):
+    model, tokenizer = lm
+    return run_pe(model, tokenizer, NAMES, load_private, out=out, per_class=2, config=kwargs.pop("config", CONFIG),
+                  epsilon=kwargs.pop("epsilon", 4.0), delta=1e-5, **kwargs)
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """ε at δ of μ-GDP (Dong, Roth & Su): δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), solved by bisection."""
+
+    def gdp_delta(eps: float) -> float:
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+    lo, hi = 0.0, 100.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if gdp_delta(mid) <= delta else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("epsilon, iterations", [(1.0, 1), (1.0, 10), (4.0, 3), (4.0, 20)])
+def test_epsilon_agrees_with_mu_gdp_and_pld_is_never_below(epsilon: float, iterations: int) -> None:
+    config = PEConfig(iterations=iterations)
+    sigma = noise_multiplier(epsilon, 1e-5, config, 2, 100)
+    snapped = histogram_snapped(2, config.candidates(100))
+    pld = gaussian_releases_epsilon(sigma, iterations, 1e-5, snapped)
+    gdp = gdp_epsilon(math.sqrt(iterations) / sigma, 1e-5)  # T Gaussians of multiplier σ compose to μ = √T/σ exactly
+    slack = 2 * snapping_eta(snapped * iterations)  # what snapping adds to ε (≈ 1.2e-5 per histogram here)
+    assert pld <= epsilon  # calibrated to meet the target
+    assert gdp <= pld  # the pessimistic PLD is never below the exact composition
+    assert 0 <= pld - slack - gdp <= 1e-4  # and agrees with it within the discretisation once the slack is removed
+    assert gaussian_releases_epsilon(sigma / 1.002, iterations, 1e-5, snapped) > epsilon  # σ is the smallest (rtol 1e-3)
+
+
+def test_one_example_moves_the_histogram_by_exactly_one_in_l2() -> None:
+    rng = np.random.default_rng(0)
+    private, labels = rng.normal(size=(30, 5)), rng.integers(0, 3, size=30)
+    candidates = [rng.normal(size=(4, 5)) for _ in range(3)]
+    full = np.concatenate(vote_counts(private, labels, candidates))
+    assert full.sum() == 30
+    for i in range(30):
+        keep = np.arange(30) != i
+        neighbour = np.concatenate(vote_counts(private[keep], labels[keep], candidates))
+        assert np.linalg.norm(full - neighbour) == 1.0
+
+
+def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_examples(lm, tmp_path, monkeypatch) -> None:
+    # the public LM proposes the private texts among distractors; without noise they take every vote and survive
+    def proposals(model, tokenizer, label_names, n, seed, **kwargs):
+        mine = {k: [t for t, y in PRIVATE if y == k] for k in range(2)}
+        return [{"text": text, "label": k} for k in range(2)
+                for text in [f"distractor {k} {j} zz" for j in range(n - 2)] + mine[k]]
+
+    def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling):
+        return [[f"rewrite {seed} {i} {j} qq" for j in range(per_prompt)] for i in range(len(prompts))]
+
+    monkeypatch.setattr(pe, "zero_shot", proposals)
+    monkeypatch.setattr(pe, "sample_many", rewrites)
+    config = PEConfig(iterations=3, population=3.0, variations=2, max_tokens=16)
+    result = _run(lm, tmp_path / "a.jsonl", lambda: list(PRIVATE), epsilon=None, config=config)
+    assert sorted((r["text"], r["label"]) for r in result.rows) == sorted(PRIVATE)
+    assert all(r["noisy_votes"] == 1.0 and r["dp"] is False for r in result.rows)
+    assert result.privacy["dp"] is False and not PEPaths(tmp_path / "a.jsonl").ledger.exists()
+
+
+@pytest.fixture(scope="module")
+def reference(lm, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "pe.jsonl"
+    with pytest.MonkeyPatch.context() as mp:  # a fixed noise key, so this file is deterministic
+        mp.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))
+        _run(lm, out, lambda: list(PRIVATE))
+    return out
+
+
+def test_output_rows_ledger_and_sidecar(reference) -> None:
+    rows = [json.loads(line) for line in reference.read_text().splitlines()]
+    assert [r["label"] for r in rows] == [0, 0, 1, 1] and all(r["dp"] for r in rows)
+    privacy = json.loads(PEPaths(reference).sidecar.read_text())
+    assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] and privacy["epsilon_accounted"] <= 4.0
+    assert privacy["iterations"] == 2 and len(privacy["ledger"]) == 2
+    assert privacy["ledger"][0]["event"] == {"kind": "gaussian_release", "noise_multiplier": privacy["noise_multiplier"],
+                                            "snapped": histogram_snapped(2, 4)}
+
+
+def _copy_state(src: Path, dst: Path) -> None:
+    shutil.copytree(PEPaths(src).workdir, PEPaths(dst).workdir)
+
+
+def test_poisoning_private_data_after_the_histograms_leaves_output_bit_identical(lm, reference, tmp_path) -> None:
+    model, tokenizer = lm
+    candidates = [np.eye(8)[:4], np.eye(8)[4:]]
+    embed = lambda texts: pe.hidden_features(model, tokenizer, texts, "mean", max_length=16)  # noqa: E731
+    before = pe.vote_counts(pe.unit_rows(embed([t for t, _ in PRIVATE])[:, :8]), np.array([y for _, y in PRIVATE]), candidates)
+    after = pe.vote_counts(pe.unit_rows(embed([t for t, _ in POISONED])[:, :8]), np.array([y for _, y in POISONED]), candidates)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))  # the poison would change a fresh histogram
+    out = tmp_path / "pe.jsonl"
+    _copy_state(reference, out)
+    for name in ("population0.json", "population1.json"):  # only the noisy histograms (and run.json, the ledger) carry over
+        (PEPaths(out).workdir / name).unlink()
+    calls = []
+    result = _run(lm, out, lambda: calls.append(1) or POISONED, resume=True)
+    assert calls == [] and result.reused_histograms == 2
+    assert out.read_bytes() == reference.read_bytes()
+
+
+def test_resume_after_a_crash_reuses_every_histogram_and_never_redraws(lm, tmp_path, monkeypatch) -> None:
+    out, drawn = tmp_path / "pe.jsonl", []
+    real_noise, real_next = pe.noisy_histograms, pe.next_population
+    monkeypatch.setattr(pe, "noisy_histograms", lambda counts, sigma: drawn.append(1) or real_noise(counts, sigma))
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pe, "next_population", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, out, lambda: list(PRIVATE))
+    first = PEPaths(out).histogram(0).read_bytes()
+    assert drawn == [1] and not out.exists()
+    monkeypatch.setattr(pe, "next_population", real_next)
+    result = _run(lm, out, lambda: list(PRIVATE), resume=True)
+    assert drawn == [1, 1] and result.reused_histograms == 1
+    assert PEPaths(out).histogram(0).read_bytes() == first
+    assert len(result.privacy["ledger"]) == CONFIG.iterations
+    again = _run(lm, out, lambda: pytest.fail("every histogram is saved"), resume=True)
+    assert drawn == [1, 1] and again.reused_histograms == 2 and again.rows == result.rows
+
+
+def test_an_existing_run_needs_resume_and_the_same_settings(lm, reference, tmp_path) -> None:
+    out = tmp_path / "pe.jsonl"
+    _copy_state(reference, out)
+    with pytest.raises(UserError, match="--resume"):
+        _run(lm, out, lambda: list(PRIVATE))
+    with pytest.raises(UserError, match="epsilon"):
+        _run(lm, out, lambda: list(PRIVATE), resume=True, epsilon=2.0)
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(UserError, match="iterations"):
+        PEConfig(iterations=0)
+    with pytest.raises(UserError, match="pooling"):
+        PEConfig(pooling="max")
+    with pytest.raises(UserError, match="text"):
+        PEConfig(variation_instruction="no placeholder")
+    assert PEConfig(population=2.0).candidates(5) == 10 and PEConfig(population=2.0, variations=3).survivors(5) == 3
+    assert Sampling(max_new_tokens=6) == CONFIG.sampling
