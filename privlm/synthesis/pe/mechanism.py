@@ -269,8 +269,8 @@ def run_pe(
     _start(paths, settings, resume)
     phase = on_phase or (lambda text: None)
 
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens)
+    def embed(texts: Sequence[str]) -> np.ndarray:  # one batch shape for every text: see privlm.resources.padding
+        return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
     voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
     if paths.population(0).exists():
