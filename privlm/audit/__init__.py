@@ -5,9 +5,9 @@ probability ½, one run of the mechanism, a score per canary, guesses for the mo
 lower bound on ε at 95 % confidence from the number of right guesses (:mod:`privlm.audit.bound`).
 Canaries per mechanism: white-box gradient canaries for DP-SGD (:mod:`privlm.audit.gradient`, also
 used with the DP loss release), black-box input canaries (:mod:`privlm.audit.inputs`), GRADMM release
-canaries (:mod:`privlm.audit.gradmm`), and micro-batch shift canaries for the position-independence of
-clip factors (:mod:`privlm.audit.shift`); the grid and its verdicts (:mod:`privlm.audit.runner`) and the
-results folder (:mod:`privlm.audit.report`).
+canaries (:mod:`privlm.audit.gradmm`), Private Evolution histogram canaries (:mod:`privlm.audit.pe`),
+and micro-batch shift canaries for the position-independence of clip factors (:mod:`privlm.audit.shift`);
+the grid and its verdicts (:mod:`privlm.audit.runner`) and the results folder (:mod:`privlm.audit.report`).
 
 A lower bound can only show that a mechanism leaks *at least* so much: a bound below the accounted ε
 is consistent with the claim (it does not prove it), a bound above it proves the implementation or its

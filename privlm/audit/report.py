@@ -72,7 +72,8 @@ def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
         "accountant claims. *Ceiling*: the bound had every guess been right — no audit of this size can "
         "show more, however leaky the mechanism (dotted lines in the plot). A lower bound is evidence, not a measurement of ε: it says the mechanism "
         "is *at least* that leaky; a bound above the accounted ε would prove the implementation wrong. "
-        "Runs are seeded (reproducible, but for GRADMM's release, which draws its own OS noise key), so "
+        "Runs are seeded (reproducible, but for GRADMM's release and PE's histograms, which draw their own "
+        "OS noise keys), so "
         "none of them is a private release. The canaries, the broken "
         "mechanisms the audit catches and what it cannot catch: the repository README, \"Privacy auditing\".\n\n"
         + table(rows)

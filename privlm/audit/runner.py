@@ -22,6 +22,7 @@ from privlm.audit.gradient import GradientCanaries
 from privlm.audit.gradmm import GradmmCanaries
 from privlm.audit.inputs import InputCanaries
 from privlm.audit.outcome import CanaryOutcome
+from privlm.audit.pe import PECanaries
 from privlm.audit.training import RunSettings
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
@@ -33,6 +34,7 @@ MECHANISMS = {
     "dp-loss": ("exact", "hutchinson"),
     "gradmm": ("label-rows", "full"),
     "smollm2-blackbox": ("exact", "hutchinson"),
+    "pe": ("histograms",),
 }
 EPSILONS = (1.0, 4.0, 8.0)
 _DPSGD_FIELDS = ("canaries", "steps", "sample_rate", "physical_batch_size", "probes")
@@ -43,6 +45,7 @@ SCALE_FIELDS = {
     "dp-loss": _DPSGD_FIELDS + ("real_examples", "canary_norm"),
     "gradmm": ("gradmm_canaries",),
     "smollm2-blackbox": ("smollm2_canaries", "smollm2_steps", "sample_rate", "probes"),
+    "pe": ("pe_canaries",),
 }
 
 
@@ -50,8 +53,8 @@ SCALE_FIELDS = {
 class Scale:
     """How big each cell is: canaries per DP-SGD cell, steps, sampling rate, ordinary LM rows trained
     alongside the gradient canaries, canaries per GRADMM release, physical batch size, probes, the
-    white-box canaries' norm (units of C), and canaries and steps of the (slow) SmolLM2 black-box cells
-    (LoRA r = 8 on the last 2 blocks)."""
+    white-box canaries' norm (units of C), canaries and steps of the (slow) SmolLM2 black-box cells
+    (LoRA r = 8 on the last 2 blocks), and canaries per PE run (T histograms)."""
 
     canaries: int = 1000
     steps: int = 50
@@ -63,15 +66,16 @@ class Scale:
     canary_norm: float = 2.0
     smollm2_canaries: int = 256
     smollm2_steps: int = 20
+    pe_canaries: int = 1000
 
 
 QUICK = Scale(canaries=200, steps=10, real_examples=16, gradmm_canaries=64, physical_batch_size=64,
-              smollm2_canaries=32, smollm2_steps=2)
+              smollm2_canaries=32, smollm2_steps=2, pe_canaries=64)
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: a mechanism, its mode (norm mode, or GRADMM's released rows) and the target ε."""
+    """One grid cell: a mechanism, its mode (norm mode, GRADMM's released rows, PE's ``histograms``) and the target ε."""
 
     mechanism: str
     mode: str
@@ -104,6 +108,8 @@ def run_mechanism(cell: Cell, scale: Scale, delta: float, seed: int) -> CanaryOu
     """Run the cell's mechanism once on fresh canaries."""
     if cell.mechanism == "gradmm":
         return GradmmCanaries(canaries=scale.gradmm_canaries, release=cell.mode).run(cell.epsilon, delta, seed=seed)
+    if cell.mechanism == "pe":
+        return PECanaries(canaries=scale.pe_canaries).run(cell.epsilon, delta, seed=seed)
     settings = RunSettings(
         norm_mode=cell.mode, target_epsilon=cell.epsilon, delta=delta, sample_rate=scale.sample_rate,
         steps=scale.steps, probes=scale.probes, physical_batch_size=scale.physical_batch_size,

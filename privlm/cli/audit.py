@@ -25,11 +25,11 @@ def _numbers(text: str, option: str) -> list[float]:
 
 def audit(
     mechanisms: str = typer.Option(
-        "dpsgd-whitebox,dpsgd-blackbox,dp-loss,gradmm", "--mechanisms",
-        help="Comma-separated: dpsgd-whitebox, dpsgd-blackbox, dp-loss, gradmm, smollm2-blackbox (slow: loads SmolLM2).",
+        "dpsgd-whitebox,dpsgd-blackbox,dp-loss,gradmm,pe", "--mechanisms",
+        help="Comma-separated: dpsgd-whitebox, dpsgd-blackbox, dp-loss, gradmm, pe, smollm2-blackbox (slow: loads SmolLM2).",
     ),
     modes: Optional[str] = typer.Option(
-        None, "--modes", help="Norm modes (exact, mixed, hutchinson, hutchpp) or GRADMM rows (label-rows, full); default: all of each mechanism."
+        None, "--modes", help="Norm modes (exact, mixed, hutchinson, hutchpp), GRADMM rows (label-rows, full) or PE's histograms; default: all of each mechanism."
     ),
     epsilons: str = typer.Option("1,4,8", "--epsilons", help="Target ε values, comma-separated."),
     delta: float = typer.Option(1e-5, "--delta", help="δ of the claim and of the bound."),

@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.resources.padding import padded_batch
 from privlm.evaluation.prompts import pad_token_id
 
 
@@ -36,12 +37,15 @@ def hidden_features(
     pooling: str = "last",
     batch_size: int = 16,
     max_length: int = 128,
+    fixed_shape: bool = False,
 ) -> np.ndarray:
     """Final hidden states (after the final norm) of each text, ``(len(texts), hidden)``, float64: at the
     last real token (``pooling="last"``) or averaged over the real tokens (``"mean"``).
 
     Computed by the model's backbone (``model.base_model``), without the LM head. Right padding with an
-    attention mask; texts longer than ``max_length`` tokens keep their end.
+    attention mask; texts longer than ``max_length`` tokens keep their end. ``fixed_shape``: every batch
+    is ``batch_size × max_length`` (private texts: a text's features then do not depend on which others
+    share its batch, :mod:`privlm.resources.padding`).
     """
     if pooling not in ("last", "mean"):
         raise UserError(f"pooling must be 'last' or 'mean', got {pooling!r}")
@@ -56,16 +60,15 @@ def hidden_features(
         with torch.inference_mode():
             for start in range(0, len(encoded), batch_size):
                 chunk = encoded[start : start + batch_size]
-                width = max(len(ids) for ids in chunk)
-                ids = torch.tensor([x + [pad] * (width - len(x)) for x in chunk])
-                mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in chunk])
-                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # no LM head
+                ids, mask, lengths = padded_batch(
+                    chunk, pad, width=max_length if fixed_shape else None, rows=batch_size if fixed_shape else None
+                )
+                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[: len(chunk)]  # no LM head
                 if pooling == "mean":
-                    weights = mask.to(hidden.dtype)[:, :, None]
+                    weights = mask[: len(chunk)].to(hidden.dtype)[:, :, None]
                     out.append(((hidden * weights).sum(1) / weights.sum(1)).double().numpy())
                 else:
-                    last = torch.tensor([len(x) - 1 for x in chunk])
-                    out.append(hidden[torch.arange(len(chunk)), last].double().numpy())
+                    out.append(hidden[torch.arange(len(chunk)), lengths - 1].double().numpy())
     finally:
         model.train(was_training)
     return np.concatenate(out)

@@ -235,7 +235,7 @@ def run_experiment(
             "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
             "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
             "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
-            "privacy": method.privacy, **scores,
+            "epsilon_spent": _epsilon_spent(set_path), "privacy": method.privacy, **scores,
             "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
         }
         log.append(row)
@@ -260,6 +260,13 @@ def run_experiment(
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
+
+
+def _epsilon_spent(set_path: Path) -> float | None:
+    """The largest ``epsilon_spent`` the method recorded on the set's rows (its ledger's answer, which
+    counts redraws: it may exceed the cell's target ε), or ``None`` when the rows carry none."""
+    spent = [r["epsilon_spent"] for r in map(json.loads, set_path.read_text().splitlines()) if r.get("epsilon_spent") is not None]
+    return max(spent) if spent else None
 
 
 def _default_instructions(train: Dataset, method: Method) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.resources.padding import padded_batch
 from privlm.resources.verbalizers import TEXT, fill, split_template
 
 
@@ -144,16 +145,11 @@ def last_hidden_from_embeds(model: PreTrainedModel, embeds: torch.Tensor) -> tor
 
 
 def last_hidden_from_ids(
-    model: PreTrainedModel, sequences: Sequence[Sequence[int]]
+    model: PreTrainedModel, sequences: Sequence[Sequence[int]], *, width: int | None = None, rows: int | None = None
 ) -> torch.Tensor:
-    """Final hidden state (B, d) at each sequence's own last token (right padding + attention mask)."""
-    lengths = torch.tensor([len(s) for s in sequences])
-    width = int(lengths.max())
-    ids = torch.zeros(len(sequences), width, dtype=torch.long)
-    mask = torch.zeros(len(sequences), width, dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, : len(s)] = 1
+    """Final hidden state (B, d) at each sequence's own last token (right padding + attention mask);
+    ``width``/``rows``: compute in a batch of that fixed public shape (:mod:`privlm.resources.padding`)."""
+    ids, mask, lengths = padded_batch(sequences, width=width, rows=rows)
     out = model.base_model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     return out[torch.arange(len(sequences)), lengths - 1]
 

@@ -194,7 +194,9 @@ def private_factors(
 ) -> PrivateFactors:
     """The one pass over the private ``examples`` (``(text, class_index)``): last hidden state of each.
 
-    Under ``torch.distributed`` this rank takes ``examples[rank::world]``. Order: by token length."""
+    Under ``torch.distributed`` this rank takes ``examples[rank::world]``. Order: by token length. Every
+    batch has the same public shape (``batch_size`` rows × the longest possible prompt), so an example's
+    factor does not depend on which others share its batch (:mod:`privlm.resources.padding`)."""
     n_classes = len(prompt.label_token_ids)
     if dist.is_available() and dist.is_initialized():
         examples = list(examples)[dist.get_rank() :: dist.get_world_size()]
@@ -204,10 +206,11 @@ def private_factors(
     encoded = sorted(  # length-sorted batches waste little on padding; the sums do not depend on order
         ((encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples), key=lambda e: len(e[0])
     )
+    width = len(prompt.prefix_ids) + max_tokens + len(prompt.suffix_ids)
     hidden = [torch.zeros(0, head_weight(model).shape[1], dtype=head_weight(model).dtype)]
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start : start + batch_size]
-        hidden.append(last_hidden_from_ids(model, [ids for ids, _ in chunk]))
+        hidden.append(last_hidden_from_ids(model, [ids for ids, _ in chunk], width=width, rows=batch_size))
         if on_batch is not None:
             on_batch(len(chunk))
     return PrivateFactors(torch.cat(hidden), torch.tensor([k for _, k in encoded], dtype=torch.long))

@@ -1,8 +1,11 @@
 """Deliberately broken mechanisms, for the audit to catch. They live here, in test code only: each
 fixture patches one defect into the library *for the duration of one test* (pytest's monkeypatch
-undoes it), while the engine keeps accounting the unbroken mechanism — the claim the audit checks."""
+undoes it), while the engine keeps accounting the unbroken mechanism — the claim the audit checks.
+Also seeded OS noise keys, for deterministic audits of the mechanisms that draw their own."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -10,8 +13,10 @@ import torch
 import privlm.audit.training
 import privlm.dpsgd.clipping
 import privlm.dpsgd.engine
+import privlm.synthesis.pe.mechanism as pe
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.engine import PrivacyEngine
+from privlm.randomness import SecureRandom
 
 
 class _HalfNoiseEngine(PrivacyEngine):
@@ -53,3 +58,25 @@ def skipped_clipping(monkeypatch):
 @pytest.fixture
 def per_micro_batch_probes(monkeypatch):
     monkeypatch.setattr(privlm.dpsgd.engine, "PerSampleClipper", _PerMicroBatchProbes)
+
+
+@pytest.fixture
+def pe_halved_noise(monkeypatch):
+    """PE draws σ/2 per bin while its ledger still records σ."""
+    real = pe.noisy_histograms
+    monkeypatch.setattr(pe, "noisy_histograms", lambda counts, sigma: real(counts, sigma / 2))
+
+
+@pytest.fixture
+def pe_double_votes(monkeypatch):
+    """Every private example votes twice (sensitivity 2) while σ is calibrated for one vote."""
+    real = pe.vote_counts
+    monkeypatch.setattr(pe, "vote_counts", lambda *args: [2 * c for c in real(*args)])
+
+
+@pytest.fixture
+def seeded_os_keys(monkeypatch):
+    """The mechanisms' noise keys come from the OS; here the k-th key drawn is the seeded stream k, so that
+    the tests are deterministic (and successive draws, e.g. PE's T histograms, stay independent)."""
+    counter = itertools.count()
+    monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(next(counter), "audit-test")))

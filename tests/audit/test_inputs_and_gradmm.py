@@ -12,7 +12,6 @@ from privlm.audit.inputs import InputCanaries
 from privlm.audit.training import RunSettings
 from privlm.errors import UserError
 from privlm.privacy.gaussian import gaussian_noise_multiplier
-from privlm.randomness import SecureRandom
 
 
 def test_input_canaries_with_little_noise_are_found():
@@ -28,14 +27,8 @@ def test_input_canaries_are_refused_when_too_few():
         InputCanaries(canaries=1).run(RunSettings("exact", 1.0, 1e-5, 0.5, 1))
 
 
-@pytest.fixture
-def seeded_release_key(monkeypatch):
-    """draw_release's noise key comes from the OS; a seeded one here, so that the tests are deterministic."""
-    monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(0, "audit-test")))
-
-
 @pytest.mark.parametrize("release", ["label-rows", "full"])
-def test_gradmm_canaries_audit_the_librarys_release(release, seeded_release_key):
+def test_gradmm_canaries_audit_the_librarys_release(release, seeded_os_keys):
     """The release is the library's draw_release at the calibrated σ; the claim is its exact ε; every
     canary is clipped (gradient norm ≥ C) and moves its own direction by C."""
     outcome = GradmmCanaries(canaries=16, release=release).run(epsilon=20.0, delta=1e-5)
@@ -48,7 +41,7 @@ def test_gradmm_canaries_audit_the_librarys_release(release, seeded_release_key)
 
 
 @pytest.mark.parametrize("release", ["label-rows", "full"])
-def test_gradmm_canaries_reach_a_real_bound_below_the_claim(release, seeded_release_key):
+def test_gradmm_canaries_reach_a_real_bound_below_the_claim(release, seeded_os_keys):
     """1,000 orthogonal canaries at ε = 8 (σ = 0.60): a bound of the DP-SGD white-box order, below ε."""
     outcome = GradmmCanaries(canaries=1000, release=release).run(epsilon=8.0, delta=1e-5)
     bound = best_lower_bound(outcome.scores, outcome.included, outcome.delta)

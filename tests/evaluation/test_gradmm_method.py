@@ -25,6 +25,8 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     dp_set = [json.loads(line) for line in (out / "sets" / f"{rows[1]['cell']}.jsonl").read_text().splitlines()]
     assert rows[1]["n_train"] == len(dp_set) <= 4
     assert all(r["dp"] is True and r["epsilon_spent"] >= 2.0 for r in dp_set)
+    assert rows[1]["epsilon_spent"] == (max(r["epsilon_spent"] for r in dp_set) if dp_set else None)  # the ledger's ε
+    assert rows[0]["epsilon_spent"] is None
     work = out / "work" / rows[1]["cell"]
     assert json.loads((work / "synthetic.privacy.json").read_text())["epsilon"] >= 2.0
     release = work / "synthetic.jsonl.gradmm" / "release.pt"

@@ -148,7 +148,7 @@ def test_a_neighbouring_data_set_moves_the_sums_by_at_most_c(release: str) -> No
         assert float(moved[1 - EXAMPLES[i][1]].norm()) < 1e-12  # the other class does not move
 
 
-def test_noise_only_release_is_noise_at_the_same_sigma_and_reads_nothing() -> None:
+def test_noise_only_release_takes_no_factors_and_is_noise_at_the_same_sigma() -> None:
     model, tokenizer = build_tiny_model("tiny-llama", hidden_size=512, layers=1, heads=4)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
     release = draw_release(model, prompt, None, epsilon=2.0, delta=1e-5, clip=0.5, rows=None)

@@ -201,10 +201,15 @@ def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     _write_json(paths.manifest, settings)
 
 
+def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
+    """Histogram t's ledger entry: one Gaussian release of noise multiplier σ, ``snapped`` coordinates."""
+    return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}")
+
+
 def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
     """Append histogram t's release to the ledger, durably, before it is drawn (every draw appends)."""
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    ledger.append(LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}"))
+    ledger.append(histogram_entry(sigma, snapped, t))
     ledger.save(paths.ledger)
 
 
@@ -264,8 +269,8 @@ def run_pe(
     _start(paths, settings, resume)
     phase = on_phase or (lambda text: None)
 
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens)
+    def embed(texts: Sequence[str]) -> np.ndarray:  # one batch shape for every text: see privlm.resources.padding
+        return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
     voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
     if paths.population(0).exists():
