@@ -305,7 +305,8 @@ def run_method_command(
     with err_console.status(method) as status:
         if method == "pe":
             result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
-                            epsilon=epsilon, delta=delta, resume=resume, settings={"model": model_name, "data": str(data)},
+                            epsilon=epsilon, delta=delta, resume=resume,
+                            settings={"model": model_name, "data": str(data), "private_per_class": private_per_class},
                             on_phase=lambda text: status.update(text))
             extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
         else:

@@ -23,14 +23,12 @@ published; ``results/*/work/`` is git-ignored).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import fnmatch
 import functools
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.atomic import write_text_atomic
+from privlm.runfolder import claim
 from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.evaluation.report import write_report
 from privlm.evaluation.sampling import per_class_indices, subsample
@@ -118,20 +117,6 @@ def _existing_rows(
         elif key not in done:
             stale.add(key)
     return done, stale
-
-
-@contextlib.contextmanager
-def _claim(path: Path) -> Iterator[bool]:
-    """Hold an exclusive, non-blocking ``flock`` on ``path`` for the block: ``False`` when another live
-    process holds it. The kernel drops the lock when its process dies, so a crash leaves no stale claim."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
 
 
 def _set_aside(out: Path, key: str) -> None:
@@ -248,7 +233,7 @@ def run_experiment(
             continue
         if cells_matching is not None and not any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching):
             continue
-        with _claim(out / "work" / f"{cell.key}.lock") as mine:
+        with claim(out / "work" / f"{cell.key}.lock") as mine:
             if not mine:
                 hooks.phase(f"{cell.key}: another process is running this cell; skipped")
                 continue

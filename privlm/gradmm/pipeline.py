@@ -39,6 +39,7 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
+from privlm.runfolder import check_settings
 from privlm.gradmm.release import (
     PrivateFactors,
     Release,
@@ -168,12 +169,7 @@ def _check_manifest(path: Path, settings: dict) -> None:
     saved = json.loads(path.read_text())
     if isinstance(saved.get("config"), dict):  # a run saved before a setting existed used its default
         saved["config"] = {**SynthConfig().to_dict(), **saved["config"]}
-    for key in sorted(set(saved) | set(settings)):
-        if saved.get(key) != settings.get(key):
-            raise UserError(
-                f"--resume: {key} was {saved.get(key)!r} in the interrupted run ({path}) but is now "
-                f"{settings.get(key)!r}; resume with the same settings"
-            )
+    check_settings(path, settings, saved)
 
 
 def obtain_release(

@@ -37,6 +37,8 @@ def test_pe_run_reports_its_epsilon_and_resumes_without_a_new_draw(data, tmp_pat
     again = json.loads(capsys.readouterr().out)
     assert again["reused_histograms"] == 2 and again["rows"] == summary["rows"]
     assert len(again["privacy"]["ledger"]) == 2
+    assert _synth([*args, "--resume", "--private-per-class", "2"]) == 2  # another private cut: refused
+    assert "private_per_class" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, fragment", [

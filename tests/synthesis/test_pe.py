@@ -19,6 +19,7 @@ from privlm.evaluation.baselines import Sampling
 from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.privacy.snapping import snapping_eta
 from privlm.resources.tiny import build_tiny_model
+from privlm.runfolder import LOCK, claim
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import PEPaths, histogram_snapped, noise_multiplier, run_pe, vote_counts
 
@@ -167,6 +168,51 @@ def test_an_existing_run_needs_resume_and_the_same_settings(lm, reference, tmp_p
         _run(lm, out, lambda: list(PRIVATE))
     with pytest.raises(UserError, match="epsilon"):
         _run(lm, out, lambda: list(PRIVATE), resume=True, epsilon=2.0)
+
+
+def test_resume_refuses_another_model_or_private_cut(lm, reference, tmp_path) -> None:
+    out = tmp_path / "pe.jsonl"
+    _copy_state(reference, out)
+    other = build_tiny_model("tiny-llama", seed=5)[0].requires_grad_(False), lm[1]
+    with pytest.raises(UserError, match="model_fingerprint"):
+        _run(other, out, lambda: pytest.fail("refused before the data is read"), resume=True)
+    with pytest.raises(UserError, match="private_per_class"):
+        _run(lm, out, lambda: pytest.fail("refused before the data is read"), resume=True,
+             settings={"private_per_class": 1})
+
+
+def test_a_kill_during_the_private_pass_books_nothing_and_every_draw_is_booked_first(lm, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "pe.jsonl"
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    real_counts, real_noise = pe.vote_counts, pe.noisy_histograms
+    monkeypatch.setattr(pe, "vote_counts", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, out, lambda: list(PRIVATE))
+    assert not PEPaths(out).ledger.exists()  # nothing was drawn, so nothing is booked
+    monkeypatch.setattr(pe, "vote_counts", real_counts)
+    booked = []
+
+    def noise(counts, sigma):  # at every draw the ledger already holds it, and no histogram lacks its entry
+        booked.append(len(pe.Ledger.load(PEPaths(out).ledger)))
+        assert not PEPaths(out).histogram(len(booked) - 1).exists()
+        return real_noise(counts, sigma)
+
+    monkeypatch.setattr(pe, "noisy_histograms", noise)
+    result = _run(lm, out, lambda: list(PRIVATE), resume=True)
+    assert booked == [1, 2] and len(result.privacy["ledger"]) == 2
+
+
+def test_a_run_folder_in_use_is_refused(lm, tmp_path) -> None:
+    out = tmp_path / "pe.jsonl"
+    with claim(PEPaths(out).workdir / LOCK) as mine:  # another open file description: as another process would
+        assert mine
+        with pytest.raises(UserError, match="in use by another process"):
+            _run(lm, out, lambda: pytest.fail("refused before the data is read"))
+    assert not PEPaths(out).manifest.exists()
+    assert _run(lm, out, lambda: list(PRIVATE)).rows  # free again once released
 
 
 def test_bad_settings_are_refused() -> None:

@@ -28,7 +28,7 @@ inputs only.
 **Files** next to ``FILE.jsonl``, in ``FILE.jsonl.pe/``: ``privacy.json`` — the write-ahead ledger (an
 entry is durable before each draw; a draw that died before its histogram was saved is redrawn and
 counted again: an over-count, never an under-count); ``run.json`` — the public settings a resume must
-repeat; ``population{t}.json`` — iteration t's public candidates; ``histogram{t}.json`` — iteration t's
+repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it; ``population{t}.json`` — iteration t's public candidates; ``histogram{t}.json`` — iteration t's
 noisy histogram, saved the moment it is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
 ``FILE.privacy.json`` are written atomically at the end.
 """
@@ -49,6 +49,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path, write_text_atomic
 from privlm.errors import UserError
+from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import chat_prompt, sample_many, zero_shot
 from privlm.evaluation.coresets import hidden_features
 from privlm.privacy.calibration import calibrate_gaussian_releases
@@ -56,6 +57,7 @@ from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
+from privlm.runfolder import check_settings, hold
 from privlm.synthesis.pe.config import PEConfig
 
 def histogram_snapped(n_classes: int, candidates: int) -> int:
@@ -129,10 +131,17 @@ class PrivateVoter:
                         np.savez(handle, embeddings=self._private[0], labels=self._private[1])
         return self._private
 
-    def histograms(self, candidates: Sequence[np.ndarray], sigma: float | None) -> list[np.ndarray]:
-        """Noisy votes per class over ``candidates`` (unit-row embeddings per class)."""
+    def histograms(
+        self, candidates: Sequence[np.ndarray], sigma: float | None, before_noise: Callable[[], None] | None = None,
+    ) -> list[np.ndarray]:
+        """Noisy votes per class over ``candidates`` (unit-row embeddings per class); ``before_noise`` runs after
+        the votes are counted and right before the noise is drawn (the write-ahead; not called without noise)."""
         counts = vote_counts(*self._embeddings(), candidates)
-        return [c.astype(np.float64) for c in counts] if sigma is None else noisy_histograms(counts, sigma)
+        if sigma is None:
+            return [c.astype(np.float64) for c in counts]
+        if before_noise is not None:
+            before_noise()
+        return noisy_histograms(counts, sigma)
 
 
 @dataclass(frozen=True)
@@ -189,13 +198,7 @@ def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
                 f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
                 f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
             )
-        saved = json.loads(paths.manifest.read_text())
-        for key in sorted(set(saved) | set(settings)):
-            if saved.get(key) != settings.get(key):
-                raise UserError(
-                    f"--resume: {key} was {saved.get(key)!r} in the interrupted run ({paths.manifest}) but is now "
-                    f"{settings.get(key)!r}; resume with the same settings"
-                )
+        check_settings(paths.manifest, settings)
         return
     paths.workdir.mkdir(parents=True, exist_ok=True)
     _write_json(paths.manifest, settings)
@@ -207,7 +210,8 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
 
 
 def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
-    """Append histogram t's release to the ledger, durably, before it is drawn (every draw appends)."""
+    """Append histogram t's release to the ledger, durably, right before its noise is drawn (every draw appends;
+    after the private embedding pass and the vote count, so a kill during those books nothing)."""
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
     ledger.append(histogram_entry(sigma, snapped, t))
     ledger.save(paths.ledger)
@@ -252,7 +256,12 @@ def run_pe(
 
     ``epsilon=None`` runs without noise: NOT private (exact votes; a reference and a test mode).
     ``embedding_cache``: a file for the private embeddings (PRIVATE; keyed by the caller to one data set,
-    model, pooling and ``max_tokens``)."""
+    model, pooling and ``max_tokens``). ``settings``: the caller's public settings (the data spec string,
+    ``private_per_class``, ...), saved in ``run.json`` with the run's own (ε, δ, σ, config, labels and the
+    model's fingerprint) and checked on resume. The content of the private data is NOT bound: a resume with
+    another data set under the same spec is not detected (a plain hash of it in the published folder would let
+    anyone test a guessed data set). The run folder is locked (``flock``) for the whole run: a second process
+    gets a :class:`UserError`."""
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     dp = epsilon is not None
@@ -261,11 +270,36 @@ def run_pe(
     paths = PEPaths(Path(out))
     if not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
-    n_classes, m = len(label_names), config.candidates(per_class)
-    sigma = noise_multiplier(epsilon, delta, config, n_classes, per_class) if dp else None
-    snapped = histogram_snapped(n_classes, m)
+    sigma = noise_multiplier(epsilon, delta, config, len(label_names), per_class) if dp else None
     settings = {**(settings or {}), "config": config.to_dict(), "per_class": per_class, "epsilon": epsilon,
-                "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma}
+                "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma,
+                "model_fingerprint": model_fingerprint(model)}
+    with hold(paths.workdir):
+        return _evolve(model, tokenizer, label_names, load_private, paths=paths, per_class=per_class, config=config,
+                       epsilon=epsilon, delta=delta, sigma=sigma, settings=settings, resume=resume,
+                       embedding_cache=embedding_cache, on_phase=on_phase)
+
+
+def _evolve(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    label_names: Sequence[str],
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    *,
+    paths: PEPaths,
+    per_class: int,
+    config: PEConfig,
+    epsilon: float | None,
+    delta: float | None,
+    sigma: float | None,
+    settings: dict[str, Any],
+    resume: bool,
+    embedding_cache: Path | None,
+    on_phase: Callable[[str], None] | None,
+) -> PEResult:
+    """:func:`run_pe`'s body, run with the run folder locked."""
+    dp, n_classes, m = sigma is not None, len(label_names), config.candidates(per_class)
+    snapped = histogram_snapped(n_classes, m)
     _start(paths, settings, resume)
     phase = on_phase or (lambda text: None)
 
@@ -290,9 +324,8 @@ def run_pe(
             histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
         else:
             phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
-            if dp:
-                _write_ahead(paths, sigma, snapped, t)
-            histograms = voter.histograms([unit_rows(embed(texts)) for texts in population], sigma)
+            candidates = [unit_rows(embed(texts)) for texts in population]
+            histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
             _write_json(paths.histogram(t), {"population_sha256": _digest(population),
                                              "histograms": [h.tolist() for h in histograms]})
         if t + 1 == config.iterations:
