@@ -312,6 +312,7 @@ def run_method_command(
         else:
             result = run_dp_finetune(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
                                      config=config, epsilon=epsilon, delta=delta, run_dir=workdir,
+                                     settings={"model": model_name, "data": str(data), "private_per_class": private_per_class},
                                      on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
             extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
     wall_s = time.perf_counter() - start

@@ -63,4 +63,6 @@ def test_dp_finetune_run_reports_the_training_runs_epsilon(data, tmp_path, capsy
     summary = json.loads(capsys.readouterr().out)
     assert len(summary["rows"]) == 4 and summary["privacy"]["epsilon"] == 3.0 >= summary["privacy"]["epsilon_accounted"]
     assert _synth(args) == 2 and "--resume" in capsys.readouterr().err
+    assert _synth([*args[:-4], "0.5", "--delta", "1e-5", "--resume"]) == 2  # the finished ε = 3 run is not reused at 0.5
+    assert "--resume: epsilon was 3.0" in capsys.readouterr().err
     assert _synth([*args[:-5], "--no-dp"]) == 2 and "--epsilon" in capsys.readouterr().err

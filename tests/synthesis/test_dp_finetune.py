@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
+from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, training_rows
 from privlm.training.checkpoint import FINISHED
@@ -26,8 +29,8 @@ def lm():
 
 def _run(lm, out: Path, load_private, **kwargs):
     model, tokenizer = lm
-    return run_dp_finetune(model, tokenizer, NAMES, load_private, out=out, per_class=3, config=CONFIG,
-                           epsilon=4.0, delta=1e-5, **kwargs)
+    return run_dp_finetune(model, tokenizer, NAMES, load_private, out=out, per_class=3,
+                           config=kwargs.pop("config", CONFIG), epsilon=kwargs.pop("epsilon", 4.0), delta=1e-5, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,34 @@ def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_pa
     _run(lm, out, lambda: calls.append(1) or POISONED, run_dir=reference.with_name(reference.name + ".dpft"))
     assert calls == []
     assert out.read_bytes() == reference.read_bytes()
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"epsilon": 0.5}, "epsilon"),
+    ({"config": replace(CONFIG, lora=4, lora_layers=2, epochs=1.0, clip=0.5)}, "training"),
+    ({"settings": {"data": "jsonl:other.jsonl"}}, "data"),
+])
+def test_a_finished_run_is_reused_only_with_the_same_training_settings(lm, reference, tmp_path, change, key) -> None:
+    run_dir = reference.with_name(reference.name + ".dpft")
+    with pytest.raises(UserError, match=f"--resume: {key} was"):
+        _run(lm, tmp_path / "x.jsonl", lambda: pytest.fail("refused before the data is read"), run_dir=run_dir, **change)
+    other = build_tiny_model("tiny-llama", seed=5)
+    with pytest.raises(UserError, match="model_fingerprint"):
+        _run(other, tmp_path / "x.jsonl", lambda: pytest.fail("refused before the data is read"), run_dir=run_dir)
+    assert not (tmp_path / "x.jsonl").exists()
+    sampling = _run(lm, tmp_path / "y.jsonl", lambda: pytest.fail("reused"), run_dir=run_dir,
+                    config=replace(CONFIG, max_new_tokens=4, temperature=0.7))  # sampling settings may change
+    assert sampling.privacy["epsilon"] == 4.0
+
+
+def test_a_run_folder_in_use_is_refused(lm, tmp_path) -> None:
+    out = tmp_path / "dpft.jsonl"
+    run_dir = out.with_name(out.name + ".dpft")
+    with claim(run_dir / LOCK) as mine:  # another open file description: as another process would
+        assert mine
+        with pytest.raises(UserError, match="in use by another process"):
+            _run(lm, out, lambda: pytest.fail("refused before the data is read"))
+    assert not (run_dir / "run.json").exists() and not out.exists()
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint_and_counts_each_step_once(lm, tmp_path, monkeypatch) -> None:

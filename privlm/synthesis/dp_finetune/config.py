@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from privlm.training.loop import TrainConfig
 
 
+SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p")  # only sampling from the trained model reads these
+
+
 @dataclass(frozen=True)
 class DPFinetuneConfig:
     """Public settings of the DP fine-tuning run and of sampling (module docstring for the CPU cuts)."""
@@ -49,3 +52,7 @@ class DPFinetuneConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {**asdict(self), "instructions": None if self.instructions is None else list(self.instructions)}
+
+    def training_dict(self) -> dict[str, Any]:
+        """The settings that determine the trained adapters (all but sampling's): what a reused run must repeat."""
+        return {k: v for k, v in self.to_dict().items() if k not in SAMPLING_FIELDS}

@@ -17,8 +17,13 @@ the last 2 of 30 blocks only, texts cut to 48 tokens, one epoch at an expected b
 
 Files: the run folder ``run_dir`` (default ``FILE.jsonl.dpft/``) is privlm's training run folder
 (``privacy.json``, ``metrics.jsonl``, checkpoints while training — they hold the noise keys — and
-``adapter/`` at the end, when the checkpoints are deleted). A run whose adapter is saved is reused,
-never retrained; an interrupted one resumes from its last checkpoint.
+``adapter/`` at the end, when the checkpoints are deleted), plus ``run.json``, the public settings that
+determine the adapters (ε, δ, the training config, the model's fingerprint and the caller's data spec and
+``private_per_class``), written when the run starts. A run whose adapter is saved is reused, never
+retrained, and an interrupted one resumes from its last checkpoint — both only if ``run.json`` matches
+(else a :class:`UserError` naming the first differing key). The content of the private data is not bound
+(a hash of it beside the release would let anyone test a guessed data set). The folder is locked
+(``flock``, ``.lock``) while training or reloading: a second process gets a :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -36,14 +41,18 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
+from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
+from privlm.runfolder import LOCK, check_settings, hold
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+
+MANIFEST = "run.json"
 
 
 def training_rows(
@@ -73,10 +82,54 @@ def train_generator(
     epsilon: float,
     delta: float,
     run_dir: Path,
+    settings: dict[str, Any] | None = None,
+    wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> tuple[PreTrainedModel, Ledger]:
     """The DP fine-tuned copy of ``model`` (LoRA merged) and the run's ledger: trained into ``run_dir`` (resumed
-    from its last checkpoint), or its saved adapter reloaded without reading the data (module docstring)."""
+    from its last checkpoint), or its saved adapter reloaded without reading the data, with ``run_dir`` locked
+    (``wait``: wait for another process holding it instead of refusing) and ``run.json`` checked against
+    :func:`run_settings` (module docstring)."""
+    with hold(run_dir, wait=wait):
+        _start(run_dir, run_settings(model, config, epsilon, delta, settings))
+        return _train(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon, delta=delta,
+                      run_dir=run_dir, on_progress=on_progress)
+
+
+def run_settings(
+    model: PreTrainedModel, config: DPFinetuneConfig, epsilon: float, delta: float, extra: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The public settings that determine the release (``run.json``): the caller's ``extra`` (data spec,
+    ``private_per_class``), ε, δ, the training config and the model's fingerprint."""
+    return {**(extra or {}), "epsilon": epsilon, "delta": delta, "training": config.training_dict(),
+            "model_fingerprint": model_fingerprint(model)}
+
+
+def _start(run_dir: Path, settings: dict[str, Any]) -> None:
+    """Check a started run's ``run.json`` against ``settings``, or write it for a new run."""
+    manifest = run_dir / MANIFEST
+    if manifest.exists():
+        check_settings(manifest, settings)
+    elif any(path.name != LOCK for path in run_dir.iterdir()):
+        raise UserError(f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be "
+                        f"checked; remove it")
+    else:
+        write_text_atomic(manifest, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def _train(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    label_names: Sequence[str],
+    load_private: Callable[[], Sequence[tuple[str, int]]],
+    *,
+    config: DPFinetuneConfig,
+    epsilon: float,
+    delta: float,
+    run_dir: Path,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None,
+) -> tuple[PreTrainedModel, Ledger]:
+    """:func:`train_generator`'s body, run with ``run_dir`` locked and its settings checked."""
     base = copy.deepcopy(model)
     adapter = run_dir / "adapter"
     if (run_dir / FINISHED).exists() and adapter.is_dir():
@@ -121,10 +174,13 @@ def run_dp_finetune(
     epsilon: float,
     delta: float,
     run_dir: Path | None = None,
+    settings: dict[str, Any] | None = None,
+    wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> DPFinetuneResult:
     """Train (or reuse) the DP generator, sample ``per_class`` texts per class, write ``out`` and its
-    ``.privacy.json`` sidecar (ε accounted from the run's ledger, never below the target)."""
+    ``.privacy.json`` sidecar (ε accounted from the run's ledger, never below the target). ``settings``: the
+    caller's public settings bound to the run (:func:`run_settings`); ``wait``: see :func:`train_generator`."""
     out = Path(out)
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
@@ -132,7 +188,8 @@ def run_dp_finetune(
         raise UserError(f"output folder {out.parent} does not exist")
     run_dir = run_dir or out.with_name(out.name + ".dpft")
     generator, ledger = train_generator(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon,
-                                        delta=delta, run_dir=run_dir, on_progress=on_progress)
+                                        delta=delta, run_dir=run_dir, settings=settings, wait=wait,
+                                        on_progress=on_progress)
     sampling = Sampling(max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p)
     rows = [{**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
             for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,

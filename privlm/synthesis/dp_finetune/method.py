@@ -3,7 +3,7 @@
 The training run depends on the cell's ε and seed and the method's parameters, not on n, so the cells
 that differ only in n share one run, kept in ``ctx.private_cache`` (its checkpoints hold noise keys
 while it trains: private); each cell samples its own n per class from it. Published together, those
-cells are one release (one ε), not several. Parameters (TOML ``[methods.dp-finetune-gen]``): any
+cells are one release (one ε), not several; a cell whose shared run another process holds waits for it. Parameters (TOML ``[methods.dp-finetune-gen]``): any
 :class:`privlm.synthesis.dp_finetune.DPFinetuneConfig` field but ``seed`` (the cell's seed).
 """
 
@@ -29,6 +29,7 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     result = run_dp_finetune(
         ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.workdir / "synthetic.jsonl",
         per_class=ctx.n_per_class, config=config, epsilon=ctx.epsilon, delta=ctx.delta, run_dir=run_dir,
+        wait=True,  # a cell sharing the run that another process is training waits for it, then reuses it
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
