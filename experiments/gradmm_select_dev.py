@@ -23,7 +23,7 @@ from sklearn.linear_model import LogisticRegression
 from privlm.gradmm.filtering import Candidate, few_shot_labels
 from privlm.gradmm.prompt import build_prompt, last_hidden_from_ids
 from privlm.gradmm.release import Release
-from privlm.gradmm.select import _match_terms, candidate_factors, greedy_match
+from privlm.gradmm.select import _match_terms, greedy_match
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 
@@ -79,7 +79,6 @@ def main() -> None:
         eligible = [np.flatnonzero((labels == k) & ((predicted == k) | (not filtered))) for k in (0, 1)]
         for _ in range(20):
             score("random" + tag, [int(i) for e in eligible for i in rng.choice(e, args.n, replace=False)])
-        resid, hidden = None, None
         for rel_name, release in releases.items():
             kind = "dp" if rel_name == args.cell else "noise"
             picks_set, picks_set_own, picks_rank, picks_margin = [], [], [], []
