@@ -132,11 +132,12 @@ def generate_batch(
         path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
         ids = _public_ids(path, lambda: instructed_ids(model, tokenizer, prompt.label_names[label], config, seed))
     else:
-        sample = projector().sample(config.batch, config.length, torch.Generator().manual_seed(seed))
+        proj = projector()
+        sample = proj.sample(config.batch, config.length, torch.Generator().manual_seed(seed))
         if config.optimizer == "admm":
-            objective = make_objective(model, prompt, label_token, target.to(projector().embedding.dtype), rows=release.rows)
+            objective = make_objective(model, prompt, label_token, target.to(proj.embedding.dtype), rows=release.rows)
             sample = run_admm(
-                objective, projector(), projector().embed(sample),
+                objective, proj, proj.embed(sample),
                 rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
                 on_step=on_step,
             ).ids
