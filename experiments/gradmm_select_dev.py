@@ -23,7 +23,7 @@ from sklearn.linear_model import LogisticRegression
 from privlm.gradmm.filtering import Candidate, few_shot_labels
 from privlm.gradmm.prompt import build_prompt, last_hidden_from_ids
 from privlm.gradmm.release import Release
-from privlm.gradmm.select import _match_terms, greedy_match
+from privlm.gradmm.select import match_terms, greedy_match
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 
@@ -89,7 +89,7 @@ def main() -> None:
             for k, idx in enumerate(eligible):
                 sub = [cands[i] for i in idx]
                 labs = [k, 1 - k]
-                gram, inner = _match_terms(model, release, sub, labs)
+                gram, inner = match_terms(model, release, sub, labs)
                 picks_set += [int(idx[j]) for j in greedy_match(gram, inner, args.n)]
                 picks_set_own += [int(idx[j]) for j in greedy_match(gram[:1], inner[:1], args.n)]
                 cos = inner / gram.diagonal(dim1=1, dim2=2).sqrt() / torch.stack(

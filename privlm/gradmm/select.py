@@ -72,7 +72,7 @@ def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
     return chosen
 
 
-def _match_terms(
+def match_terms(
     model: PreTrainedModel, release: Release, cands: Sequence[Candidate], labels: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gram matrices (L × M × M) and inner products with each class target (L × M) of ``cands`` taken as
@@ -106,6 +106,6 @@ def select_matching(
         if keep == 0:
             break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
-        gram, inner = _match_terms(model, release, cands, labels)
+        gram, inner = match_terms(model, release, cands, labels)
         out.extend(cands[j] for j in greedy_match(gram, inner, keep))
     return out
