@@ -298,21 +298,20 @@ def run_method_command(
         raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
     label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
     load_private = private_examples(data, private_per_class, labels)
-    if private_per_class is not None:
-        load_private = load_private().copy  # a cut larger than a class is refused here, before anything is written
+    if private_per_class is not None or not resume:  # bad rows or a cut larger than a class: refused before anything is written
+        load_private = load_private().copy
+    settings = {"model": model_name, "data": str(data), "private_per_class": private_per_class}
     loaded, tokenizer = load_model(model_name)
     start = time.perf_counter()
     with err_console.status(method) as status:
         if method == "pe":
             result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
-                            epsilon=epsilon, delta=delta, resume=resume,
-                            settings={"model": model_name, "data": str(data), "private_per_class": private_per_class},
+                            epsilon=epsilon, delta=delta, resume=resume, settings=settings,
                             on_phase=lambda text: status.update(text))
             extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
         else:
             result = run_dp_finetune(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
-                                     config=config, epsilon=epsilon, delta=delta, run_dir=workdir,
-                                     settings={"model": model_name, "data": str(data), "private_per_class": private_per_class},
+                                     config=config, epsilon=epsilon, delta=delta, run_dir=workdir, settings=settings,
                                      on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
             extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
     wall_s = time.perf_counter() - start

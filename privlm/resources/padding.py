@@ -23,6 +23,8 @@ def padded_batch(
     longest) and, when ``rows`` is given, followed by one-token filler rows up to ``rows`` rows (ids and
     mask are ``rows × width``; ``lengths`` covers the real sequences only). ``width`` and ``rows`` must be
     public bounds: a sequence longer than ``width`` or more than ``rows`` sequences is a ``ValueError``."""
+    if not sequences:
+        raise ValueError("no sequences to pad")
     lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
     width = int(lengths.max()) if width is None else width
     total = len(sequences) if rows is None else rows
