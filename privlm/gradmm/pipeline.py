@@ -25,6 +25,7 @@ private data and must live where the data may be kept, never in published result
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
-from privlm.runfolder import check_settings
+from privlm.runfolder import check_settings, hold
 from privlm.gradmm.release import (
     PrivateFactors,
     Release,
@@ -289,18 +290,20 @@ def run_synthesis(
         **(settings or {}), "config": config.to_dict(), "per_class": per_class, "dp": dp,
         "epsilon": epsilon, "delta": delta, "prompt": prompt.to_dict(),
     }
-    release, reused = obtain_release(
-        model, tokenizer, prompt, load_private, paths=paths, settings=settings, config=config,
-        dp=dp, epsilon=epsilon, delta=delta, resume=resume, factor_cache=factor_cache,
-        on_private_batch=on_private_batch,
-    )
+    rank0 = not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
+    with hold(paths.workdir) if rank0 else contextlib.nullcontext():  # one process draws and books at a time
+        release, reused = obtain_release(
+            model, tokenizer, prompt, load_private, paths=paths, settings=settings, config=config,
+            dp=dp, epsilon=epsilon, delta=delta, resume=resume, factor_cache=factor_cache,
+            on_private_batch=on_private_batch,
+        )
     selected = synthesize(
         model, tokenizer, release, per_class=per_class, config=config, batch_dir=paths.batches,
         on_step=on_step, on_batch=on_batch, public_dir=public_dir,
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)
-    if not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0:
+    if rank0:
         write_text_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return SynthResult(rows=rows, release=release, privacy=privacy, reused_release=reused)
