@@ -50,6 +50,10 @@ class PEConfig:
         """M, the population of each class (public)."""
         return max(per_class, math.ceil(self.population * per_class))
 
+    def survivors(self, per_class: int) -> int:
+        """How many candidates of a class survive an iteration: ⌈M / (1 + V)⌉."""
+        return math.ceil(self.candidates(per_class) / (1 + self.variations))
+
     @property
     def sampling(self) -> Sampling:
         """The public LM's sampling settings."""
