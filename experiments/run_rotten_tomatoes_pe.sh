@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 15 grid in order of importance (each stage resumes; finished cells are never rerun): ε = 1 at n = 20, then
-# n = 100 (dp-finetune-gen's n = 100 cells reuse the n = 20 cells' training runs), then ε = 4, then anything left.
+# Issue 15 grid in order of importance (each stage resumes; finished cells are never rerun): PE at ε = 1 and
+# n = 100 (the issue's target cell), then ε = 4 at n = 100, then n = 20, then anything left. dp-finetune-gen's
+# n = 100 cells reuse the n = 20 cells' training runs when both run in one work folder.
 # Usage: OMP_NUM_THREADS=1 nohup experiments/run_rotten_tomatoes_pe.sh > logs/rotten_tomatoes_pe.log 2>&1 &
 # (WAIT_FOR=PID: first wait for that process to exit.)
 set -u
@@ -10,10 +11,8 @@ run() { "$PRIVLM" experiment experiments/rotten_tomatoes_pe.toml --out results/r
 if [ -n "${WAIT_FOR:-}" ]; then
   while kill -0 "$WAIT_FOR" 2>/dev/null; do sleep 30; done
 fi
-for eps in 1 4; do
-  for n in 20 100; do
-    run --cells "pe_n${n}_seed0_eps${eps}" --cells "dp-finetune-gen_n${n}_seed0_eps${eps}"
-    run --cells "pe_n${n}_*_eps${eps}" --cells "dp-finetune-gen_n${n}_*_eps${eps}"
-  done
-done
+run --cells "pe_n100_*_eps1"
+run --cells "pe_n100_*_eps4"
+run --cells "dp-finetune-gen_n100_*_eps4"
+run --cells "pe_n20_*_eps1" --cells "pe_n20_*_eps4"
 run

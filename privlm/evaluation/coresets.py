@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.resources.padding import padded_batch
+from privlm.resources.padding import padded_batch, shape_buckets
 from privlm.evaluation.prompts import pad_token_id
 
 
@@ -44,8 +44,8 @@ def hidden_features(
 
     Computed by the model's backbone (``model.base_model``), without the LM head. Right padding with an
     attention mask; texts longer than ``max_length`` tokens keep their end. ``fixed_shape``: every batch
-    is ``batch_size × max_length`` (private texts: a text's features then do not depend on which others
-    share its batch, :mod:`privlm.resources.padding`).
+    is ``batch_size`` rows of a public width chosen by each text's own length (private texts: a text's
+    features then do not depend on which others share its batch, :func:`privlm.resources.padding.shape_buckets`).
     """
     if pooling not in ("last", "mean"):
         raise UserError(f"pooling must be 'last' or 'mean', got {pooling!r}")
@@ -53,25 +53,27 @@ def hidden_features(
     if any(len(ids) == 0 for ids in encoded):
         raise UserError("a text encodes to no tokens; cannot take its hidden-state features")
     pad = pad_token_id(tokenizer)
-    out = []
+    if fixed_shape:
+        batches = shape_buckets([len(ids) for ids in encoded], batch_size, max_length)
+    else:
+        batches = [(list(range(s, min(s + batch_size, len(encoded)))), None) for s in range(0, len(encoded), batch_size)]
+    out = np.zeros((len(encoded), model.config.hidden_size))
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for start in range(0, len(encoded), batch_size):
-                chunk = encoded[start : start + batch_size]
-                ids, mask, lengths = padded_batch(
-                    chunk, pad, width=max_length if fixed_shape else None, rows=batch_size if fixed_shape else None
-                )
+            for indices, width in batches:
+                chunk = [encoded[i] for i in indices]
+                ids, mask, lengths = padded_batch(chunk, pad, width=width, rows=batch_size if fixed_shape else None)
                 hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[: len(chunk)]  # no LM head
                 if pooling == "mean":
                     weights = mask[: len(chunk)].to(hidden.dtype)[:, :, None]
-                    out.append(((hidden * weights).sum(1) / weights.sum(1)).double().numpy())
+                    out[indices] = ((hidden * weights).sum(1) / weights.sum(1)).double().numpy()
                 else:
-                    out.append(hidden[torch.arange(len(chunk)), lengths - 1].double().numpy())
+                    out[indices] = hidden[torch.arange(len(chunk)), lengths - 1].double().numpy()
     finally:
         model.train(was_training)
-    return np.concatenate(out)
+    return out
 
 
 def herding(features: np.ndarray, k: int) -> list[int]:

@@ -47,6 +47,7 @@ from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, 
 from privlm.privacy.gaussian import gaussian_noise_multiplier
 from privlm.privacy.snapping import CLAMP_BITS, MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
+from privlm.resources.padding import shape_buckets
 
 
 @dataclass(frozen=True)
@@ -194,26 +195,26 @@ def private_factors(
 ) -> PrivateFactors:
     """The one pass over the private ``examples`` (``(text, class_index)``): last hidden state of each.
 
-    Under ``torch.distributed`` this rank takes ``examples[rank::world]``. Order: by token length. Every
-    batch has the same public shape (``batch_size`` rows × the longest possible prompt), so an example's
-    factor does not depend on which others share its batch (:mod:`privlm.resources.padding`)."""
+    Under ``torch.distributed`` this rank takes ``examples[rank::world]``. Order: by width bucket. Every
+    batch has ``batch_size`` rows and a public width chosen by each example's own length
+    (:func:`~privlm.resources.padding.shape_buckets`), so an example's factor does not depend on which
+    others share its batch; the class sums do not depend on the order."""
     n_classes = len(prompt.label_token_ids)
     if dist.is_available() and dist.is_initialized():
         examples = list(examples)[dist.get_rank() :: dist.get_world_size()]
     for _, k in examples:
         if not 0 <= k < n_classes:
             raise UserError(f"label {k} out of range for {n_classes} classes")
-    encoded = sorted(  # length-sorted batches waste little on padding; the sums do not depend on order
-        ((encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples), key=lambda e: len(e[0])
-    )
-    width = len(prompt.prefix_ids) + max_tokens + len(prompt.suffix_ids)
+    encoded = [(encode_text(tokenizer, prompt, text, max_tokens), k) for text, k in examples]
+    max_width = len(prompt.prefix_ids) + max_tokens + len(prompt.suffix_ids)
     hidden = [torch.zeros(0, head_weight(model).shape[1], dtype=head_weight(model).dtype)]
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start : start + batch_size]
-        hidden.append(last_hidden_from_ids(model, [ids for ids, _ in chunk], width=width, rows=batch_size))
+    labels: list[int] = []
+    for indices, width in shape_buckets([len(ids) for ids, _ in encoded], batch_size, max_width):
+        hidden.append(last_hidden_from_ids(model, [encoded[i][0] for i in indices], width=width, rows=batch_size))
+        labels.extend(encoded[i][1] for i in indices)
         if on_batch is not None:
-            on_batch(len(chunk))
-    return PrivateFactors(torch.cat(hidden), torch.tensor([k for _, k in encoded], dtype=torch.long))
+            on_batch(len(indices))
+    return PrivateFactors(torch.cat(hidden), torch.tensor(labels, dtype=torch.long))
 
 
 @torch.no_grad()

@@ -7,11 +7,18 @@ features by ~1e-7 — harmless for a sum clipped to C up to rounding, but a *dis
 nearest-candidate vote) can turn that into a whole vote moved, and an attacker may craft examples that sit
 on such ties. With every batch padded to a public width and a public number of rows, a row's output is a
 function of that row alone (tested bitwise: ``tests/resources/test_padding.py``).
+
+**Buckets.** Padding every private row to the longest possible prompt wastes most of a pass over short
+texts. :func:`shape_buckets` instead gives each row the smallest of a public ladder of widths that holds it
+and fills batches of one public row count within each width: a row's batch shape is then a function of its
+own length, so its output is still a function of that row alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+WIDTH_STEP = 16  # the public ladder of private batch widths: 16, 32, 48, … tokens, capped at the longest
 
 import torch
 
@@ -37,3 +44,24 @@ def padded_batch(
         ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
         mask[i, : len(s)] = 1
     return ids, mask, lengths
+
+
+def shape_buckets(
+    lengths: Sequence[int], rows: int, max_width: int, step: int = WIDTH_STEP
+) -> list[tuple[list[int], int]]:
+    """Private batches as ``(indices, width)``: each index ``i`` goes to width ``min(max_width, step·⌈lengths[i]/step⌉)``
+    (a function of its own length), and each width's indices, in order, are cut into batches of at most
+    ``rows`` — to be padded with :func:`padded_batch` to exactly ``rows × width``. Every index appears once.
+    A length above ``max_width`` is a ``ValueError``."""
+    if rows < 1 or step < 1:
+        raise ValueError(f"rows and step must be >= 1 (got {rows}, {step})")
+    by_width: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        if n > max_width:
+            raise ValueError(f"a sequence of {n} tokens exceeds the width {max_width}")
+        by_width.setdefault(min(max_width, step * -(-n // step)), []).append(i)
+    return [
+        (indices[start : start + rows], width)
+        for width, indices in sorted(by_width.items())
+        for start in range(0, len(indices), rows)
+    ]

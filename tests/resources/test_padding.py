@@ -14,7 +14,7 @@ import torch
 from privlm.evaluation.coresets import hidden_features
 from privlm.gradmm.prompt import build_prompt
 from privlm.gradmm.release import private_factors
-from privlm.resources.padding import padded_batch
+from privlm.resources.padding import padded_batch, shape_buckets
 from privlm.resources.tiny import build_tiny_model
 
 TEXTS = [f"review {i}: " + "very " * (i % 7) + ("good" if i % 2 else "bad") + " film" * (i % 3) for i in range(37)]
@@ -72,3 +72,25 @@ def test_on_smollm2_fixed_shapes_keep_every_other_embedding_bitwise() -> None:
     before = hidden_features(model, tokenizer, texts, "mean", max_length=64, fixed_shape=True)
     after = hidden_features(model, tokenizer, [INSERTED * 2, *texts], "mean", max_length=64, fixed_shape=True)
     assert np.array_equal(after[1:], before)
+
+
+
+def test_shape_buckets_place_each_row_by_its_own_length() -> None:
+    lengths = [3, 17, 16, 40, 1, 33, 16]
+    batches = shape_buckets(lengths, rows=2, max_width=45, step=16)
+    assert sorted(i for indices, _ in batches for i in indices) == list(range(len(lengths)))
+    assert all(len(indices) <= 2 for indices, _ in batches)
+    assert {i: w for indices, w in batches for i in indices} == {0: 16, 2: 16, 4: 16, 6: 16, 1: 32, 3: 45, 5: 45}
+    with pytest.raises(ValueError, match="exceeds"):
+        shape_buckets([46], rows=2, max_width=45)
+
+
+def test_bucketed_rows_keep_the_order_of_their_texts(lm) -> None:
+    """The bucketed pass returns row i for text i (not in bucket order)."""
+    model, tokenizer = lm
+    texts = [TEXTS[0] + " word" * 20, TEXTS[1], TEXTS[2] + " more" * 9]
+    together = hidden_features(model, tokenizer, texts, "last", batch_size=4, max_length=40, fixed_shape=True)
+    alone = np.concatenate([
+        hidden_features(model, tokenizer, [t], "last", batch_size=4, max_length=40, fixed_shape=True) for t in texts
+    ])
+    assert np.array_equal(together, alone)

@@ -21,7 +21,7 @@ def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     config = PEConfig(**{**ctx.params, "seed": ctx.seed})
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     cache = None if ctx.private_cache is None else ctx.private_cache / (
-        "pe-embeddings-" + digest({"pooling": config.pooling, "max_tokens": config.max_tokens, "fixed_shape": True}) + ".npz"
+        "pe-embeddings-" + digest({"pooling": config.pooling, "max_tokens": config.max_tokens, "shape": "width-buckets"}) + ".npz"
     )
     result = run_pe(
         ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.workdir / "synthetic.jsonl",
