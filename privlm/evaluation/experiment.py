@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from privlm.errors import UserError
 from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.evaluation.coresets import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.atomic import write_text_atomic
+from privlm.atomic import atomic_path, write_text_atomic
 from privlm.runfolder import claim
 from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.evaluation.report import write_report
@@ -183,7 +185,8 @@ def run_experiment(
     )
     template, words = train.verbalizer.template, train.verbalizer.label_words
     model, tokenizer = load_model(config.model, seed=config.data_seed)
-    features = functools.cache(lambda: last_token_features(model, tokenizer, [t for t, _ in pool]))
+    private_cache = out / "work" / "private-cache" / config.shared_hash
+    features = functools.cache(lambda: _pool_features(model, tokenizer, pool, private_cache / "pool-features.npy"))
 
     saved = _saved_configs(out)
 
@@ -204,7 +207,7 @@ def run_experiment(
                 label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
                 delta=config.delta, workdir=out / "work" / cell.key, pool_features=features,
                 params={**_default_instructions(train, method), **spec.params},
-                private_cache=out / "work" / "private-cache" / config.shared_hash,
+                private_cache=private_cache,
             )
             write_jsonl_atomic(set_path, method(ctx))
         generation_s = time.perf_counter() - start
@@ -245,6 +248,20 @@ def run_experiment(
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
+
+
+def _pool_features(model: Any, tokenizer: Any, pool: list[Any], path: Path) -> np.ndarray:
+    """The pool's last-token features (``len(pool) × d``, float64), computed once per experiment and kept
+    at ``path`` — inside ``work/private-cache``: they are a function of the private pool (same protection as
+    the data; never under ``results/`` proper). A cached file of the wrong shape is recomputed."""
+    if path.exists():
+        cached = np.load(path)
+        if cached.shape[0] == len(pool):
+            return cached
+    features = last_token_features(model, tokenizer, [t for t, _ in pool])
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, features)
+    return features
 
 
 def _epsilon_spent(set_path: Path) -> float | None:

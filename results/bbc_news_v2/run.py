@@ -15,7 +15,8 @@ Stages: (1) the recipe (lr, epochs, B) chosen once on ``tweets`` (not a reported
 (2) BBC News T = 256: ε = 3 ``mixed`` / ``hutchinson`` k = 32 / non-private, seeds 0-2, then ε = 0.7
 ``hutchinson`` vs ``hutchpp`` (32 probes), seeds 0-2; (3) Rotten Tomatoes, whole train split, ε = 3
 ``mixed`` / ``hutchinson`` / non-private, seeds 0-2; (4) BBC News T = 1024 (long context), ε = 3
-``hutchinson`` and ``mixed``, seed 0.
+``hutchinson`` and ``mixed``, seed 0; (5) Rotten Tomatoes at ε = 1 and ε = 4, ``hutchinson`` k = 32, seeds 0-2
+(the "DP fine-tuning directly" reference of issue 15's table).
 """
 
 from __future__ import annotations
@@ -114,6 +115,10 @@ def main() -> None:
                [*private3, "--norm-mode", "hutchinson", "--probes", "32"], 0),
               (BBC, "bbc-T1024-eps3-mixed-s0", "bbc-news", 1024, [*private3, "--norm-mode", "mixed"], 0),
               (BBC, "bbc-T1024-nondp-s0", "bbc-news", 1024, ["--no-dp"], 0)]
+    for eps in ("1", "4"):
+        cells += [(RT, f"rt-eps{eps}-hutchinson32-s{seed}", "rotten-tomatoes", 256,
+                   ["--epsilon", eps, "--delta", "1e-5", "--norm-mode", "hutchinson", "--probes", "32"], seed)
+                  for seed in SEEDS]
     for results, name, data, max_length, args, seed in cells:
         run_cell(results, name, data, max_length, [*args, *hyper, "--seed", str(seed)])
     print(f"[{time.strftime('%H:%M:%S')}] all cells done", flush=True)

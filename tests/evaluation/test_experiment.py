@@ -296,3 +296,28 @@ def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_si
     assert "UNFINISHED" in (tmp_path / "out" / "report.md").read_text()
     # a configuration without per-method sizes hashes as it did before they existed
     assert "sizes" not in json.dumps(load_config(toml).to_dict()["methods"][0])
+
+
+def test_pool_features_are_computed_once_per_experiment_and_random_never_needs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [2]")
+    toml.write_text(head + "[methods.random]\n")
+    calls: list[int] = []
+    real = experiment.last_token_features
+    monkeypatch.setattr(experiment, "last_token_features", lambda m, t, texts: calls.append(len(texts)) or real(m, t, texts))
+    out = tmp_path / "out"
+    run_experiment(load_config(toml), out)
+    assert calls == []  # random draws from indices only
+    toml.write_text(head + "[methods.random]\n[methods.herding]\n")
+    run_experiment(load_config(toml), out, resume=True)
+    assert calls == [12]  # the 6-per-class pool, once for both herding seeds
+    cached = list((out / "work" / "private-cache").glob("*/pool-features.npy"))
+    assert len(cached) == 1
+    (out / "results.jsonl").unlink()
+    for s in (out / "sets").glob("herding_*"):
+        s.unlink()
+    run_experiment(load_config(toml), out, resume=True)
+    assert calls == [12]  # a new process (here: a new run) reads the cached features

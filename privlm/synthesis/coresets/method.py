@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from privlm.evaluation.coresets import select_per_class
 from privlm.synthesis.registry import MethodContext
 
 
 def coreset_rows(kind: str, ctx: MethodContext) -> list[dict[str, Any]]:
-    """``n_per_class`` pool examples per class chosen by coreset ``kind`` on the pool's features."""
+    """``n_per_class`` pool examples per class chosen by coreset ``kind`` on the pool's features (``random``
+    draws from the indices alone: it never computes them)."""
     labels = [y for _, y in ctx.pool]
-    picks = select_per_class(kind, ctx.pool_features(), labels, ctx.n_per_class, ctx.seed)
+    features = np.empty((len(ctx.pool), 0)) if kind == "random" else ctx.pool_features()
+    picks = select_per_class(kind, features, labels, ctx.n_per_class, ctx.seed)
     return [{"text": ctx.pool[i][0], "label": ctx.pool[i][1], "pool_index": i} for i in picks]
 
 
