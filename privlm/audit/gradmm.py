@@ -28,7 +28,7 @@ from privlm.audit.outcome import CanaryOutcome, inclusion_bits
 from privlm.errors import UserError
 from privlm.gradmm.prompt import build_prompt, head_logits
 from privlm.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
-from privlm.privacy.gaussian import gaussian_epsilon
+from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.resources.tiny import build_tiny_model
 
 LABEL_WORDS = ("bad", "great")
@@ -74,7 +74,7 @@ class GradmmCanaries:
         return CanaryOutcome(
             scores=scores.numpy(),
             included=included.numpy(),
-            accounted_epsilon=gaussian_epsilon(release.noise_multiplier, delta),
+            accounted_epsilon=gaussian_releases_epsilon(release.noise_multiplier, 1, delta, release.snapped),
             delta=delta,
             details={"noise_multiplier": release.noise_multiplier, "hidden_size": width, "release": self.release,
                      "canary_norm": self.norm, "smallest_gradient_norm": float(norms.min()) / clip},

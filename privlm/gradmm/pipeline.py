@@ -46,11 +46,11 @@ from privlm.gradmm.release import (
     Release,
     draw_release,
     private_factors,
+    release_noise_multiplier,
     release_snapped,
     released_rows,
 )
 from privlm.privacy.events import GaussianRelease
-from privlm.privacy.gaussian import gaussian_noise_multiplier
 from privlm.privacy.ledger import Ledger, LedgerEntry
 
 
@@ -205,8 +205,9 @@ def obtain_release(
     write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
     rows = released_rows(prompt, config.release)
     if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
-        _write_ahead(paths, gaussian_noise_multiplier(epsilon, delta) if epsilon is not None and delta is not None
-                     else None, release_snapped(model, prompt, rows))
+        snapped = release_snapped(model, prompt, rows)
+        _write_ahead(paths, release_noise_multiplier(epsilon, delta, snapped) if epsilon is not None and delta is not None
+                     else None, snapped)
     factors = None if config.noise_only else load_factors(
         model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
     )

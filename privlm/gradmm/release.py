@@ -8,12 +8,14 @@ public choice (:func:`released_rows`): ``label-rows`` — the K label-token rows
 ``g_R = (p − e_y)_R hᵀ`` has norm ``‖(p − e_y)_R‖·‖h‖``; it is clipped to ``C`` *without forming it*,
 and per class ``c``::
 
-    S_c = Σ_{i ∈ c} min(1, C/‖g_{i,R}‖) g_{i,R} + N(0, σ² C² I_{|R|·d}),      σ = gaussian_noise_multiplier(ε, δ).
+    S_c = Σ_{i ∈ c} min(1, C/‖g_{i,R}‖) g_{i,R} + N(0, σ² C² I_{|R|·d}),      σ = release_noise_multiplier(ε, δ, snapped).
 
 Guarantee: under add/remove-one adjacency an example changes exactly one class's sum by at most ``C``
 in L2 (it is clipped in the released coordinates themselves), so the whole release (all classes
 together) is one Gaussian mechanism with sensitivity ``C`` and is (ε, δ)-DP (classes compose in
-parallel). The rows ``R`` depend on the public verbalizer only, never on the data. Assumptions: labels are part of the record (replace-one
+parallel). σ is calibrated with the accountant that reads the ledger (PLD), the snapping slack of the
+release's coordinates counted, so the accounted ε never exceeds the requested ε (releases drawn before
+this calibration used the analytic-Gaussian σ and account ε + ≈ 7·10⁻⁵). The rows ``R`` depend on the public verbalizer only, never on the data. Assumptions: labels are part of the record (replace-one
 adjacency would need sensitivity √2·C, i.e. twice the ε budget); the noise comes from a fresh
 256-bit OS key through :class:`privlm.randomness.SecureRandom` (ChaCha20, float64 Box–Muller from 53-bit
 uniforms; its floating-point assumption is stated there); no private count is released (cosine matching is scale-free). ``dp=False`` skips clipping and noise
@@ -44,7 +46,7 @@ from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.gradmm.config import RELEASES
 from privlm.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
-from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.snapping import CLAMP_BITS, MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
 from privlm.resources.padding import shape_buckets
@@ -300,6 +302,13 @@ def release_snapped(model: PreTrainedModel, prompt: Prompt, rows: Sequence[int] 
     return snapped_coordinates(coordinates, clamp_bits(rows))
 
 
+def release_noise_multiplier(epsilon: float, delta: float, snapped: int) -> float:
+    """σ of one release: the smallest (within 0.1 %) for which the ledger's accountant (PLD) gives
+    ε ≤ ``epsilon`` at ``delta`` for one Gaussian release with ``snapped`` weighted coordinates
+    (:func:`release_snapped`), the snapping slack included."""
+    return calibrate_gaussian_releases(epsilon, delta, 1, snapped)
+
+
 def add_gaussian_noise(sums: torch.Tensor, std: float, clamp: int = CLAMP_BITS) -> torch.Tensor:
     """``sums + N(0, std²)`` per coordinate, drawn once (rank 0, then broadcast under torch.distributed).
 
@@ -343,7 +352,7 @@ def draw_release(
             raise UserError(f"need epsilon > 0 and 0 < delta < 1 for a DP release (got {epsilon}, {delta})")
         if not clip > 0:
             raise UserError(f"clip must be > 0 (got {clip})")
-        sigma = gaussian_noise_multiplier(epsilon, delta)
+        sigma = release_noise_multiplier(epsilon, delta, release_snapped(model, prompt, rows))
     elif factors is None:
         raise UserError("the noise-only control needs epsilon and delta (it is noise at their σ)")
     if factors is None:

@@ -32,8 +32,8 @@ def test_gradmm_canaries_audit_the_librarys_release(release, seeded_os_keys):
     """The release is the library's draw_release at the calibrated σ; the claim is its exact ε; every
     canary is clipped (gradient norm ≥ C) and moves its own direction by C."""
     outcome = GradmmCanaries(canaries=16, release=release).run(epsilon=20.0, delta=1e-5)
-    assert outcome.details["noise_multiplier"] == gaussian_noise_multiplier(20.0, 1e-5)
-    assert outcome.accounted_epsilon == pytest.approx(20.0, rel=1e-6)
+    assert 1 <= outcome.details["noise_multiplier"] / gaussian_noise_multiplier(20.0, 1e-5) < 1.002
+    assert outcome.accounted_epsilon <= 20.0 and outcome.accounted_epsilon == pytest.approx(20.0, rel=2e-3)
     assert outcome.details["hidden_size"] == 8 and outcome.details["smallest_gradient_norm"] >= 1.0
     assert outcome.scores.shape == (16,) and np.isfinite(outcome.scores).all()
     # at ε = 20, σ = 0.23: included canaries score ≈ 1, excluded ≈ 0

@@ -13,9 +13,9 @@ import privlm.gradmm.release as release_module
 from privlm.gradmm.config import make_config
 from privlm.gradmm.pipeline import RunPaths, run_synthesis
 from privlm.gradmm.prompt import build_prompt
+from privlm.gradmm.release import release_noise_multiplier
 from privlm.privacy import Ledger
 from privlm.privacy.events import GaussianRelease
-from privlm.privacy.gaussian import gaussian_noise_multiplier
 from privlm.resources.tiny import build_tiny_model
 
 PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
@@ -23,7 +23,8 @@ PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long"
 CONFIG = make_config("demo", length=3, batch=2, outer_steps=1, inner_steps=2, top_k=4, seed=1, oversample=1.0)
 HIDDEN = build_tiny_model("tiny-llama", seed=2)[0].get_output_embeddings().weight.shape[1]
 # 2 classes × 2 label rows × d coordinates, snapped with clamp 2¹⁶ (2⁸ times the default's slack each)
-EVENT = GaussianRelease(gaussian_noise_multiplier(4.0, 1e-5), snapped=2 * 2 * HIDDEN * 2**8)
+SNAPPED = 2 * 2 * HIDDEN * 2**8
+EVENT = GaussianRelease(release_noise_multiplier(4.0, 1e-5, SNAPPED), snapped=SNAPPED)
 
 
 class Crash(Exception):
