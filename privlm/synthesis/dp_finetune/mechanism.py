@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +44,12 @@ from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
-from privlm.runfolder import LOCK, check_settings, hold
+from privlm.runfolder import LOCK, MANIFEST, check_or_write_settings, epsilon_statement, hold
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-
-MANIFEST = "run.json"
 
 
 def training_rows(
@@ -108,13 +105,10 @@ def run_settings(
 def _start(run_dir: Path, settings: dict[str, Any]) -> None:
     """Check a started run's ``run.json`` against ``settings``, or write it for a new run."""
     manifest = run_dir / MANIFEST
-    if manifest.exists():
-        check_settings(manifest, settings)
-    elif any(path.name != LOCK for path in run_dir.iterdir()):
+    if not manifest.exists() and any(path.name != LOCK for path in run_dir.iterdir()):
         raise UserError(f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be "
                         f"checked; remove it")
-    else:
-        write_text_atomic(manifest, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    check_or_write_settings(manifest, settings)
 
 
 def _train(
@@ -194,11 +188,8 @@ def run_dp_finetune(
     rows = [{**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
             for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,
                                  instructions=config.instructions, sampling=sampling)]
-    accounted = ledger.epsilon(delta)
     privacy = {
-        "dp": True, "epsilon": max(epsilon, accounted) if math.isfinite(accounted) else accounted,
-        "epsilon_target": epsilon, "epsilon_accounted": accounted, "delta": delta,
-        "private_release": ledger.private_release, "ledger": [entry.to_dict() for entry in ledger],
+        **epsilon_statement(ledger, epsilon, delta), "private_release": ledger.private_release,
         "settings": config.to_dict(),
         "mechanism": "DP-SGD (Poisson sampling, per-sample clipping, Gaussian noise; LoRA) on public class prompt + "
         "private text, then sampling from the trained model with the public prompts (post-processing)",

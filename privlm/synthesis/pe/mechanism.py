@@ -57,7 +57,7 @@ from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
-from privlm.runfolder import check_settings, hold
+from privlm.runfolder import RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead
 from privlm.synthesis.pe.config import PEConfig
 
 def histogram_snapped(n_classes: int, candidates: int) -> int:
@@ -145,32 +145,16 @@ class PrivateVoter:
 
 
 @dataclass(frozen=True)
-class PEPaths:
+class PEPaths(RunFolder):
     """Where a run keeps its files (module docstring)."""
 
-    out: Path
-
-    @property
-    def workdir(self) -> Path:
-        return self.out.with_name(self.out.name + ".pe")
-
-    @property
-    def ledger(self) -> Path:
-        return self.workdir / "privacy.json"
-
-    @property
-    def manifest(self) -> Path:
-        return self.workdir / "run.json"
+    SUFFIX = ".pe"
 
     def population(self, t: int) -> Path:
         return self.workdir / f"population{t}.json"
 
     def histogram(self, t: int) -> Path:
         return self.workdir / f"histogram{t}.json"
-
-    @property
-    def sidecar(self) -> Path:
-        return self.out.with_suffix(".privacy.json")
 
 
 @dataclass(frozen=True)
@@ -192,16 +176,12 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     """Create the run folder, or check a resumed one repeats the saved settings."""
-    if paths.manifest.exists():
-        if not resume:
-            raise UserError(
-                f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
-                f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
-            )
-        check_settings(paths.manifest, settings)
-        return
-    paths.workdir.mkdir(parents=True, exist_ok=True)
-    _write_json(paths.manifest, settings)
+    if paths.manifest.exists() and not resume:
+        raise UserError(
+            f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
+            f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
+        )
+    check_or_write_settings(paths.manifest, settings, indent=None)  # the layout of _write_json
 
 
 def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
@@ -212,9 +192,7 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
 def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
     """Append histogram t's release to the ledger, durably, right before its noise is drawn (every draw appends;
     after the private embedding pass and the vote count, so a kill during those books nothing)."""
-    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    ledger.append(histogram_entry(sigma, snapped, t))
-    ledger.save(paths.ledger)
+    write_ahead(paths.ledger, histogram_entry(sigma, snapped, t))
 
 
 def next_population(
@@ -360,13 +338,10 @@ def privacy_statement(
     if sigma is None:
         return {"dp": False, "epsilon": None, "delta": None,
                 "warning": "NOT differentially private (no noise): the histograms are exact private vote counts"}
-    ledger = Ledger.load(paths.ledger)
-    accounted = ledger.epsilon(delta)
     return {
-        "dp": True, "epsilon": max(epsilon, accounted), "epsilon_target": epsilon, "epsilon_accounted": accounted,
-        "delta": delta, "noise_multiplier": sigma, "iterations": config.iterations,
+        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta),
+        "noise_multiplier": sigma, "iterations": config.iterations,
         "candidates_per_class": candidates, "bins_per_histogram": n_classes * candidates,
-        "ledger": [entry.to_dict() for entry in ledger],
         "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
         "candidate of its class (L2 sensitivity 1, add/remove-one); the histogram gets N(0, σ²) per bin; "
         "T Gaussian releases composed with PLD; selection and variations are post-processing",
