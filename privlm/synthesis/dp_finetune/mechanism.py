@@ -89,8 +89,28 @@ def train_generator(
     :func:`run_settings` (module docstring)."""
     with hold(run_dir, wait=wait):
         _start(run_dir, run_settings(model, config, epsilon, delta, settings))
-        return _train(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon, delta=delta,
-                      run_dir=run_dir, on_progress=on_progress)
+        base = copy.deepcopy(model)
+        adapter = run_dir / "adapter"
+        if (run_dir / FINISHED).exists() and adapter.is_dir():
+            trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
+            return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
+        prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
+                    for text in class_instructions(label_names, config.instructions)]
+        rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
+        # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
+        max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
+        context = model.config.max_position_embeddings
+        if max_length > context:
+            raise UserError(f"prompt + text of up to {max_length} tokens exceeds the model's context of {context}")
+        train = config.train_config(epsilon, delta, max_length)
+        module = with_lora(base, config.lora, config.seed, config.lora_layers)
+        module.train()
+        run = prepare(module, rows, make_collate(tokenizer), train)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train_loop(run, run_dir, resume=True, on_progress=on_progress)
+        save_model(module, tokenizer, run_dir, lora=True)
+        retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
+        return module.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
 
 
 def run_settings(
@@ -109,43 +129,6 @@ def _start(run_dir: Path, settings: dict[str, Any]) -> None:
         raise UserError(f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be "
                         f"checked; remove it")
     check_or_write_settings(manifest, settings)
-
-
-def _train(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    label_names: Sequence[str],
-    load_private: Callable[[], Sequence[tuple[str, int]]],
-    *,
-    config: DPFinetuneConfig,
-    epsilon: float,
-    delta: float,
-    run_dir: Path,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None,
-) -> tuple[PreTrainedModel, Ledger]:
-    """:func:`train_generator`'s body, run with ``run_dir`` locked and its settings checked."""
-    base = copy.deepcopy(model)
-    adapter = run_dir / "adapter"
-    if (run_dir / FINISHED).exists() and adapter.is_dir():
-        trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
-        return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
-    prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
-                for text in class_instructions(label_names, config.instructions)]
-    rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
-    # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
-    max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
-    context = model.config.max_position_embeddings
-    if max_length > context:
-        raise UserError(f"prompt + text of up to {max_length} tokens exceeds the model's context of {context}")
-    train = config.train_config(epsilon, delta, max_length)
-    module = with_lora(base, config.lora, config.seed, config.lora_layers)
-    module.train()
-    run = prepare(module, rows, make_collate(tokenizer), train)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    train_loop(run, run_dir, resume=True, on_progress=on_progress)
-    save_model(module, tokenizer, run_dir, lora=True)
-    retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
-    return module.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
 
 
 @dataclass(frozen=True)

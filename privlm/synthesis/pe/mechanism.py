@@ -252,81 +252,59 @@ def run_pe(
     settings = {**(settings or {}), "config": config.to_dict(), "per_class": per_class, "epsilon": epsilon,
                 "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma,
                 "model_fingerprint": model_fingerprint(model)}
-    with hold(paths.workdir):
-        return _evolve(model, tokenizer, label_names, load_private, paths=paths, per_class=per_class, config=config,
-                       epsilon=epsilon, delta=delta, sigma=sigma, settings=settings, resume=resume,
-                       embedding_cache=embedding_cache, on_phase=on_phase)
-
-
-def _evolve(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    label_names: Sequence[str],
-    load_private: Callable[[], Sequence[tuple[str, int]]],
-    *,
-    paths: PEPaths,
-    per_class: int,
-    config: PEConfig,
-    epsilon: float | None,
-    delta: float | None,
-    sigma: float | None,
-    settings: dict[str, Any],
-    resume: bool,
-    embedding_cache: Path | None,
-    on_phase: Callable[[str], None] | None,
-) -> PEResult:
-    """:func:`run_pe`'s body, run with the run folder locked."""
-    dp, n_classes, m = sigma is not None, len(label_names), config.candidates(per_class)
+    n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)
-    _start(paths, settings, resume)
     phase = on_phase or (lambda text: None)
 
     def embed(texts: Sequence[str]) -> np.ndarray:  # one batch shape for every text: see privlm.resources.padding
         return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
-    voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
-    if paths.population(0).exists():
-        population = json.loads(paths.population(0).read_text())
-    else:
-        phase(f"PE: {m} zero-shot candidates per class")
-        rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
-                         sampling=config.sampling)
-        population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
-        _write_json(paths.population(0), population)
-    reused = 0
-    for t in range(config.iterations):
-        if paths.histogram(t).exists():
-            saved = json.loads(paths.histogram(t).read_text())
-            if saved["population_sha256"] != _digest(population):
-                raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
-            histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
+    with hold(paths.workdir):
+        _start(paths, settings, resume)
+
+        voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
+        if paths.population(0).exists():
+            population = json.loads(paths.population(0).read_text())
         else:
-            phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
-            candidates = [unit_rows(embed(texts)) for texts in population]
-            histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
-            _write_json(paths.histogram(t), {"population_sha256": _digest(population),
-                                             "histograms": [h.tolist() for h in histograms]})
-        if t + 1 == config.iterations:
-            break
-        if paths.population(t + 1).exists():
-            population = json.loads(paths.population(t + 1).read_text())
-        else:
-            phase(f"PE: variations {t + 1}/{config.iterations - 1}")
-            population = [
-                next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
-                                config.seed * 1_000_003 + k * 10_007 + t)
-                for k in range(n_classes)
-            ]
-            _write_json(paths.population(t + 1), population)
-    rows = []
-    for k in range(n_classes):
-        for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
-            rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
-                         "noisy_votes": float(histograms[k][i]), "dp": dp})
-    privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
-    _write_json(paths.sidecar, privacy)
-    write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
+            phase(f"PE: {m} zero-shot candidates per class")
+            rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
+                             sampling=config.sampling)
+            population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
+            _write_json(paths.population(0), population)
+        reused = 0
+        for t in range(config.iterations):
+            if paths.histogram(t).exists():
+                saved = json.loads(paths.histogram(t).read_text())
+                if saved["population_sha256"] != _digest(population):
+                    raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
+                histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
+            else:
+                phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
+                candidates = [unit_rows(embed(texts)) for texts in population]
+                histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
+                _write_json(paths.histogram(t), {"population_sha256": _digest(population),
+                                                 "histograms": [h.tolist() for h in histograms]})
+            if t + 1 == config.iterations:
+                break
+            if paths.population(t + 1).exists():
+                population = json.loads(paths.population(t + 1).read_text())
+            else:
+                phase(f"PE: variations {t + 1}/{config.iterations - 1}")
+                population = [
+                    next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
+                                    config.seed * 1_000_003 + k * 10_007 + t)
+                    for k in range(n_classes)
+                ]
+                _write_json(paths.population(t + 1), population)
+        rows = []
+        for k in range(n_classes):
+            for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
+                rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
+                             "noisy_votes": float(histograms[k][i]), "dp": dp})
+        privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
+        _write_json(paths.sidecar, privacy)
+        write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
 
 
 def privacy_statement(
