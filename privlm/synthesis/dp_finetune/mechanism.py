@@ -167,7 +167,7 @@ def run_dp_finetune(
     generator, ledger = train_generator(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon,
                                         delta=delta, run_dir=run_dir, settings=settings, wait=wait,
                                         on_progress=on_progress)
-    sampling = Sampling(max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p)
+    sampling = Sampling.from_params(config.to_dict())
     rows = [{**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
             for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,
                                  instructions=config.instructions, sampling=sampling)]

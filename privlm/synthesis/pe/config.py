@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from privlm.errors import UserError
+from privlm.evaluation.generation_config import Sampling
 
-if TYPE_CHECKING:
-    from privlm.evaluation.baselines import Sampling
 
 DEFAULT_VARIATION = (
     'Here is a {label_name} movie review sentence: "{text}"\n'
@@ -57,9 +56,7 @@ class PEConfig:
     @property
     def sampling(self) -> Sampling:
         """The public LM's sampling settings."""
-        from privlm.evaluation.baselines import Sampling
-
-        return Sampling(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p)
+        return Sampling.from_params(asdict(self))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
