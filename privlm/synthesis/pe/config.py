@@ -49,9 +49,9 @@ class PEConfig:
         """M, the population of each class (public)."""
         return max(per_class, math.ceil(self.population * per_class))
 
-    def survivors(self, per_class: int) -> int:
-        """How many candidates of a class survive an iteration: ⌈M / (1 + V)⌉."""
-        return math.ceil(self.candidates(per_class) / (1 + self.variations))
+    def survivors(self, candidates: int) -> int:
+        """How many of a class's M ``candidates`` survive an iteration: ⌈M / (1 + V)⌉."""
+        return math.ceil(candidates / (1 + self.variations))
 
     @property
     def sampling(self) -> Sampling:

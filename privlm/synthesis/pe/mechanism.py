@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,7 +205,7 @@ def next_population(
 ) -> list[str]:
     """Public post-processing of one class's noisy histogram: the top ⌈M/(1+V)⌉ candidates by noisy
     votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all."""
-    keep = np.argsort(-histogram, kind="stable")[: math.ceil(len(population) / (1 + config.variations))]
+    keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
     prompts = [chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
                for text in survivors]
