@@ -1,18 +1,54 @@
-"""Run folders shared by privlm's resumable mechanisms: an exclusive claim (``flock``) while a process draws
-into a folder, and the check that a resumed or reused run repeats the public settings it was started with."""
+"""Run folders shared by privlm's resumable mechanisms (PE, dp-finetune, GRADMM): an exclusive claim
+(``flock``) while a process draws into a folder, the check that a resumed or reused run repeats the public
+settings it was started with (``run.json``), the write-ahead ledger (``privacy.json``) and the ε block of the
+``FILE.privacy.json`` sidecar reported from it."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 
+if TYPE_CHECKING:  # privlm.privacy is imported where it is used: ``privlm --help`` stays light
+    from privlm.privacy.ledger import Ledger, LedgerEntry
+
 LOCK = ".lock"
+MANIFEST = "run.json"
+LEDGER = "privacy.json"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a run writing ``out`` keeps its files: the folder ``out`` + :attr:`SUFFIX` with its ``run.json``
+    and ledger, and the sidecar ``FILE.privacy.json`` beside ``out``. Subclasses name the suffix and their
+    own files."""
+
+    SUFFIX: ClassVar[str]
+    out: Path
+
+    @property
+    def workdir(self) -> Path:
+        return self.out.with_name(self.out.name + self.SUFFIX)
+
+    @property
+    def manifest(self) -> Path:
+        return self.workdir / MANIFEST
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / LEDGER
+
+    @property
+    def sidecar(self) -> Path:
+        return self.out.with_suffix(".privacy.json")
 
 
 @contextlib.contextmanager
@@ -50,3 +86,53 @@ def check_settings(path: Path, settings: dict[str, Any], saved: dict[str, Any] |
                 f"--resume: {key} was {saved.get(key)!r} in the earlier run ({path}) but is now "
                 f"{settings.get(key)!r}; resume with the same settings or remove {path.parent}"
             )
+
+
+def check_or_write_settings(
+    path: Path,
+    settings: dict[str, Any],
+    *,
+    check: bool | None = None,
+    upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    indent: int | None = 2,
+    newline: bool = True,
+) -> None:
+    """Bind a run to its public settings: when ``check`` (default: ``path`` exists), :func:`check_settings`
+    against those saved in ``path`` (``upgrade``: applied to the saved ones first, e.g. defaults of settings
+    added since); else write ``settings`` to ``path`` (atomic; its folder created), as JSON with sorted keys,
+    ``indent`` and a final newline or not (each mechanism keeps the layout its run folders always had)."""
+    if path.exists() if check is None else check:
+        saved = json.loads(path.read_text())
+        check_settings(path, settings, upgrade(saved) if upgrade is not None else saved)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(settings, indent=indent, sort_keys=True) + ("\n" if newline else ""))
+
+
+def write_ahead(path: Path, entry: LedgerEntry, *, unless_recorded: bool = False) -> None:
+    """Append ``entry`` to the ledger ``path`` (a new one if there is none), durably (fsync'd, atomic), before
+    the release it books is drawn; the caller holds the run folder (:func:`hold`), so no append is lost.
+    ``unless_recorded``: append only when no entry of the ledger has the same event already."""
+    from privlm.privacy.ledger import Ledger
+
+    ledger = Ledger.load(path) if path.exists() else Ledger()
+    if unless_recorded and any(e.event == entry.event for e in ledger):
+        return
+    ledger.append(entry)
+    ledger.save(path)
+
+
+def reported_epsilon(target: float, accounted: float) -> float:
+    """The ε a sidecar reports: the larger of the calibration ``target`` and the ledger's ``accounted`` ε, so it is
+    never under-reported; an ``accounted`` that is not finite (∞, or NaN when the accountant failed) is reported
+    as it is, never replaced by the target."""
+    return max(target, accounted) if math.isfinite(accounted) else accounted
+
+
+def epsilon_statement(ledger: Ledger, target: float, delta: float) -> dict[str, Any]:
+    """The ε part of a DP sidecar: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
+    ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta`` and
+    the ``ledger`` itself."""
+    accounted = ledger.epsilon(delta)
+    return {"dp": True, "epsilon": reported_epsilon(target, accounted), "epsilon_target": target,
+            "epsilon_accounted": accounted, "delta": delta, "ledger": [entry.to_dict() for entry in ledger]}

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
-from privlm.audit.training import RunSettings, train_private
+from privlm.audit.training import RunSettings, null_mask, train_private
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
@@ -82,8 +82,7 @@ class GradientCanaries:
         offset = 0.0 if settings.loss_release is None else settings.loss_release.bound
         gen = torch.Generator().manual_seed(seed)
         blank = torch.zeros(self.seq_len, dtype=torch.long)
-        first = torch.zeros(self.seq_len, dtype=torch.long)
-        first[0] = 1  # canaries' LM input: one token (masked out of the loss), never an all-masked row
+        first = null_mask(self.seq_len)  # canaries' LM input: one token (masked out of the loss)
         out = []
         for i, inside in enumerate(included):
             a, b = torch.zeros(cols), torch.zeros(rows)

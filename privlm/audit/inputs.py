@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
-from privlm.audit.training import RunSettings, train_private
+from privlm.audit.training import RunSettings, null_mask, train_private
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
 from privlm.resources.models import load_model
@@ -60,8 +60,7 @@ class InputCanaries:
         texts = torch.randint(1, len(tokenizer), (self.canaries + self.real_examples, self.seq_len), generator=gen)
         before = text_losses(model, texts[: self.canaries])
         ones = torch.ones(self.seq_len, dtype=torch.long)
-        first = torch.zeros(self.seq_len, dtype=torch.long)
-        first[0] = 1  # a null row: one token, no target, loss 0 (keeps N and q independent of the bits)
+        first = null_mask(self.seq_len)  # an excluded canary's slot: one token, no target, loss 0
         masks = [ones if inside else first for inside in included] + [ones] * self.real_examples
         examples = [{"input_ids": row, "attention_mask": mask} for row, mask in zip(texts, masks)]
         run = train_private(model, examples, functools.partial(causal_lm_losses, reduction="mean"), settings)

@@ -54,6 +54,14 @@ class RunSettings:
     noise_multiplier: float | None = None
 
 
+def null_mask(seq_len: int) -> torch.Tensor:
+    """The attention mask of a null row: its first token only, so the row has no target (loss 0, zero
+    gradient) yet is never all-masked; a canary slot left out keeps N, hence q, independent of the bits."""
+    mask = torch.zeros(seq_len, dtype=torch.long)
+    mask[0] = 1
+    return mask
+
+
 def train_private(
     model: nn.Module,
     examples: Sequence[Any],

@@ -9,27 +9,17 @@ rows say so (``uses_private_data: true``). Sampling is seeded: same seed, same t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.evaluation.generation_config import Sampling
 from privlm.evaluation.prompts import pad_token_id
 from privlm.evaluation.scoring import Example
 
 DEFAULT_INSTRUCTION = "Write one short {label_name} movie review sentence."
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling settings of ``model.generate`` (nucleus sampling) and retries for empty outputs."""
-
-    max_new_tokens: int = 40
-    temperature: float = 1.0
-    top_p: float = 0.95
-    max_rounds: int = 5
 
 
 def chat_prompt(tokenizer: PreTrainedTokenizerBase, instruction: str) -> str:

@@ -40,7 +40,7 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, synthesize
 from privlm.gradmm.prompt import Prompt
-from privlm.runfolder import check_settings, hold
+from privlm.runfolder import RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead
 from privlm.gradmm.release import (
     PrivateFactors,
     Release,
@@ -55,34 +55,18 @@ from privlm.privacy.ledger import Ledger, LedgerEntry
 
 
 @dataclass(frozen=True)
-class RunPaths:
+class RunPaths(RunFolder):
     """Where a run keeps its files (see module docstring)."""
 
-    out: Path
-
-    @property
-    def workdir(self) -> Path:
-        return self.out.with_name(self.out.name + ".gradmm")
+    SUFFIX = ".gradmm"
 
     @property
     def release(self) -> Path:
         return self.workdir / "release.pt"
 
     @property
-    def manifest(self) -> Path:
-        return self.workdir / "run.json"
-
-    @property
-    def ledger(self) -> Path:
-        return self.workdir / "privacy.json"
-
-    @property
     def batches(self) -> Path:
         return self.workdir / "batches"
-
-    @property
-    def sidecar(self) -> Path:
-        return self.out.with_suffix(".privacy.json")
 
 
 @dataclass(frozen=True)
@@ -101,7 +85,7 @@ def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
     ``epsilon_accounted`` is the PLD answer at ``delta`` for ``ledger`` — the run folder's write-ahead
     ledger, which holds every draw made for this output, a redraw after a lost or deleted release included
     (without one: this release alone); the reported ``epsilon`` is the larger of that and the calibration
-    target, so it is never under-reported.
+    target, so it is never under-reported (:func:`privlm.runfolder.reported_epsilon`).
     """
     if not release.dp:
         return {
@@ -132,14 +116,8 @@ def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
     event = GaussianRelease(release.noise_multiplier, snapped=release.snapped)
     if ledger is None or not len(ledger):
         ledger = Ledger([LedgerEntry(event, 1, "this release")])
-    accounted = ledger.epsilon(release.delta)  # every draw of this run's folder, redraws included
     return {
-        "dp": True,
-        "epsilon": max(release.epsilon, accounted),
-        "epsilon_target": release.epsilon,
-        "epsilon_accounted": accounted,
-        "ledger": [entry.to_dict() for entry in ledger],
-        "delta": release.delta,
+        **epsilon_statement(ledger, release.epsilon, release.delta),  # every draw of this run's folder, redraws included
         **public,
         **private_set(release),
         "clipping": "per-sample L2 clipping of the last-position LM-head gradient in the released rows "
@@ -166,11 +144,11 @@ def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
     ]
 
 
-def _check_manifest(path: Path, settings: dict) -> None:
-    saved = json.loads(path.read_text())
-    if isinstance(saved.get("config"), dict):  # a run saved before a setting existed used its default
+def _with_default_config(saved: dict) -> dict:
+    """Saved settings with the config completed: a run saved before a setting existed used its default."""
+    if isinstance(saved.get("config"), dict):
         saved["config"] = {**SynthConfig().to_dict(), **saved["config"]}
-    check_settings(path, settings, saved)
+    return saved
 
 
 def obtain_release(
@@ -190,19 +168,19 @@ def obtain_release(
     on_private_batch: Callable[[int], None] | None = None,
 ) -> tuple[Release, bool]:
     """The run's release and whether it was reused: reloaded under ``resume``, else drawn and saved."""
-    if paths.release.exists():
-        if not resume:
-            raise UserError(
-                f"{paths.release} already holds a DP release for {paths.out}; pass --resume to reuse it "
-                f"(drawing again would spend the privacy budget twice) or remove {paths.workdir}"
-            )
-        _check_manifest(paths.manifest, settings)
+    reuse = paths.release.exists()
+    if reuse and not resume:
+        raise UserError(
+            f"{paths.release} already holds a DP release for {paths.out}; pass --resume to reuse it "
+            f"(drawing again would spend the privacy budget twice) or remove {paths.workdir}"
+        )
+    # a new draw rewrites run.json (a folder without a release has spent nothing it binds); no final newline, as ever
+    check_or_write_settings(paths.manifest, settings, check=reuse, upgrade=_with_default_config, newline=False)
+    if reuse:
         release = Release.load(paths.release)
         if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger: account for it now
             _write_ahead(paths, release.noise_multiplier, release.snapped, unless_recorded=True)
         return release, True
-    paths.workdir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(paths.manifest, json.dumps(settings, indent=2, sort_keys=True))
     rows = released_rows(prompt, config.release)
     if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
         snapped = release_snapped(model, prompt, rows)
@@ -256,10 +234,7 @@ def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int, unless_reco
     if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
         return
     entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, "GRADMM release")  # the ledger sits beside its output
-    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    if not (unless_recorded and any(e.event == entry.event for e in ledger)):
-        ledger.append(entry)
-        ledger.save(paths.ledger)
+    write_ahead(paths.ledger, entry, unless_recorded=unless_recorded)
 
 
 def run_synthesis(

@@ -162,13 +162,27 @@ def load_dataset(name: str | DataSpec, split: str | None = None, seed: int = 0, 
     check_split(split)
     if isinstance(name, DataSpec):
         return _load_spec(name, split, seed, as_labels(labels))
-    spec = as_labels(labels)
+    return _load(name, split, seed, *_split(name, seed, as_labels(labels)))
+
+
+Splits = tuple[Corpus, Verbalizer, dict[str, list[int]]]
+
+
+def _split(name: str, seed: int, spec: LabelSpec | None) -> Splits:
+    """Data set ``name`` read (``spec`` checked against a built-in's classes), its verbalizer, and the example
+    indices of each split."""
     corpus, verbalizer, builtin = _read(name, spec)
-    texts, labels_ = zip(*corpus.examples)
+    texts, labels = zip(*corpus.examples)
     if builtin:
-        indices = stratified_split(labels_, seed, groups=groups_of_identical(texts))
+        indices = stratified_split(labels, seed, groups=groups_of_identical(texts))
     else:
         indices = per_row_split(texts, seed)
+    return corpus, verbalizer, indices
+
+
+def _load(name: str, split: str | None, seed: int, corpus: Corpus, verbalizer: Verbalizer,
+          indices: dict[str, list[int]]) -> Dataset:
+    """``split`` (``None``: all) of data set ``name``, read and split by :func:`_split`."""
     chosen = corpus.examples if split is None else tuple(corpus.examples[i] for i in indices[split])
     return Dataset(
         name=name,
@@ -184,13 +198,23 @@ def load_dataset(name: str | DataSpec, split: str | None = None, seed: int = 0, 
 def _load_spec(spec: DataSpec, split: str | None, seed: int, labels: LabelSpec | None) -> Dataset:
     """``split`` of ``spec`` (``None``: every split it has, one after the other). Every split shares the
     classes and verbalizer: a built-in's when one is named, else those of ``labels``."""
+    read: dict[str, Splits] = {}
+
+    def load(name: str, part: str | None) -> Dataset:
+        """``load_dataset(name, part, seed, labels)``, but each data set is read and split once for every part
+        of ``spec`` that names it. Only a built-in reference is read before ``labels`` becomes its own classes
+        (which pass its check), so every later read would see the same ``labels``."""
+        if name not in read:
+            read[name] = _split(name, seed, labels)
+        return _load(name, part, seed, *read[name])
+
     builtin = next((n for n in (spec.data, spec.train, spec.validation, spec.test) if n in BUILTIN), None)
     reference = None
     if builtin is not None:
-        reference = load_dataset(builtin, None, seed, labels)  # checks ``labels`` against the built-in
+        reference = load(builtin, None)  # checks ``labels`` against the built-in
         words = reference.verbalizer.label_words
         labels = LabelSpec(reference.label_names, words, reference.verbalizer.template)
-    parts = {part: _part(spec, part, seed, labels) for part in SPLITS}
+    parts = {part: _part(spec, part, load) for part in SPLITS}
     available = {part: data for part, data in parts.items() if data is not None}
     if split is not None and split not in available:
         raise UserError(f"no {split} data: give --{split} FILE, or --data NAME to split one data set 80/10/10")
@@ -203,14 +227,15 @@ def _load_spec(spec: DataSpec, split: str | None, seed: int, labels: LabelSpec |
     )
 
 
-def _part(spec: DataSpec, part: str, seed: int, labels: LabelSpec | None) -> Dataset | None:
-    """One split of ``spec``: its file, whole; a built-in's own split; that split of ``spec.data``; or ``None``."""
+def _part(spec: DataSpec, part: str, load: Callable[[str, str | None], Dataset]) -> Dataset | None:
+    """One split of ``spec`` (``load``: name, split → data set): its file, whole; a built-in's own split; that
+    split of ``spec.data``; or ``None``."""
     given = getattr(spec, part)
     if given is None:
-        return None if spec.data is None else load_dataset(spec.data, part, seed, labels)
+        return None if spec.data is None else load(spec.data, part)
     if given in BUILTIN:
-        return load_dataset(given, part, seed, labels)
-    return replace(load_dataset(given, None, seed, labels), split=part)
+        return load(given, part)
+    return replace(load(given, None), split=part)
 
 
 def _read(name: str, spec: LabelSpec | None) -> tuple[Corpus, Verbalizer, bool]:

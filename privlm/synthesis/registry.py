@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,12 @@ METHODS: dict[str, Method] = {}
 def register_method(name: str, method: Method) -> None:
     """Add (or replace) method ``name``."""
     METHODS[name] = method
+
+
+def config_params(config: type, *extra: str) -> frozenset[str]:
+    """The parameters of a method set by its config dataclass: the config's fields but ``seed`` (the cell's
+    seed sets it), and ``extra``."""
+    return frozenset({f.name for f in fields(config)} - {"seed"} | set(extra))
 
 
 def load_methods() -> dict[str, Method]:

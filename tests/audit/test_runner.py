@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
@@ -52,6 +52,39 @@ def test_a_cell_is_recomputed_only_when_a_scale_field_of_its_mechanism_changes(t
     monkeypatch.setattr(runner, "audit_cell", lambda cell, *a: recomputed.append(cell) or first[1])
     run_grid(cells, replace(TINY, gradmm_canaries=16), 1e-5, 0, tmp_path)  # DP-SGD reads no GRADMM field
     assert recomputed == [cells[1]]
+
+
+
+@pytest.mark.parametrize("mechanism", sorted(runner.MECHANISMS))
+def test_scale_fields_are_exactly_the_scale_fields_each_mechanism_reads(monkeypatch, mechanism):
+    """A cached cell is reused when its mechanism's SCALE_FIELDS match: a field the mechanism reads but that is not
+    listed would reuse a stale cell, a listed name that is no Scale field (or that it does not read) is a typo."""
+    calls = []
+
+    def recording(name):
+        class Recorder:
+            def __init__(self, **kwargs):
+                self.kwargs = kwargs
+
+            def run(self, *args, **kwargs):
+                calls.append((name, self.kwargs, args, kwargs))
+
+        return Recorder
+
+    for name in ("GradientCanaries", "GradmmCanaries", "InputCanaries", "PECanaries"):
+        monkeypatch.setattr(runner, name, recording(name))
+    names = [f.name for f in fields(runner.Scale)]
+    assert set(runner.SCALE_FIELDS) == set(runner.MECHANISMS)
+    assert set(runner.SCALE_FIELDS[mechanism]) <= set(names)
+    cell = Cell(mechanism, runner.MECHANISMS[mechanism][0], 1.0)
+    runner.run_mechanism(cell, runner.Scale(), 1e-5, 0)
+    read = set()
+    for name in names:
+        value = getattr(runner.Scale(), name)
+        runner.run_mechanism(cell, replace(runner.Scale(), **{name: type(value)(value + 1)}), 1e-5, 0)
+        if calls[-1] != calls[0]:
+            read.add(name)
+    assert read == set(runner.SCALE_FIELDS[mechanism])
 
 
 def _row(bound: float, accounted: float) -> dict:

@@ -38,3 +38,28 @@ def test_unknown_dataset_lists_known_names() -> None:
     with pytest.raises(UserError, match="unknown dataset 'jsonl:'"):
         load_dataset("jsonl:")
     assert dataset_names()[:4] == sorted(BUILTIN)
+
+
+def test_a_data_spec_reads_each_data_set_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from privlm.resources import datasets
+    from privlm.resources.datasets import DataSpec
+
+    reads = []
+    reader, verbalizer = BUILTIN[DEFAULT_DATASET]
+    monkeypatch.setitem(BUILTIN, DEFAULT_DATASET, (lambda: reads.append(DEFAULT_DATASET) or reader(), verbalizer))
+    read_jsonl = datasets.PREFIXES["jsonl:"]
+    monkeypatch.setitem(datasets.PREFIXES, "jsonl:", lambda path, spec: reads.append(path) or read_jsonl(path, spec))
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps({"text": f"a review {i}", "label": ["negative", "positive"][i % 2]}) + "\n"
+                            for i in range(6)))
+    whole = load_dataset(DataSpec(data=DEFAULT_DATASET, test=f"jsonl:{test}"), None, seed=3)
+    assert reads == [DEFAULT_DATASET, str(test)]  # the built-in once, not once for it and once per split
+    train = load_dataset(DEFAULT_DATASET, "train", seed=3)
+    validation = load_dataset(DEFAULT_DATASET, "validation", seed=3)
+    assert whole.examples == train.examples + validation.examples + tuple(load_dataset(f"jsonl:{test}", labels=whole.label_names))
+    assert whole.split_sizes == {"train": len(train), "validation": len(validation), "test": 6}
+    reads.clear()
+    load_dataset(DataSpec(data=f"jsonl:{test}", test=DEFAULT_DATASET), "train", seed=3, labels="negative,positive")
+    assert reads == [DEFAULT_DATASET, str(test)]

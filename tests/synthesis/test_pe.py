@@ -222,5 +222,5 @@ def test_bad_settings_are_refused() -> None:
         PEConfig(pooling="max")
     with pytest.raises(UserError, match="text"):
         PEConfig(variation_instruction="no placeholder")
-    assert PEConfig(population=2.0).candidates(5) == 10 and PEConfig(population=2.0, variations=3).survivors(5) == 3
+    assert PEConfig(population=2.0).candidates(5) == 10 and PEConfig(population=2.0, variations=3).survivors(10) == 3
     assert Sampling(max_new_tokens=6) == CONFIG.sampling

@@ -32,3 +32,23 @@ def test_loading_the_registry_imports_no_torch() -> None:
             "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip() == "[]"
+
+
+def test_config_methods_take_their_config_fields_but_seed_and_sampling_settings_are_listed_once() -> None:
+    from dataclasses import fields
+
+    from privlm.evaluation.generation_config import SAMPLING_PARAMS, Sampling
+    from privlm.gradmm.config import SynthConfig
+    from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+    from privlm.synthesis.pe.config import PEConfig
+
+    for name, config, extra in (("pe", PEConfig, set()), ("dp-finetune-gen", DPFinetuneConfig, set()),
+                                ("gradmm", SynthConfig, {"preset"})):
+        assert get_method(name).params == {f.name for f in fields(config)} - {"seed"} | extra
+    assert SAMPLING_PARAMS == ("max_new_tokens", "temperature", "top_p")
+    assert set(SAMPLING_PARAMS) < get_method("zero-shot").params < get_method("few-shot").params
+    assert Sampling.from_params({"top_p": 0.5, "k": 3}) == Sampling(top_p=0.5)
+    for config in (PEConfig(max_new_tokens=6, temperature=0.7, top_p=0.9), DPFinetuneConfig(top_p=0.8)):
+        assert Sampling.from_params(config.to_dict()) == Sampling(config.max_new_tokens, config.temperature, config.top_p)
+    assert PEConfig(max_new_tokens=6).sampling == Sampling(max_new_tokens=6)
+    assert "top_p" not in DPFinetuneConfig().training_dict() and "lr" in DPFinetuneConfig().training_dict()

@@ -3,10 +3,8 @@ experiment adapter in :mod:`.method`."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.registry import Method, register_method
+from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
     "dp-finetune-gen",
@@ -14,7 +12,7 @@ register_method(
         "privlm.synthesis.dp_finetune.method:dp_finetune_rows",
         "(ε, δ)-DP synthetic text sampled from a model DP fine-tuned (DP-SGD, LoRA) at the cell's ε",
         takes_epsilon=True,
-        params=frozenset(f.name for f in fields(DPFinetuneConfig)) - {"seed"},
+        params=config_params(DPFinetuneConfig),
         summary="DP-SGD (LoRA, hutchinson norms) on public class prompt + private text, then sampling n per class",
         synth="dp-finetune",
     ),

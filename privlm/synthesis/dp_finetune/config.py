@@ -6,12 +6,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from privlm.errors import UserError
+from privlm.evaluation.generation_config import SAMPLING_PARAMS
 
 if TYPE_CHECKING:
     from privlm.training.loop import TrainConfig
-
-
-SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_p")  # only sampling from the trained model reads these
 
 
 @dataclass(frozen=True)
@@ -55,4 +53,4 @@ class DPFinetuneConfig:
 
     def training_dict(self) -> dict[str, Any]:
         """The settings that determine the trained adapters (all but sampling's): what a reused run must repeat."""
-        return {k: v for k, v in self.to_dict().items() if k not in SAMPLING_FIELDS}
+        return {k: v for k, v in self.to_dict().items() if k not in SAMPLING_PARAMS}  # sampling reads those

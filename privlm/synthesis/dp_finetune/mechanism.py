@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +44,12 @@ from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
-from privlm.runfolder import LOCK, check_settings, hold
+from privlm.runfolder import LOCK, MANIFEST, check_or_write_settings, epsilon_statement, hold
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-
-MANIFEST = "run.json"
 
 
 def training_rows(
@@ -92,8 +89,28 @@ def train_generator(
     :func:`run_settings` (module docstring)."""
     with hold(run_dir, wait=wait):
         _start(run_dir, run_settings(model, config, epsilon, delta, settings))
-        return _train(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon, delta=delta,
-                      run_dir=run_dir, on_progress=on_progress)
+        base = copy.deepcopy(model)
+        adapter = run_dir / "adapter"
+        if (run_dir / FINISHED).exists() and adapter.is_dir():
+            trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
+            return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
+        prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
+                    for text in class_instructions(label_names, config.instructions)]
+        rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
+        # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
+        max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
+        context = model.config.max_position_embeddings
+        if max_length > context:
+            raise UserError(f"prompt + text of up to {max_length} tokens exceeds the model's context of {context}")
+        train = config.train_config(epsilon, delta, max_length)
+        module = with_lora(base, config.lora, config.seed, config.lora_layers)
+        module.train()
+        run = prepare(module, rows, make_collate(tokenizer), train)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        train_loop(run, run_dir, resume=True, on_progress=on_progress)
+        save_model(module, tokenizer, run_dir, lora=True)
+        retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
+        return module.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
 
 
 def run_settings(
@@ -108,50 +125,10 @@ def run_settings(
 def _start(run_dir: Path, settings: dict[str, Any]) -> None:
     """Check a started run's ``run.json`` against ``settings``, or write it for a new run."""
     manifest = run_dir / MANIFEST
-    if manifest.exists():
-        check_settings(manifest, settings)
-    elif any(path.name != LOCK for path in run_dir.iterdir()):
+    if not manifest.exists() and any(path.name != LOCK for path in run_dir.iterdir()):
         raise UserError(f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be "
                         f"checked; remove it")
-    else:
-        write_text_atomic(manifest, json.dumps(settings, indent=2, sort_keys=True) + "\n")
-
-
-def _train(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    label_names: Sequence[str],
-    load_private: Callable[[], Sequence[tuple[str, int]]],
-    *,
-    config: DPFinetuneConfig,
-    epsilon: float,
-    delta: float,
-    run_dir: Path,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None,
-) -> tuple[PreTrainedModel, Ledger]:
-    """:func:`train_generator`'s body, run with ``run_dir`` locked and its settings checked."""
-    base = copy.deepcopy(model)
-    adapter = run_dir / "adapter"
-    if (run_dir / FINISHED).exists() and adapter.is_dir():
-        trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
-        return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
-    prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
-                for text in class_instructions(label_names, config.instructions)]
-    rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
-    # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
-    max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
-    context = model.config.max_position_embeddings
-    if max_length > context:
-        raise UserError(f"prompt + text of up to {max_length} tokens exceeds the model's context of {context}")
-    train = config.train_config(epsilon, delta, max_length)
-    module = with_lora(base, config.lora, config.seed, config.lora_layers)
-    module.train()
-    run = prepare(module, rows, make_collate(tokenizer), train)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    train_loop(run, run_dir, resume=True, on_progress=on_progress)
-    save_model(module, tokenizer, run_dir, lora=True)
-    retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
-    return module.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
+    check_or_write_settings(manifest, settings)
 
 
 @dataclass(frozen=True)
@@ -190,15 +167,12 @@ def run_dp_finetune(
     generator, ledger = train_generator(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon,
                                         delta=delta, run_dir=run_dir, settings=settings, wait=wait,
                                         on_progress=on_progress)
-    sampling = Sampling(max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p)
+    sampling = Sampling.from_params(config.to_dict())
     rows = [{**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
             for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,
                                  instructions=config.instructions, sampling=sampling)]
-    accounted = ledger.epsilon(delta)
     privacy = {
-        "dp": True, "epsilon": max(epsilon, accounted) if math.isfinite(accounted) else accounted,
-        "epsilon_target": epsilon, "epsilon_accounted": accounted, "delta": delta,
-        "private_release": ledger.private_release, "ledger": [entry.to_dict() for entry in ledger],
+        **epsilon_statement(ledger, epsilon, delta), "private_release": ledger.private_release,
         "settings": config.to_dict(),
         "mechanism": "DP-SGD (Poisson sampling, per-sample clipping, Gaussian noise; LoRA) on public class prompt + "
         "private text, then sampling from the trained model with the public prompts (post-processing)",

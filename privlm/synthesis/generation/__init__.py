@@ -3,9 +3,10 @@ generation baselines of :mod:`privlm.evaluation.baselines`, adapters in :mod:`.m
 
 from __future__ import annotations
 
+from privlm.evaluation.generation_config import SAMPLING_PARAMS
 from privlm.synthesis.registry import NON_PRIVATE, PUBLIC, Method, register_method
 
-GENERATION_PARAMS = frozenset({"instructions", "max_new_tokens", "temperature", "top_p"})
+GENERATION_PARAMS = frozenset({"instructions", *SAMPLING_PARAMS})
 register_method("zero-shot", Method(
     "privlm.synthesis.generation.method:zero_shot_rows", PUBLIC, params=GENERATION_PARAMS,
     summary="the public LM answers one public instruction per class, n times",

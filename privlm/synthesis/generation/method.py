@@ -8,15 +8,11 @@ from privlm.evaluation.baselines import Sampling, few_shot, zero_shot
 from privlm.synthesis.registry import MethodContext
 
 
-def _sampling(params: dict[str, Any]) -> Sampling:
-    return Sampling(**{k: params[k] for k in ("max_new_tokens", "temperature", "top_p") if k in params})
-
-
 def zero_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` generations per class from the public instructions only."""
     return zero_shot(
         ctx.model, ctx.tokenizer, ctx.label_names, ctx.n_per_class, ctx.seed,
-        instructions=ctx.params.get("instructions"), sampling=_sampling(ctx.params),
+        instructions=ctx.params.get("instructions"), sampling=Sampling.from_params(ctx.params),
     )
 
 
@@ -24,5 +20,5 @@ def few_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` generations per class, each prompted with ``k`` private examples (NOT private)."""
     return few_shot(
         ctx.model, ctx.tokenizer, ctx.pool, ctx.label_names, ctx.n_per_class, int(ctx.params.get("k", 3)), ctx.seed,
-        instructions=ctx.params.get("instructions"), sampling=_sampling(ctx.params),
+        instructions=ctx.params.get("instructions"), sampling=Sampling.from_params(ctx.params),
     )

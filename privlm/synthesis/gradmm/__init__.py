@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from privlm.gradmm.config import SynthConfig
-from privlm.synthesis.registry import Method, register_method
+from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
     "gradmm",
@@ -14,7 +12,7 @@ register_method(
         "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'; "
         "noise_only: public control, reads no private data",
         takes_epsilon=True,
-        params=frozenset({"preset"} | {f.name for f in fields(SynthConfig)} - {"seed"}),
+        params=config_params(SynthConfig, "preset"),
         summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
         synth="gradmm",
     ),

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from privlm.errors import UserError
+from privlm.evaluation.generation_config import Sampling
 
-if TYPE_CHECKING:
-    from privlm.evaluation.baselines import Sampling
 
 DEFAULT_VARIATION = (
     'Here is a {label_name} movie review sentence: "{text}"\n'
@@ -50,16 +49,14 @@ class PEConfig:
         """M, the population of each class (public)."""
         return max(per_class, math.ceil(self.population * per_class))
 
-    def survivors(self, per_class: int) -> int:
-        """How many candidates of a class survive an iteration: ⌈M / (1 + V)⌉."""
-        return math.ceil(self.candidates(per_class) / (1 + self.variations))
+    def survivors(self, candidates: int) -> int:
+        """How many of a class's M ``candidates`` survive an iteration: ⌈M / (1 + V)⌉."""
+        return math.ceil(candidates / (1 + self.variations))
 
     @property
     def sampling(self) -> Sampling:
         """The public LM's sampling settings."""
-        from privlm.evaluation.baselines import Sampling
-
-        return Sampling(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p)
+        return Sampling.from_params(asdict(self))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,7 @@ from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
-from privlm.runfolder import check_settings, hold
+from privlm.runfolder import RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead
 from privlm.synthesis.pe.config import PEConfig
 
 def histogram_snapped(n_classes: int, candidates: int) -> int:
@@ -145,32 +144,16 @@ class PrivateVoter:
 
 
 @dataclass(frozen=True)
-class PEPaths:
+class PEPaths(RunFolder):
     """Where a run keeps its files (module docstring)."""
 
-    out: Path
-
-    @property
-    def workdir(self) -> Path:
-        return self.out.with_name(self.out.name + ".pe")
-
-    @property
-    def ledger(self) -> Path:
-        return self.workdir / "privacy.json"
-
-    @property
-    def manifest(self) -> Path:
-        return self.workdir / "run.json"
+    SUFFIX = ".pe"
 
     def population(self, t: int) -> Path:
         return self.workdir / f"population{t}.json"
 
     def histogram(self, t: int) -> Path:
         return self.workdir / f"histogram{t}.json"
-
-    @property
-    def sidecar(self) -> Path:
-        return self.out.with_suffix(".privacy.json")
 
 
 @dataclass(frozen=True)
@@ -192,16 +175,12 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     """Create the run folder, or check a resumed one repeats the saved settings."""
-    if paths.manifest.exists():
-        if not resume:
-            raise UserError(
-                f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
-                f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
-            )
-        check_settings(paths.manifest, settings)
-        return
-    paths.workdir.mkdir(parents=True, exist_ok=True)
-    _write_json(paths.manifest, settings)
+    if paths.manifest.exists() and not resume:
+        raise UserError(
+            f"{paths.workdir} holds a PE run for {paths.out}; pass --resume to reuse its noisy histograms "
+            f"(drawing them again would spend the privacy budget twice) or remove {paths.workdir}"
+        )
+    check_or_write_settings(paths.manifest, settings, indent=None)  # the layout of _write_json
 
 
 def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
@@ -212,9 +191,7 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
 def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
     """Append histogram t's release to the ledger, durably, right before its noise is drawn (every draw appends;
     after the private embedding pass and the vote count, so a kill during those books nothing)."""
-    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
-    ledger.append(histogram_entry(sigma, snapped, t))
-    ledger.save(paths.ledger)
+    write_ahead(paths.ledger, histogram_entry(sigma, snapped, t))
 
 
 def next_population(
@@ -228,7 +205,7 @@ def next_population(
 ) -> list[str]:
     """Public post-processing of one class's noisy histogram: the top ⌈M/(1+V)⌉ candidates by noisy
     votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all."""
-    keep = np.argsort(-histogram, kind="stable")[: math.ceil(len(population) / (1 + config.variations))]
+    keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
     prompts = [chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
                for text in survivors]
@@ -274,81 +251,59 @@ def run_pe(
     settings = {**(settings or {}), "config": config.to_dict(), "per_class": per_class, "epsilon": epsilon,
                 "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma,
                 "model_fingerprint": model_fingerprint(model)}
-    with hold(paths.workdir):
-        return _evolve(model, tokenizer, label_names, load_private, paths=paths, per_class=per_class, config=config,
-                       epsilon=epsilon, delta=delta, sigma=sigma, settings=settings, resume=resume,
-                       embedding_cache=embedding_cache, on_phase=on_phase)
-
-
-def _evolve(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    label_names: Sequence[str],
-    load_private: Callable[[], Sequence[tuple[str, int]]],
-    *,
-    paths: PEPaths,
-    per_class: int,
-    config: PEConfig,
-    epsilon: float | None,
-    delta: float | None,
-    sigma: float | None,
-    settings: dict[str, Any],
-    resume: bool,
-    embedding_cache: Path | None,
-    on_phase: Callable[[str], None] | None,
-) -> PEResult:
-    """:func:`run_pe`'s body, run with the run folder locked."""
-    dp, n_classes, m = sigma is not None, len(label_names), config.candidates(per_class)
+    n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)
-    _start(paths, settings, resume)
     phase = on_phase or (lambda text: None)
 
     def embed(texts: Sequence[str]) -> np.ndarray:  # one batch shape for every text: see privlm.resources.padding
         return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
-    voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
-    if paths.population(0).exists():
-        population = json.loads(paths.population(0).read_text())
-    else:
-        phase(f"PE: {m} zero-shot candidates per class")
-        rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
-                         sampling=config.sampling)
-        population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
-        _write_json(paths.population(0), population)
-    reused = 0
-    for t in range(config.iterations):
-        if paths.histogram(t).exists():
-            saved = json.loads(paths.histogram(t).read_text())
-            if saved["population_sha256"] != _digest(population):
-                raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
-            histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
+    with hold(paths.workdir):
+        _start(paths, settings, resume)
+
+        voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
+        if paths.population(0).exists():
+            population = json.loads(paths.population(0).read_text())
         else:
-            phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
-            candidates = [unit_rows(embed(texts)) for texts in population]
-            histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
-            _write_json(paths.histogram(t), {"population_sha256": _digest(population),
-                                             "histograms": [h.tolist() for h in histograms]})
-        if t + 1 == config.iterations:
-            break
-        if paths.population(t + 1).exists():
-            population = json.loads(paths.population(t + 1).read_text())
-        else:
-            phase(f"PE: variations {t + 1}/{config.iterations - 1}")
-            population = [
-                next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
-                                config.seed * 1_000_003 + k * 10_007 + t)
-                for k in range(n_classes)
-            ]
-            _write_json(paths.population(t + 1), population)
-    rows = []
-    for k in range(n_classes):
-        for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
-            rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
-                         "noisy_votes": float(histograms[k][i]), "dp": dp})
-    privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
-    _write_json(paths.sidecar, privacy)
-    write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
+            phase(f"PE: {m} zero-shot candidates per class")
+            rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
+                             sampling=config.sampling)
+            population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
+            _write_json(paths.population(0), population)
+        reused = 0
+        for t in range(config.iterations):
+            if paths.histogram(t).exists():
+                saved = json.loads(paths.histogram(t).read_text())
+                if saved["population_sha256"] != _digest(population):
+                    raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
+                histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
+            else:
+                phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
+                candidates = [unit_rows(embed(texts)) for texts in population]
+                histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
+                _write_json(paths.histogram(t), {"population_sha256": _digest(population),
+                                                 "histograms": [h.tolist() for h in histograms]})
+            if t + 1 == config.iterations:
+                break
+            if paths.population(t + 1).exists():
+                population = json.loads(paths.population(t + 1).read_text())
+            else:
+                phase(f"PE: variations {t + 1}/{config.iterations - 1}")
+                population = [
+                    next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
+                                    config.seed * 1_000_003 + k * 10_007 + t)
+                    for k in range(n_classes)
+                ]
+                _write_json(paths.population(t + 1), population)
+        rows = []
+        for k in range(n_classes):
+            for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
+                rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
+                             "noisy_votes": float(histograms[k][i]), "dp": dp})
+        privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
+        _write_json(paths.sidecar, privacy)
+        write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
 
 
 def privacy_statement(
@@ -360,13 +315,10 @@ def privacy_statement(
     if sigma is None:
         return {"dp": False, "epsilon": None, "delta": None,
                 "warning": "NOT differentially private (no noise): the histograms are exact private vote counts"}
-    ledger = Ledger.load(paths.ledger)
-    accounted = ledger.epsilon(delta)
     return {
-        "dp": True, "epsilon": max(epsilon, accounted), "epsilon_target": epsilon, "epsilon_accounted": accounted,
-        "delta": delta, "noise_multiplier": sigma, "iterations": config.iterations,
+        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta),
+        "noise_multiplier": sigma, "iterations": config.iterations,
         "candidates_per_class": candidates, "bins_per_histogram": n_classes * candidates,
-        "ledger": [entry.to_dict() for entry in ledger],
         "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
         "candidate of its class (L2 sensitivity 1, add/remove-one); the histogram gets N(0, σ²) per bin; "
         "T Gaussian releases composed with PLD; selection and variations are post-processing",
