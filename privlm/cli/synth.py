@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -266,7 +267,107 @@ def register(app: typer.Typer) -> None:
             print_json(summary(result, out, wall_s))
         else:
             show_result(result, out, wall_s)
+@dataclass(frozen=True)
+class MethodRun:
+    """A finished ``pe`` or ``dp-finetune`` run: its rows, the sidecar's privacy statement, the method's
+    own facts for ``--json`` (``extra``), the line describing its mechanism, and its wall time."""
 
+    method: str
+    out: Path
+    rows: list[dict[str, Any]]
+    privacy: dict[str, Any]
+    extra: dict[str, Any]
+    detail: str
+    wall_s: float
+
+
+def method_workdir(method: str, out: Path) -> Path:
+    """The run folder beside ``out`` where ``method`` keeps its release (ledger, ``run.json``) for reuse."""
+    if method == "gradmm":
+        from privlm.gradmm.pipeline import RunPaths
+
+        return RunPaths(out).workdir
+    if method == "pe":
+        from privlm.synthesis.pe.mechanism import PEPaths
+
+        return PEPaths(out).workdir
+    return out.with_name(out.name + ".dpft")
+
+
+def method_runner(
+    method: str, model_name: str, data: str | DataSpec, labels: object, per_class: int, out: Path,
+    epsilon: float | None, delta: float | None, private_per_class: int | None, resume: bool, overrides: dict[str, Any],
+) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase], MethodRun]:
+    """Check a ``pe`` (Private Evolution) or ``dp-finetune`` (DP fine-tune, then generate) run on the train split
+    (or its first N per class) before any model is loaded or anything written; returns the run, to call with
+    the loaded model. ``privlm synth --method`` and ``privlm demo --methods`` both run through here."""
+    from privlm.resources.datasets import load_dataset
+
+    if per_class < 1:
+        raise UserError(f"--per-class must be >= 1 (got {per_class})")
+    if not out.parent.is_dir():
+        raise UserError(f"output folder {out.parent} does not exist")
+    if method == "dp-finetune":
+        from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+
+        if epsilon is None:
+            raise UserError("--method dp-finetune trains with DP-SGD: give --epsilon and --delta (not --no-dp)")
+        config = DPFinetuneConfig(**overrides)
+    else:
+        from privlm.synthesis.pe.config import PEConfig
+
+        config = PEConfig(**overrides)
+    workdir = method_workdir(method, out)
+    if workdir.exists() and not resume:
+        raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
+    label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
+    load_private = private_examples(data, private_per_class, labels)
+    if private_per_class is not None or not resume:  # bad rows or a cut larger than a class: refused before anything is written
+        load_private = load_private().copy
+    settings = {"model": model_name, "data": str(data), "private_per_class": private_per_class}
+
+    def run(loaded: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> MethodRun:
+        start = time.perf_counter()
+        with err_console.status(method) as status:
+            if method == "pe":
+                from privlm.synthesis.pe.mechanism import run_pe
+
+                result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
+                                config=config, epsilon=epsilon, delta=delta, resume=resume, settings=settings,
+                                on_phase=lambda text: status.update(text))
+                extra, detail = ({"reused_histograms": result.reused_histograms},
+                                 "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes")
+            else:
+                from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
+
+                result = run_dp_finetune(
+                    loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
+                    epsilon=epsilon, delta=delta, run_dir=workdir, settings=settings,
+                    on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
+                extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
+        return MethodRun(method, out, result.rows, result.privacy, extra, detail, time.perf_counter() - start)
+
+    return run
+
+
+def method_summary(run: MethodRun) -> dict[str, Any]:
+    """A ``pe`` or ``dp-finetune`` run's ``--json`` output."""
+    return {"out": str(run.out), "method": run.method, "rows": run.rows, "privacy": run.privacy, **run.extra,
+            "wall_s": run.wall_s}
+
+
+def show_method_run(run: MethodRun) -> None:
+    """A ``pe`` or ``dp-finetune`` run's examples beside the privacy they cost."""
+    print_rows(f"{run.method} synthetic examples ({run.out})", run.rows, "votes",
+               lambda row: f"{row['noisy_votes']:.1f}" if "noisy_votes" in row else "")
+    privacy = run.privacy
+    if privacy["dp"]:
+        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
+                      + run.detail.format(**privacy, **privacy.get("settings", {})) + ")")
+    else:
+        console.print(f"[bold red]{privacy['warning']}[/bold red]")
+    console.print(f"{len(run.rows)} examples in {run.out} (sidecar {run.out.with_suffix('.privacy.json')}), "
+                  f"{run.wall_s:.0f} s")
 
 
 def run_method_command(
@@ -275,56 +376,12 @@ def run_method_command(
 ) -> None:
     """``privlm synth --method pe`` (Private Evolution) or ``--method dp-finetune`` (DP fine-tune, then
     generate) on the train split (or its first N per class)."""
-    from privlm.resources.datasets import load_dataset
     from privlm.resources.models import load_model
 
-    if per_class < 1:
-        raise UserError(f"--per-class must be >= 1 (got {per_class})")
-    if not out.parent.is_dir():
-        raise UserError(f"output folder {out.parent} does not exist")
-    if method == "dp-finetune":
-        from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-        from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
-
-        if epsilon is None:
-            raise UserError("--method dp-finetune trains with DP-SGD: give --epsilon and --delta (not --no-dp)")
-        config, workdir = DPFinetuneConfig(**overrides), out.with_name(out.name + ".dpft")
-    else:
-        from privlm.synthesis.pe.config import PEConfig
-        from privlm.synthesis.pe.mechanism import PEPaths, run_pe
-
-        config, workdir = PEConfig(**overrides), PEPaths(out).workdir
-    if workdir.exists() and not resume:
-        raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
-    label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
-    load_private = private_examples(data, private_per_class, labels)
-    if private_per_class is not None or not resume:  # bad rows or a cut larger than a class: refused before anything is written
-        load_private = load_private().copy
-    settings = {"model": model_name, "data": str(data), "private_per_class": private_per_class}
-    loaded, tokenizer = load_model(model_name)
-    start = time.perf_counter()
-    with err_console.status(method) as status:
-        if method == "pe":
-            result = run_pe(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class, config=config,
-                            epsilon=epsilon, delta=delta, resume=resume, settings=settings,
-                            on_phase=lambda text: status.update(text))
-            extra, detail = {"reused_histograms": result.reused_histograms}, "{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes"
-        else:
-            result = run_dp_finetune(loaded, tokenizer, label_names, load_private, out=out, per_class=per_class,
-                                     config=config, epsilon=epsilon, delta=delta, run_dir=workdir, settings=settings,
-                                     on_progress=lambda step, total, loss, eps: status.update(f"DP-SGD step {step}/{total}"))
-            extra, detail = {}, "DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks"
-    wall_s = time.perf_counter() - start
+    runner = method_runner(method, model_name, data, labels, per_class, out, epsilon, delta, private_per_class, resume,
+                           overrides)
+    run = runner(*load_model(model_name))
     if json_out:
-        print_json({"out": str(out), "method": method, "rows": result.rows, "privacy": result.privacy, **extra,
-                    "wall_s": wall_s})
-        return
-    print_rows(f"{method} synthetic examples ({out})", result.rows, "votes",
-               lambda row: f"{row['noisy_votes']:.1f}" if "noisy_votes" in row else "")
-    privacy = result.privacy
-    if privacy["dp"]:
-        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
-                      + detail.format(**privacy, **privacy.get("settings", {})) + ")")
+        print_json(method_summary(run))
     else:
-        console.print(f"[bold red]{privacy['warning']}[/bold red]")
-    console.print(f"{len(result.rows)} examples in {out} (sidecar {out.with_suffix('.privacy.json')}), {wall_s:.0f} s")
+        show_method_run(run)

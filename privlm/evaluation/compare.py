@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -42,9 +42,34 @@ def synthetic_vs_random(
     Returns ``{"synthetic": scores, "random_real": scores}`` (see :func:`fit_and_score`). The random
     subset reads the real data directly: it is a non-private reference point.
     """
-    counts = dict(Counter(label for _, label in synthetic))
+    return sets_vs_random(model, tokenizer, {"synthetic": synthetic}, real, test, template, label_words, config, seed)
+
+
+def sets_vs_random(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sets: Mapping[str, Sequence[Example]],
+    real: Sequence[Example],
+    test: Sequence[Example],
+    template: str,
+    label_words: Sequence[str],
+    config: FinetuneConfig,
+    seed: int = 0,
+) -> dict[str, dict[str, object]]:
+    """Fine-tune on each named synthetic set and once on a random subset of ``real`` whose class counts are
+    the largest any set has (for one set: the same counts); score all on ``test``.
+
+    Returns ``{name: scores, ..., "random_real": scores}`` (see :func:`fit_and_score`), fitted in that order.
+    The random subset reads the real data directly: it is a non-private reference point.
+    """
+    if "random_real" in sets:
+        raise ValueError("'random_real' names the real reference, not a synthetic set")
+    counts: dict[int, int] = {}
+    for examples in sets.values():
+        for label, n in Counter(label for _, label in examples).items():
+            counts[label] = max(counts.get(label, 0), n)
     baseline = matched_random_subset(real, counts, seed)
-    return {
-        "synthetic": fit_and_score(model, tokenizer, synthetic, test, template, label_words, config),
-        "random_real": fit_and_score(model, tokenizer, baseline, test, template, label_words, config),
-    }
+    scores = {name: fit_and_score(model, tokenizer, examples, test, template, label_words, config)
+              for name, examples in sets.items()}
+    scores["random_real"] = fit_and_score(model, tokenizer, baseline, test, template, label_words, config)
+    return scores

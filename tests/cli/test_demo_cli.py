@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import exit_code
+from privlm.cli import demo as demo_module
 from privlm.cli import main
 from privlm.gradmm import generate
 from privlm.gradmm.filtering import select
+from privlm.randomness import SecureRandom
 from privlm.resources.cache import CACHE_ENV
 
 
@@ -66,3 +70,67 @@ def test_demo_rejects_negative_eval_test(capsys) -> None:
         main(["demo", "--model", "tiny-llama", "--eval-test", "-1"])
     assert exit_info.value.code == 2
     assert "--eval-test must be >= 0 (got -1)" in capsys.readouterr().err
+
+
+FAST_METHODS = {"pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6}, "dp-finetune": {"lora_layers": 1}}
+TINY = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2"]
+
+
+def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
+    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
+) -> None:
+    monkeypatch.setattr(demo_module, "METHOD_OVERRIDES", FAST_METHODS)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    args = [*TINY, "--methods", "gradmm,pe", "--eval-test", "4"]
+    facts = _demo([*args, "--json"], capsys)
+    assert [run["method"] for run in facts["methods"]] == ["gradmm", "pe"]
+    out = Path(facts["out"])
+    files = {run["method"]: Path(run["out"]) for run in facts["methods"]}
+    assert files == {"gradmm": out, "pe": out.with_name("synthetic-pe.jsonl")}
+    for method, path in files.items():
+        sidecar = json.loads(path.with_suffix(".privacy.json").read_text())
+        assert sidecar["epsilon_target"] == 2.0 <= sidecar["epsilon"] < 2.01 and sidecar["delta"] == 5e-6, method
+        assert len(path.read_text().splitlines()) == 4
+    assert all(run["budget"] == {"epsilon": 2.0, "delta": 5e-6} for run in facts["methods"])
+    accuracies = [run["scores"]["accuracy"] for run in facts["methods"]]
+    assert facts["best_method"] == facts["methods"][accuracies.index(max(accuracies))]["method"]
+    assert facts["comparison"]["synthetic"] == facts["methods"][0]["scores"]
+    ledgers = {m: p.with_name(p.name + (".gradmm" if m == "gradmm" else ".pe")) / "privacy.json" for m, p in files.items()}
+    before = {m: path.read_text() for m, path in ledgers.items()}
+
+    def no_new_noise(cls):
+        raise AssertionError("a resumed demo drew fresh noise")
+
+    monkeypatch.setattr(SecureRandom, "from_os", classmethod(no_new_noise))
+    assert exit_code(["demo", *args]) == 0  # reuses the release and the histogram: no new privacy spent
+    printed = capsys.readouterr().out
+    assert "each (ε=2, δ=5e-06)" in printed and "(reused, no new privacy spent)" in printed
+    rows = re.findall(r"DP synthetic: (\S+)\s*│\s*([\d.]+)\s*│\s*\d+\s*│\s*([\d.]+) \(", printed)
+    assert [(m, float(e)) for m, e, _ in rows] == [("gradmm", 2.0), ("pe", 2.0)]
+    shown = [float(acc) for _, _, acc in rows]
+    best = rows[shown.index(max(shown))][0]
+    assert f"best DP synthetic set: {best} (accuracy" in printed and best == facts["best_method"]
+    assert {m: path.read_text() for m, path in ledgers.items()} == before
+    assert exit_code(["demo", *TINY, "--methods", "pe"]) == 2  # the pe set was made at ε = 2, not 4: refused up front
+    assert "cannot reuse it: give another --out" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, capsys, label_filter_agrees) -> None:
+    monkeypatch.setattr(demo_module, "METHOD_OVERRIDES", FAST_METHODS)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert exit_code(["demo", *TINY, "--methods", "pe,gradmm", "--eval-test", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "no accuracy comparison was run (--eval-test 0); no best method is named" in printed
+    assert "best DP synthetic set" not in printed
+
+
+@pytest.mark.parametrize("methods, fragments", [
+    ("gradmm,magic", ("'magic' is not one", "dp-finetune, gradmm, pe")), ("pe,pe", ("names a method twice",)),
+    (",", ("dp-finetune, gradmm, pe",)),
+])
+def test_demo_rejects_a_bad_method_list_before_writing(tmp_path: Path, monkeypatch, capsys, methods, fragments) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert exit_code(["demo", *TINY, "--methods", methods]) == 2
+    err = capsys.readouterr().err
+    assert all(fragment in err for fragment in fragments), err
+    assert list(tmp_path.iterdir()) == []

@@ -36,3 +36,14 @@ def test_synthetic_vs_random_scores_both_training_sets() -> None:
     assert got["random_real"] == fit_and_score(model, tok, baseline, test, " It was ", ["bad", "great"], config)
     assert 0 <= got["synthetic"]["accuracy"] <= 1
     assert evaluate_accuracy(model, tok, test, " It was ", ["bad", "great"]).n == got["synthetic"]["n_test"]
+
+
+def test_sets_vs_random_fits_the_real_reference_once_at_the_largest_class_counts(monkeypatch) -> None:
+    from privlm.evaluation import compare
+
+    fitted: list[list] = []
+    monkeypatch.setattr(compare, "fit_and_score", lambda _m, _t, train, *_: fitted.append(list(train)) or {})
+    sets = {"a": [("x", 0), ("y", 1), ("z", 1)], "b": [("u", 0), ("v", 0)]}
+    got = compare.sets_vs_random(None, None, sets, REAL, [], " It was ", ["bad", "great"], preset("tiny"), seed=2)
+    assert list(got) == ["a", "b", "random_real"] and len(fitted) == 3
+    assert fitted[2] == matched_random_subset(REAL, {0: 2, 1: 2}, seed=2)
