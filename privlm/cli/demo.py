@@ -9,8 +9,8 @@ spends no further privacy budget and prints the same examples.
 ``--methods gradmm,pe,dp-finetune`` runs several DP methods (each through the code ``privlm synth --method``
 runs), each writing its own set next to the output (``synthetic.jsonl`` for gradmm, ``synthetic-pe.jsonl``,
 ...). ``--epsilon``/``--delta`` stay the budget of the whole demo output: with k methods each gets
-(ε/k, δ/k), so all k sets together are (ε, δ)-DP by basic composition (up to the accountants' rounding up,
-which the printed total shows). The closing comparison fine-tunes on each set and once on a random real
+(ε/k, δ/k), so all k sets together are (ε, δ)-DP by basic composition (each method calibrates its noise so
+that its own accountant reports at most its share; the printed total sums the sidecars). The closing comparison fine-tunes on each set and once on a random real
 subset and names the DP method whose set scored best (ties: the first given).
 """
 

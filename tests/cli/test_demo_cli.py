@@ -89,7 +89,7 @@ def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
     assert files == {"gradmm": out, "pe": out.with_name("synthetic-pe.jsonl")}
     for method, path in files.items():
         sidecar = json.loads(path.with_suffix(".privacy.json").read_text())
-        assert sidecar["epsilon_target"] == 2.0 <= sidecar["epsilon"] < 2.01 and sidecar["delta"] == 5e-6, method
+        assert sidecar["epsilon_target"] == 2.0 == sidecar["epsilon"] and sidecar["delta"] == 5e-6, method
         assert len(path.read_text().splitlines()) == 4
     assert all(run["budget"] == {"epsilon": 2.0, "delta": 5e-6} for run in facts["methods"])
     accuracies = [run["scores"]["accuracy"] for run in facts["methods"]]
