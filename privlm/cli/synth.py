@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,8 @@ def synthesize_with_progress(
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
     dataset = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels)  # only its public verbalizer is used
+    # --source instruct without --instruction: the verbalizer's instructions, as zero-shot's (None: its default)
+    config = replace(config, instructions=dataset.verbalizer.instructions(dataset.label_names))
     model.requires_grad_(False)
     prompt = build_prompt(
         tokenizer, dataset.verbalizer.template, dataset.verbalizer.label_words, dataset.label_names
@@ -204,7 +206,8 @@ def register(app: typer.Typer) -> None:
             None, "--source", help=f"select's public candidates: {' or '.join(SOURCES)} (word-like samples or "
             "the public LM's answers to a class instruction)"),
         instruction: str | None = typer.Option(
-            None, "--instruction", help="--source instruct: instruction template with {label_name} (public)"),
+            None, "--instruction", help="--source instruct: instruction template naming the class by {label_name} "
+            "or {label_word} ({prompt}: the verbalizer's prompt); default: the data's, as zero-shot's (public)"),
         contrastive: bool | None = typer.Option(
             None, "--contrastive/--no-contrastive", help="select: own class's match minus the best other class's"),
         oversample: float | None = typer.Option(None, "--oversample", help="candidates per kept example"),

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from privlm.errors import UserError
+from privlm.resources.verbalizers import check_instruction
 
 
 RELEASES = ("label-rows", "full")
@@ -43,11 +44,21 @@ class SynthConfig:
     # select's public candidates: "sample" (word-like tokens sampled after the public demonstrations, ADMM's
     # starting text) or "instruct" (the public LM answering a per-class instruction, as zero-shot generation)
     source: str = "sample"
-    instruction: str | None = None  # "instruct": template with {label_name}; None: zero-shot's default
+    # "instruct": the user's instruction template, with {label_name} and/or {label_word} (and {prompt}, the
+    # verbalizer's prompt), formatted per class as the verbalizer's (privlm.resources.verbalizers.format_instructions)
+    instruction: str | None = None
+    # "instruct" without `instruction`: one instruction per class, the data's verbalizer's (what zero-shot
+    # generation uses; user data: GENERIC_INSTRUCTION); None: zero-shot's default. Dropped where unused (another
+    # source, or an `instruction` given), so a run's settings name only what shaped its candidates.
+    instructions: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        unused = self.source != "instruct" or self.instruction is not None
+        object.__setattr__(self, "instructions", None if unused or self.instructions is None else tuple(self.instructions))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return asdict(self)
+        return {**asdict(self), "instructions": None if self.instructions is None else list(self.instructions)}
 
     def validated(self) -> SynthConfig:
         """Self, or :class:`UserError` naming the first out-of-range value."""
@@ -67,8 +78,8 @@ class SynthConfig:
                 raise UserError(f"--{name} {getattr(self, name)!r} is not one of {', '.join(choices)}")
         if self.source == "instruct" and self.optimizer != "select":
             raise UserError("--source instruct needs --optimizer select (ADMM optimizes fixed-length token batches)")
-        if self.instruction is not None and "{label_name}" not in self.instruction:
-            raise UserError(f"--instruction {self.instruction!r} must contain {{label_name}}")
+        if self.instruction is not None:
+            check_instruction(self.instruction)
         return self
 
 

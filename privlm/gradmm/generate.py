@@ -22,7 +22,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.baselines import DEFAULT_INSTRUCTION, Sampling, chat_prompt, sample_texts
+from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, sample_texts
 from privlm.gradmm.admm import run_admm
 from privlm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
@@ -32,6 +32,7 @@ from privlm.gradmm.projection import Projector
 from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds, last_hidden_from_ids
 from privlm.gradmm.release import Release, model_fingerprint
 from privlm.gradmm.select import select_matching
+from privlm.resources.verbalizers import format_instructions
 
 StepCallback = Callable[[int, int, float], None]
 
@@ -88,12 +89,21 @@ def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label
     return prompt.with_context(demos)
 
 
+def instructions_for(prompt: Prompt, config: SynthConfig) -> list[str]:
+    """The public instruction of each class for instructed candidates: ``config.instruction`` formatted
+    for each class with the verbalizer's fields (:func:`~privlm.resources.verbalizers.format_instructions`),
+    else ``config.instructions`` (the data's verbalizer's, as zero-shot generation gets them), else
+    zero-shot's default. Raises :class:`UserError` when ``config.instructions`` does not give one per class."""
+    if config.instruction is not None:
+        return format_instructions(config.instruction, prompt.template, prompt.label_names, prompt.label_words)
+    return class_instructions(prompt.label_names, config.instructions)
+
+
 def instructed_ids(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, label_name: str, config: SynthConfig, seed: int
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, instruction: str, config: SynthConfig, seed: int
 ) -> list[list[int]]:
-    """``config.batch`` answers of the public LM to the class's instruction, tokenized: zero-shot
+    """``config.batch`` answers of the public LM to the class's ``instruction``, tokenized: zero-shot
     generation's prompt (chat template) and sampling, seeded by ``seed``. Public: no release is read."""
-    instruction = (config.instruction or DEFAULT_INSTRUCTION).format(label_name=label_name)
     texts = sample_texts(model, tokenizer, chat_prompt(tokenizer, instruction), config.batch, seed, Sampling())
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
@@ -130,7 +140,8 @@ def generate_batch(
     label_token = prompt.label_token_ids[label]
     if config.source == "instruct":
         path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
-        ids = _public_ids(path, lambda: instructed_ids(model, tokenizer, prompt.label_names[label], config, seed))
+        instruction = instructions_for(prompt, config)[label]
+        ids = _public_ids(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
     else:
         proj = projector()
         sample = proj.sample(config.batch, config.length, torch.Generator().manual_seed(seed))

@@ -38,7 +38,7 @@ from privlm.errors import UserError
 from privlm.atomic import write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
-from privlm.gradmm.generate import StepCallback, synthesize
+from privlm.gradmm.generate import StepCallback, instructions_for, synthesize
 from privlm.gradmm.prompt import Prompt
 from privlm.runfolder import RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead
 from privlm.gradmm.release import (
@@ -257,11 +257,14 @@ def run_synthesis(
     on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
 ) -> SynthResult:
-    """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar.
+    """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar (with
+    ``source = "instruct"``, it also names the public ``instructions`` the candidates answered, one per class).
     ``public_dir``: a folder for public candidates shared with other runs (:func:`synthesize`)."""
     paths = RunPaths(Path(out))
     if paths.out.parent and not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
+    # public; resolved (one per class, else refused) before any release is drawn
+    instructions = instructions_for(prompt, config) if config.source == "instruct" else None
     settings = {
         **(settings or {}), "config": config.to_dict(), "per_class": per_class, "dp": dp,
         "epsilon": epsilon, "delta": delta, "prompt": prompt.to_dict(),
@@ -279,6 +282,8 @@ def run_synthesis(
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)
+    if instructions is not None:
+        privacy = {**privacy, "instructions": instructions}
     if rank0:
         write_text_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

@@ -26,12 +26,15 @@ SmolLM2's tokenizer every label word, with its leading space, is one token, dist
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from string import Formatter
 
 from privlm.errors import UserError
 
 
 TEXT = "{text}"
+INSTRUCTION_FIELDS = ("label_name", "label_word", "prompt")
 
 
 def fill(template: str, text: str) -> str:
@@ -52,6 +55,35 @@ def check_template(template: str, source: str = "--template") -> str:
     if template.count(TEXT) != 1:
         raise UserError(f"{source} must contain {TEXT} exactly once (where the example's text goes), got {template!r}")
     return template if template[-1:].isspace() else template + " "
+
+
+def check_instruction(instruction: str, source: str = "--instruction") -> str:
+    """A generation instruction template (public), unchanged, or :class:`UserError` naming ``source``: its
+    fields are among ``{label_name}``, ``{label_word}`` and ``{prompt}``, and it names the class by
+    ``{label_name}`` or ``{label_word}`` (else every class would get the same instruction)."""
+    try:
+        names = {name for _, name, _, _ in Formatter().parse(instruction) if name is not None}
+    except ValueError as exc:
+        raise UserError(f"{source} {instruction!r} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}")
+    unknown = sorted(names - set(INSTRUCTION_FIELDS))
+    if unknown:
+        raise UserError(f"{source} {instruction!r} has the unknown field {{{unknown[0]}}}; "
+                        "the fields are {label_name}, {label_word} and {prompt}")
+    if not names & {"label_name", "label_word"}:
+        raise UserError(f"{source} {instruction!r} must name the class by {{label_name}} or {{label_word}}")
+    return instruction
+
+
+def format_instructions(
+    instruction: str, template: str, label_names: Sequence[str], label_words: Sequence[str]
+) -> list[str]:
+    """One generation instruction per class: ``instruction`` with the class's ``{label_name}`` and
+    ``{label_word}`` and the verbalizer's ``{prompt}`` (``template`` filled with ``"..."``, trailing
+    space dropped) filled in. The one function that formats instruction templates: the zero/few-shot
+    baselines' (:meth:`Verbalizer.instructions`) and GRADMM's instructed candidates."""
+    shown = fill(template, "...").rstrip()
+    return [instruction.format(label_name=name, label_word=word, prompt=shown)
+            for name, word in zip(label_names, label_words)]
 
 
 @dataclass(frozen=True)
@@ -76,9 +108,7 @@ class Verbalizer:
         """One generation instruction per class, or ``None`` (the baselines' default)."""
         if self.instruction is None:
             return None
-        shown = self.prompt("...").rstrip()
-        return [self.instruction.format(label_name=name, label_word=word, prompt=shown)
-                for name, word in zip(label_names, self.label_words)]
+        return format_instructions(self.instruction, self.template, label_names, self.label_words)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form: ``{"template": ..., "label_words": [...]}``."""

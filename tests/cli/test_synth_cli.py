@@ -59,7 +59,8 @@ def _synth(args: list[str]) -> int:
         ({}, ["--no-dp", "--optimizer", "sgd"], "admm, select"),
         ({}, ["--no-dp", "--optimizer", "select", "--source", "web"], "sample, instruct"),
         ({}, ["--no-dp", "--optimizer", "admm", "--source", "instruct"], "--optimizer select"),
-        ({}, ["--no-dp", "--optimizer", "select", "--source", "instruct", "--instruction", "Write."], "{label_name}"),
+        ({}, ["--no-dp", "--optimizer", "select", "--source", "instruct", "--instruction", "Write."],
+         "must name the class by {label_name} or {label_word}"),
         ({}, ["--epsilon", "1", "--delta", "1e-5", "--private-per-class", "6"], "--private-per-class 6 is larger"),
     ],
 )
@@ -173,3 +174,46 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
     assert s_a == s_b
     assert [(r["label"], r["label_name"]) for r in rows_a] == [(r["label"], r["label_name"]) for r in rows_b]
     assert [r["label_name"] for r in rows_a] == ["neg", "pos", "mixed"]  # one per class, named by --labels
+
+
+INSTRUCT = ["--optimizer", "select", "--source", "instruct", "--no-label-filter", "--no-dp", "--per-class", "1"]
+
+
+def _instructed_prompts(monkeypatch) -> list[str]:
+    """The prompts the public LM answers for instructed candidates, recorded (its answers: fixed texts)."""
+    from privlm.gradmm import generate
+
+    prompts: list[str] = []
+
+    def answer(model, tokenizer, prompt, n, seed, sampling):
+        prompts.append(prompt)
+        return [f"a short text number {i}" for i in range(n)]
+
+    monkeypatch.setattr(generate, "sample_texts", answer)
+    return prompts
+
+
+def test_instructed_candidates_of_user_data_answer_its_verbalizers_instruction(tmp_path, monkeypatch) -> None:
+    """No --instruction: user data gets its verbalizer's instruction (as zero-shot), not the movie-review
+    default, and the sidecar names the instruction of each class."""
+    prompts = _instructed_prompts(monkeypatch)
+    data = _write_data(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    assert _synth([*SMALL, "--data", data, *INSTRUCT, "--out", str(out)]) == 0
+    expected = ['Write one short text for "... Label: neg".', 'Write one short text for "... Label: pos".']
+    assert json.loads(RunPaths(out).sidecar.read_text())["instructions"] == expected
+    assert sorted(set(prompts)) == [text + "\n" for text in expected]  # tiny-llama has no chat template
+    assert not any("movie review" in p for p in prompts)
+    config = json.loads((RunPaths(out).workdir / "run.json").read_text())["config"]
+    assert config["instruction"] is None and config["instructions"] == expected
+
+
+def test_an_instruction_may_name_the_class_by_its_word_only(tmp_path, monkeypatch) -> None:
+    prompts = _instructed_prompts(monkeypatch)
+    data = _write_data(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    args = [*SMALL, "--data", data, *INSTRUCT, "--instruction", "Write a {label_word} line after {prompt}"]
+    assert _synth([*args, "--out", str(out)]) == 0
+    expected = ["Write a neg line after ... Label:", "Write a pos line after ... Label:"]
+    assert json.loads(RunPaths(out).sidecar.read_text())["instructions"] == expected
+    assert sorted(set(prompts)) == [text + "\n" for text in expected]

@@ -86,3 +86,25 @@ def test_whole_split_pool_needs_mia_off(tmp_path: Path) -> None:
         parse_config(data, "test")
     config = parse_config({**data, "mia": False}, "test")
     assert [c.key for c in config.cells()] == ["full-pool_nall_seed0_epsnone"]
+
+
+def test_instructed_cells_of_user_data_answer_the_verbalizers_instruction(tmp_path: Path, monkeypatch) -> None:
+    """``source = "instruct"`` without an instruction: the runner gives GRADMM the verbalizer's instructions, as
+    it gives zero-shot generation (the generic one for user data, not the movie-review default)."""
+    from privlm.gradmm import generate
+
+    prompts: list[str] = []
+    monkeypatch.setattr(generate, "sample_texts",
+                        lambda model, tok, prompt, n, seed, sampling: prompts.append(prompt) or [f"text {i}" for i in range(n)])
+    config = parse_config({
+        "model": "tiny-llama", "dataset": f"jsonl:{_write_data(tmp_path)}", "labels": ["bad", "great"],
+        "pool_per_class": 4, "n_per_class": [2], "seeds": [0], "test_size": 6, "mia": False,
+        "finetune": {"preset": "tiny", "epochs": 1},
+        "methods": {"gradmm": {"epsilons": ["none"], "preset": "demo", "batch": 2, "label_filter": False,
+                               "optimizer": "select", "source": "instruct"}},
+    }, "test")
+    rows = run_experiment(config, tmp_path / "out")
+    expected = ['Write one short text for "... Label: bad".', 'Write one short text for "... Label: great".']
+    sidecar = tmp_path / "out" / "work" / rows[0]["cell"] / "synthetic.privacy.json"
+    assert json.loads(sidecar.read_text())["instructions"] == expected
+    assert sorted(set(prompts)) == [text + "\n" for text in expected]

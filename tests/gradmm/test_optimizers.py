@@ -5,7 +5,9 @@ the private data once the release exists (poison test)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,9 @@ from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.pipeline import RunPaths, run_synthesis
 from privlm.gradmm.prompt import build_prompt
 from privlm.gradmm.select import candidate_factors, greedy_match
+from privlm.resources.datasets import BUILTIN
 from privlm.resources.tiny import build_tiny_model
+from privlm.resources.verbalizers import generic_verbalizer
 
 PRIVATE = [
     ("the movie was a delight from start to finish", 1),
@@ -188,8 +192,41 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
     assert sorted(p.name for p in public.iterdir()) == files
 
 
-def test_instruct_source_needs_select_and_a_label_name_slot() -> None:
+def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
     with pytest.raises(UserError, match="--optimizer select"):
         make_config("demo", source="instruct", optimizer="admm")
-    with pytest.raises(UserError, match="label_name"):
-        make_config("demo", source="instruct", optimizer="select", instruction="Write a review.")
+    for bad, fragment in (("Write a review.", "{label_name} or {label_word}"), ("Write a {kind} review.", "{kind}"),
+                          ("Write a {label_name review.", "not a valid template")):
+        with pytest.raises(UserError, match=re.escape(fragment)):
+            make_config("demo", source="instruct", optimizer="select", instruction=bad)
+    for good in ("Write a {label_word} review.", "Write a {label_name} text like {prompt} {label_word}."):
+        assert make_config("demo", source="instruct", optimizer="select", instruction=good).instruction == good
+
+
+def test_rotten_tomatoes_instructions_are_zero_shots_default_unchanged(lm) -> None:
+    """The built-in rotten-tomatoes verbalizer has no instruction: its instructed candidates answer exactly
+    the instruction they always did, and the config (the run's settings, the candidate cache key) is as before."""
+    _, tokenizer, _ = lm
+    verbalizer, names = BUILTIN["rotten-tomatoes"][1], ("negative", "positive")
+    prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, names)
+    plain = make_config("demo", source="instruct", optimizer="select")
+    config = replace(plain, instructions=verbalizer.instructions(names))
+    assert config == plain and config.to_dict() == {**plain.to_dict(), "instructions": None}
+    assert generate.instructions_for(prompt, config) == [
+        "Write one short negative movie review sentence.", "Write one short positive movie review sentence."]
+
+
+def test_user_data_instructions_are_the_verbalizers_and_the_users_fields_are_filled(lm) -> None:
+    _, tokenizer, _ = lm
+    names = ("neg", "pos")
+    verbalizer = generic_verbalizer(names, ("bad", "good"))
+    prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, names)
+    config = replace(make_config("demo", source="instruct", optimizer="select"), instructions=verbalizer.instructions(names))
+    assert generate.instructions_for(prompt, config) == [
+        'Write one short text for "... Label: bad".', 'Write one short text for "... Label: good".']
+    own = make_config("demo", source="instruct", optimizer="select", instruction="{label_name}: a {label_word} text")
+    assert replace(own, instructions=("ignored", "ignored")).instructions is None  # the user's instruction wins
+    assert generate.instructions_for(prompt, own) == ["neg: a bad text", "pos: a good text"]
+    assert replace(make_config("demo"), instructions=("a", "b")).instructions is None  # unused by source "sample"
+    with pytest.raises(UserError, match="1 instructions for 2 classes"):
+        generate.instructions_for(prompt, replace(config, instructions=("one",)))

@@ -10,7 +10,8 @@ Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``
 (e.g. ``[methods."gradmm@noise"]``) is the noise-only control: pure noise at the cell's σ and C, no
 private data read, ε spent 0.
 Instructed public candidates (``source = "instruct"``) depend on the model, instruction, batch size and
-seed only: cells that share them (DP, noise-only, no-DP, every ε) read them from ``work/public-candidates``.
+seed only (without an ``instruction``: the dataset's verbalizer's, passed as ``instructions`` by the
+experiment runner as to zero-shot generation; for rotten-tomatoes zero-shot's default): cells that share them (DP, noise-only, no-DP, every ε) read them from ``work/public-candidates``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,
         public_dir=ctx.workdir.parent / "public-candidates" / digest(
             {"model": model_fingerprint(model), "source": config.source, "instruction": config.instruction,
-             "batch": config.batch, "prompt": prompt.to_dict()}),
+             "batch": config.batch, "prompt": prompt.to_dict(),
+             # the data's verbalizer's instructions (user data); absent for the default, so its key is as before
+             **({} if config.instructions is None else {"instructions": list(config.instructions)})}),
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
 
