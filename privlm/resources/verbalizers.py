@@ -116,10 +116,15 @@ class Verbalizer:
 
 
 SENTIMENT = Verbalizer("{text} It was ", ("bad", "great"))
-TWEETS = Verbalizer("{text} Does the tweet express joy or sadness? ", ("sadness", "joy"))
-TWEETS_3CLASS = Verbalizer("{text} Is the tweet negative, neutral or positive? ", ("negative", "neutral", "positive"))
+# Built-ins other than movie reviews name their own generation instruction (zero/few-shot baselines,
+# GRADMM's instructed candidates, PE's and dp-finetune's class prompts); SENTIMENT keeps the default.
+TWEETS = Verbalizer("{text} Does the tweet express joy or sadness? ", ("sadness", "joy"),
+                    "Write one short tweet that expresses {label_word}.")
+TWEETS_3CLASS = Verbalizer("{text} Is the tweet negative, neutral or positive? ", ("negative", "neutral", "positive"),
+                           "Write one short tweet with a {label_word} tone.")
 BBC_NEWS = Verbalizer(
-    "{text} This news article is about ", ("business", "entertainment", "politics", "sports", "technology")
+    "{text} This news article is about ", ("business", "entertainment", "politics", "sports", "technology"),
+    "Write the first two sentences of a news article about {label_word}.",
 )
 GENERIC_TEMPLATE = "{text} Label: "
 GENERIC_INSTRUCTION = 'Write one short text for "{prompt} {label_word}".'
