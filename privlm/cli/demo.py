@@ -1,8 +1,10 @@
 """``privlm demo``: DP synthetic text (GRADMM, ε = 4, δ = 1e-5) from rotten-tomatoes with SmolLM2-135M.
 
-Runs the ``demo`` preset (minutes on 2 CPU cores) and prints the synthetic examples beside the privacy
-they cost, then fine-tunes the model on the synthetic set and on a random real subset of the same size
-(a non-private reference) and prints both test accuracies. Output goes to the privlm cache (``demo/<model>--<data>/synthetic.jsonl``) unless ``--out``
+Runs the ``instruct`` preset (GRADMM generate-select over the public model's answers to each class's
+instruction, contrastive objective) and prints the synthetic examples beside the privacy they cost, then
+fine-tunes the model on the synthetic set and on a random real subset of the same size (a non-private
+reference) and prints both test accuracies. Output goes to the privlm cache
+(``demo/<model>--<data>--instruct/synthetic.jsonl``) unless ``--out``
 is given; a second run reuses the saved DP release and finished batches (``--resume`` semantics), so it
 spends no further privacy budget and prints the same examples.
 
@@ -45,10 +47,12 @@ from privlm.resources.datasets import DEFAULT_DATASET, load_dataset
 DEMO_EPSILON = 4.0
 DEMO_DELTA = 1e-5
 DEFAULT_METHODS = "gradmm"
+DEMO_PRESET = "instruct"  # GRADMM generate-select on instructed candidates (privlm.gradmm.config.PRESETS)
 PLAN = (
     "release a differentially private per-class gradient of the model's last layer on the train split",
-    "generate readable synthetic examples whose gradient matches the release (GRADMM)",
-    "filter them by few-shot label agreement and matching loss; print them beside the privacy spent",
+    "the public model answers each class's instruction (10 candidates per kept example; public text)",
+    "keep per class the subset whose gradient best matches the release against the other class's (GRADMM "
+    "generate-select); print them beside the privacy spent",
     "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies",
 )
 METHOD_PLAN = {
@@ -65,8 +69,8 @@ METHOD_OVERRIDES: dict[str, dict[str, Any]] = {"pe": {}, "dp-finetune": {}}
 
 
 def default_out(model: str, data: str) -> Path:
-    """``<cache>/demo/<model>--<data>/synthetic.jsonl`` (names made file-system safe)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}--{data}")
+    """``<cache>/demo/<model>--<data>--<preset>/synthetic.jsonl`` (names made file-system safe)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}--{data}--{DEMO_PRESET}")
     return cache_root() / "demo" / slug / "synthetic.jsonl"
 
 
@@ -120,7 +124,7 @@ def demo(
         raise UserError(f"--eval-test must be >= 0 (got {eval_test})")
     names = parse_methods(methods)
     start = time.perf_counter()
-    config = make_config("demo")
+    config = make_config(DEMO_PRESET)
     share_epsilon, share_delta = epsilon / len(names), delta / len(names)  # basic composition over the k sets
     out = out if out is not None else default_out(model, data)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,9 @@ def label_filter_agrees(monkeypatch) -> None:
     monkeypatch.setattr(
         generate, "select", lambda cands, _pred, per_class, n: select(cands, [c.label for c in cands], per_class, n)
     )
+    matching = generate.select_matching  # the demo's generate-select: same filter, same agreement
+    monkeypatch.setattr(generate, "select_matching", lambda model, release, cands, _pred, per_class, contrastive:
+                        matching(model, release, cands, [c.label for c in cands], per_class, contrastive))
 
 
 def _demo(args: list[str], capsys) -> dict:
@@ -45,6 +48,8 @@ def test_demo_runs_dp_synthesis_and_reuses_its_release(
     assert Path(first["out"]).is_relative_to(tmp_path) and Path(first["out"]).is_file()
     assert first["data"]["verbalizer"]["label_words"] == ["sadness", "joy"]
     assert len(first["rows"]) == 4 and {row["label"] for row in first["rows"]} == {0, 1}
+    settings = json.loads((Path(first["out"]).parent / "synthetic.jsonl.gradmm" / "run.json").read_text())["config"]
+    assert (settings["optimizer"], settings["source"], settings["contrastive"]) == ("select", "instruct", True)
     second = _demo(args, capsys)
     assert second["reused_release"] and second["rows"] == first["rows"]
     assert second["privacy"]["release_sha256"] == first["privacy"]["release_sha256"]
