@@ -30,7 +30,7 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
-from privlm.cli._common import LABELS_HELP, console, print_json
+from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.cli.models import load_with_status
 from privlm.cli.synth import (
     SPLIT_SEED, SYNTH_METHODS, check_privacy_args, method_runner, method_summary, method_workdir, show_method_run,
@@ -128,8 +128,8 @@ def demo(
     share_epsilon, share_delta = epsilon / len(names), delta / len(names)  # basic composition over the k sets
     out = out if out is not None else default_out(model, data)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        check_saved_budget(name, method_out(out, name), share_epsilon, share_delta, len(names))
+    for name in SYNTH_METHODS:  # every method's folder beside the output, named in this run or not
+        check_saved_budget(name, method_out(out, name), share_epsilon, share_delta, names)
     runners = {  # each checked before the model is loaded or anything is drawn
         name: method_runner(name, model, data, labels, per_class, method_out(out, name), share_epsilon, share_delta,
                             config.private_per_class, True, METHOD_OVERRIDES.get(name, {}))
@@ -174,6 +174,10 @@ def demo(
             facts = method_summary(run)
         runs.append({**facts, "method": name, "budget": {"epsilon": share_epsilon, "delta": share_delta}})
     total = {"epsilon": sum(r["privacy"]["epsilon"] for r in runs), "delta": sum(r["privacy"]["delta"] for r in runs)}
+    if total["epsilon"] > epsilon * (1 + 1e-9) or total["delta"] > delta * (1 + 1e-9):
+        err_console.print(f"[bold red]warning[/]: the sets together account (ε = {total['epsilon']:.6g}, "
+                          f"δ = {total['delta']:.3g}), above the budget (ε = {epsilon:g}, δ = {delta:g}) "
+                          "(a counted redraw after a crash?)")
     if not as_json and len(names) > 1:
         console.print(f"all {len(names)} sets together: (ε = {total['epsilon']:.4g}, δ = {total['delta']:.3g})-DP "
                       f"by basic composition (sum of the sidecars; budget ε = {epsilon:g}, δ = {delta:g})")
@@ -196,17 +200,25 @@ def demo(
         })
 
 
-def check_saved_budget(method: str, out: Path, epsilon: float, delta: float, k: int) -> None:
-    """Refuse, before any method runs, a saved ``method`` run at another (ε, δ) than this run's share: it cannot
-    be reused (each method would refuse it on resume, maybe after another method has already spent its share)."""
+def check_saved_budget(method: str, out: Path, epsilon: float, delta: float, names: Sequence[str]) -> None:
+    """Refuse, before any method runs, a saved ``method`` run beside the output that this run could not count
+    within its budget: one at another (ε, δ) than this run's share (it cannot be reused: each method would
+    refuse it on resume, maybe after another has spent its share), or one of a method not in ``names`` (the
+    folder's sets together would then cost more than the ε this run reports)."""
     manifest = method_workdir(method, out) / "run.json"
     if not manifest.is_file():
         return
     saved = json.loads(manifest.read_text())
+    made_at = f"(ε={saved.get('epsilon')}, δ={saved.get('delta')})"
+    if method not in names:
+        raise UserError(
+            f"{manifest.parent} holds a {method} set made at {made_at} from an earlier demo; this run "
+            f"({', '.join(names)}) would add to it beyond its budget: give another --out, or name {method} too"
+        )
     if (saved.get("epsilon"), saved.get("delta")) != (epsilon, delta):
         raise UserError(
-            f"{manifest.parent} holds a {method} set made at (ε={saved.get('epsilon')}, δ={saved.get('delta')}); "
-            f"this run gives each of its {k} method(s) (ε={epsilon:g}, δ={delta:g}), so it cannot reuse it: "
+            f"{manifest.parent} holds a {method} set made at {made_at}; this run gives each of its "
+            f"{len(names)} method(s) (ε={epsilon:g}, δ={delta:g}), so it cannot reuse it: "
             "give another --out (removing that folder does not refund the privacy it spent)"
         )
 

@@ -310,6 +310,10 @@ def method_runner(
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
+    dataset = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels)
+    label_names = dataset.label_names  # public
+    # the data's own class instructions (public: verbalizer + label names), as the experiment runner gives them
+    overrides = {"instructions": dataset.verbalizer.instructions(label_names), **overrides}
     if method == "dp-finetune":
         from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 
@@ -323,7 +327,6 @@ def method_runner(
     workdir = method_workdir(method, out)
     if workdir.exists() and not resume:
         raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
-    label_names = load_dataset(data, split=None, seed=SPLIT_SEED, labels=labels).label_names  # public
     load_private = private_examples(data, private_per_class, labels)
     if private_per_class is not None or not resume:  # bad rows or a cut larger than a class: refused before anything is written
         load_private = load_private().copy

@@ -57,7 +57,7 @@ def hidden_features(
         batches = shape_buckets([len(ids) for ids in encoded], batch_size, max_length)
     else:
         batches = [(list(range(s, min(s + batch_size, len(encoded)))), None) for s in range(0, len(encoded), batch_size)]
-    out = np.zeros((len(encoded), model.config.hidden_size))
+    out: np.ndarray | None = None  # (len(texts), width of the backbone's output), allocated at the first batch
     was_training = model.training
     model.eval()
     try:
@@ -68,12 +68,15 @@ def hidden_features(
                 hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[: len(chunk)]  # no LM head
                 if pooling == "mean":
                     weights = mask[: len(chunk)].to(hidden.dtype)[:, :, None]
-                    out[indices] = ((hidden * weights).sum(1) / weights.sum(1)).double().numpy()
+                    pooled = ((hidden * weights).sum(1) / weights.sum(1)).double().numpy()
                 else:
-                    out[indices] = hidden[torch.arange(len(chunk)), lengths - 1].double().numpy()
+                    pooled = hidden[torch.arange(len(chunk)), lengths - 1].double().numpy()
+                if out is None:
+                    out = np.zeros((len(encoded), pooled.shape[1]))
+                out[indices] = pooled
     finally:
         model.train(was_training)
-    return out
+    return out if out is not None else np.zeros((0, model.config.hidden_size))
 
 
 def herding(features: np.ndarray, k: int) -> list[int]:

@@ -15,7 +15,8 @@ in L2 (it is clipped in the released coordinates themselves), so the whole relea
 together) is one Gaussian mechanism with sensitivity ``C`` and is (ε, δ)-DP (classes compose in
 parallel). σ is calibrated with the accountant that reads the ledger (PLD), the snapping slack of the
 release's coordinates counted, so the accounted ε never exceeds the requested ε (releases drawn before
-this calibration used the analytic-Gaussian σ and account ε + ≈ 7·10⁻⁵). The rows ``R`` depend on the public verbalizer only, never on the data. Assumptions: labels are part of the record (replace-one
+this calibration used the analytic-Gaussian σ and account ε plus their snapping slack: ≈ 7·10⁻⁵ for
+SmolLM2's label rows, ≈ 0.0066 for its full head). The rows ``R`` depend on the public verbalizer only, never on the data. Assumptions: labels are part of the record (replace-one
 adjacency would need sensitivity √2·C, i.e. twice the ε budget); the noise comes from a fresh
 256-bit OS key through :class:`privlm.randomness.SecureRandom` (ChaCha20, float64 Box–Muller from 53-bit
 uniforms; its floating-point assumption is stated there); no private count is released (cosine matching is scale-free). ``dp=False`` skips clipping and noise

@@ -11,16 +11,19 @@ function of that row alone (tested bitwise: ``tests/resources/test_padding.py``)
 **Buckets.** Padding every private row to the longest possible prompt wastes most of a pass over short
 texts. :func:`shape_buckets` instead gives each row the smallest of a public ladder of widths that holds it
 and fills batches of one public row count within each width: a row's batch shape is then a function of its
-own length, so its output is still a function of that row alone.
+own length, so its output is still a function of that row alone. Each batch holds at most ``rows − 1``
+real rows, so it always has a filler row: a batch whose rows all fill its width could let the model drop
+the attention mask and take another kernel (transformers skips the mask for SDPA when no position is
+padded), which would make a row's output depend on whether its batch-mates happen to be full.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-WIDTH_STEP = 16  # the public ladder of private batch widths: 16, 32, 48, … tokens, capped at the longest
-
 import torch
+
+WIDTH_STEP = 16  # the public ladder of private batch widths: 16, 32, 48, … tokens, capped at the longest
 
 
 def padded_batch(
@@ -51,17 +54,17 @@ def shape_buckets(
 ) -> list[tuple[list[int], int]]:
     """Private batches as ``(indices, width)``: each index ``i`` goes to width ``min(max_width, step·⌈lengths[i]/step⌉)``
     (a function of its own length), and each width's indices, in order, are cut into batches of at most
-    ``rows`` — to be padded with :func:`padded_batch` to exactly ``rows × width``. Every index appears once.
-    A length above ``max_width`` is a ``ValueError``."""
-    if rows < 1 or step < 1:
-        raise ValueError(f"rows and step must be >= 1 (got {rows}, {step})")
+    ``rows − 1`` — to be padded with :func:`padded_batch` to exactly ``rows × width``, at least one filler
+    row included. Every index appears once. ``rows < 2`` or a length above ``max_width`` is a ``ValueError``."""
+    if rows < 2 or step < 1:
+        raise ValueError(f"rows must be >= 2 and step >= 1 (got {rows}, {step})")
     by_width: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
         if n > max_width:
             raise ValueError(f"a sequence of {n} tokens exceeds the width {max_width}")
         by_width.setdefault(min(max_width, step * -(-n // step)), []).append(i)
     return [
-        (indices[start : start + rows], width)
+        (indices[start : start + rows - 1], width)
         for width, indices in sorted(by_width.items())
-        for start in range(0, len(indices), rows)
+        for start in range(0, len(indices), rows - 1)
     ]

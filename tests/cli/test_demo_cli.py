@@ -116,8 +116,11 @@ def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
     best = rows[shown.index(max(shown))][0]
     assert f"best DP synthetic set: {best} (accuracy" in printed and best == facts["best_method"]
     assert {m: path.read_text() for m, path in ledgers.items()} == before
-    assert exit_code(["demo", *TINY, "--methods", "pe"]) == 2  # the pe set was made at ε = 2, not 4: refused up front
+    assert exit_code(["demo", *TINY, "--methods", "gradmm,pe", "--epsilon", "8"]) == 2  # sets made at ε = 2, not 4
     assert "cannot reuse it: give another --out" in capsys.readouterr().err.replace("\n", " ")
+    # pe alone would reuse its ε = 2 set but leave the gradmm set beside it uncounted: refused up front
+    assert exit_code(["demo", *TINY, "--methods", "pe", "--epsilon", "2", "--delta", "5e-6"]) == 2
+    assert "holds a gradmm set made at (ε=2.0, δ=5e-06) from an earlier demo" in capsys.readouterr().err.replace("\n", " ")
 
 
 def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, capsys, label_filter_agrees) -> None:

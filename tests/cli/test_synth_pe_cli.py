@@ -66,3 +66,26 @@ def test_dp_finetune_run_reports_the_training_runs_epsilon(data, tmp_path, capsy
     assert _synth([*args[:-4], "0.5", "--delta", "1e-5", "--resume"]) == 2  # the finished ε = 3 run is not reused at 0.5
     assert "--resume: epsilon was 3.0" in capsys.readouterr().err
     assert _synth([*args[:-5], "--no-dp"]) == 2 and "--epsilon" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("method, target", [("pe", "run_pe"), ("dp-finetune", "run_dp_finetune")])
+def test_pe_and_dp_finetune_take_the_datas_own_class_instructions(tmp_path: Path, monkeypatch, method, target) -> None:
+    """The CLI gives PE and dp-finetune the data's own class instructions, as the experiment runner does:
+    tweets get tweet instructions, rotten-tomatoes keeps the default (None)."""
+    from types import SimpleNamespace
+
+    from privlm.cli.synth import method_runner
+
+    module = "privlm.synthesis.pe.mechanism" if method == "pe" else "privlm.synthesis.dp_finetune.mechanism"
+    seen = []
+
+    def capture(*args, config, **kwargs):
+        seen.append(config.instructions)
+        return SimpleNamespace(rows=[], privacy={}, reused_histograms=False)
+
+    monkeypatch.setattr(f"{module}.{target}", capture)
+    for data in ("tweets", "rotten-tomatoes"):
+        method_runner(method, "tiny-llama", data, None, 2, tmp_path / f"{data}.jsonl", 1.0, 1e-5, 1, True, {})(None, None)
+    assert seen[0] == ("Write one short tweet that expresses sadness.", "Write one short tweet that expresses joy.")
+    assert seen[1] is None

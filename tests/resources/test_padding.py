@@ -77,12 +77,14 @@ def test_on_smollm2_fixed_shapes_keep_every_other_embedding_bitwise() -> None:
 
 def test_shape_buckets_place_each_row_by_its_own_length() -> None:
     lengths = [3, 17, 16, 40, 1, 33, 16]
-    batches = shape_buckets(lengths, rows=2, max_width=45, step=16)
+    batches = shape_buckets(lengths, rows=3, max_width=45, step=16)
     assert sorted(i for indices, _ in batches for i in indices) == list(range(len(lengths)))
-    assert all(len(indices) <= 2 for indices, _ in batches)
+    assert all(len(indices) <= 2 for indices, _ in batches)  # rows - 1: every batch keeps a filler row
     assert {i: w for indices, w in batches for i in indices} == {0: 16, 2: 16, 4: 16, 6: 16, 1: 32, 3: 45, 5: 45}
     with pytest.raises(ValueError, match="exceeds"):
         shape_buckets([46], rows=2, max_width=45)
+    with pytest.raises(ValueError, match="rows must be >= 2"):
+        shape_buckets([4], rows=1, max_width=45)
 
 
 def test_bucketed_rows_keep_the_order_of_their_texts(lm) -> None:

@@ -255,7 +255,7 @@ def run_pe(
     snapped = histogram_snapped(n_classes, m)
     phase = on_phase or (lambda text: None)
 
-    def embed(texts: Sequence[str]) -> np.ndarray:  # one batch shape for every text: see privlm.resources.padding
+    def embed(texts: Sequence[str]) -> np.ndarray:  # each text's batch shape depends on its own length only: privlm.resources.padding
         return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
     with hold(paths.workdir):
