@@ -5,7 +5,6 @@ Also seeded OS noise keys, for deterministic audits of the mechanisms that draw 
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
@@ -16,7 +15,6 @@ import privlm.dpsgd.engine
 import privlm.synthesis.pe.mechanism as pe
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.engine import PrivacyEngine
-from privlm.randomness import SecureRandom
 
 
 class _HalfNoiseEngine(PrivacyEngine):
@@ -72,11 +70,3 @@ def pe_double_votes(monkeypatch):
     """Every private example votes twice (sensitivity 2) while σ is calibrated for one vote."""
     real = pe.vote_counts
     monkeypatch.setattr(pe, "vote_counts", lambda *args: [2 * c for c in real(*args)])
-
-
-@pytest.fixture
-def seeded_os_keys(monkeypatch):
-    """The mechanisms' noise keys come from the OS; here the k-th key drawn is the seeded stream k, so that
-    the tests are deterministic (and successive draws, e.g. PE's T histograms, stay independent)."""
-    counter = itertools.count()
-    monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(next(counter), "audit-test")))

@@ -103,7 +103,9 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     assert out.read_bytes() == ref.read_bytes() and len(out.read_bytes()) > 0
 
 
-def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, capsys) -> None:
+def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, capsys, seeded_os_keys) -> None:
+    # seeded noise: with some OS draws the tiny model's label filter keeps no example, and the comparison
+    # of two empty files would prove nothing
     path = tmp_path / "d.jsonl"
     data = _write_data(path, ROWS)
     args = [*SMALL, "--data", data, "--per-class", "3", "--outer-steps", "2", "--inner-steps", "3",
