@@ -182,16 +182,16 @@ def obtain_release(
             _write_ahead(paths, release.noise_multiplier, release.snapped, unless_recorded=True)
         return release, True
     rows = released_rows(prompt, config.release)
+    snapped = release_snapped(model, prompt, rows)
+    sigma = release_noise_multiplier(epsilon, delta, snapped) if dp and epsilon is not None and delta is not None else None
     if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
-        snapped = release_snapped(model, prompt, rows)
-        _write_ahead(paths, release_noise_multiplier(epsilon, delta, snapped) if epsilon is not None and delta is not None
-                     else None, snapped)
+        _write_ahead(paths, sigma, snapped)
     factors = None if config.noise_only else load_factors(
         model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
     )
     release = draw_release(
         model, prompt, factors, epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, rows=rows,
-        max_tokens=config.max_private_tokens, save_to=paths.release,
+        max_tokens=config.max_private_tokens, save_to=paths.release, noise_multiplier=sigma,  # the ledger's σ
         meta={"settings": settings, **({} if factors is None else {"private_examples": len(factors.labels)})},
     )
     return release, False

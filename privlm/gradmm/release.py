@@ -340,8 +340,12 @@ def draw_release(
     max_tokens: int = 64,
     save_to: str | Path | None = None,
     meta: dict | None = None,
+    noise_multiplier: float | None = None,
 ) -> Release:
     """Draw the (ε, δ)-DP per-class release in rows ``rows`` from the private ``factors`` (module docstring).
+
+    ``noise_multiplier``: the σ a caller already calibrated for (ε, δ) and wrote ahead to its ledger (one
+    value, so the ledger and the draw cannot differ); ``None`` calibrates it here (:func:`release_noise_multiplier`).
 
     ``factors=None`` is the noise-only control: the same σ and C, clipped sums of zero, so the release is
     pure noise and reads no data at all (``meta["noise_only"]``; needs ``dp``). ``max_tokens`` is recorded
@@ -353,7 +357,8 @@ def draw_release(
             raise UserError(f"need epsilon > 0 and 0 < delta < 1 for a DP release (got {epsilon}, {delta})")
         if not clip > 0:
             raise UserError(f"clip must be > 0 (got {clip})")
-        sigma = release_noise_multiplier(epsilon, delta, release_snapped(model, prompt, rows))
+        sigma = noise_multiplier if noise_multiplier is not None else release_noise_multiplier(
+            epsilon, delta, release_snapped(model, prompt, rows))
     elif factors is None:
         raise UserError("the noise-only control needs epsilon and delta (it is noise at their σ)")
     if factors is None:

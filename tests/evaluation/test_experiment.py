@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from privlm.errors import UserError
@@ -321,3 +322,9 @@ def test_pool_features_are_computed_once_per_experiment_and_random_never_needs_t
         s.unlink()
     run_experiment(load_config(toml), out, resume=True)
     assert calls == [12]  # a new process (here: a new run) reads the cached features
+    np.save(cached[0], np.zeros((3, 2)))  # a file of another pool's shape is not reused
+    (out / "results.jsonl").unlink()
+    for s in (out / "sets").glob("herding_*"):
+        s.unlink()
+    run_experiment(load_config(toml), out, resume=True)
+    assert calls == [12, 12] and np.load(cached[0]).shape[0] == 12
