@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation.coresets import herding, k_center_greedy, last_token_features, select_per_class
+from privlm.evaluation.coresets import herding, hidden_features, k_center_greedy, last_token_features, select_per_class
 from privlm.resources.tiny import build_tiny_model
 
 
@@ -99,3 +99,20 @@ def test_last_token_features_equal_unpadded_final_hidden_state(name: str) -> Non
         )
     assert got.shape == (3, 32)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_hidden_features_take_the_backbones_output_width() -> None:
+    """A backbone whose output width is not ``config.hidden_size`` (OPT with ``word_embed_proj_dim``)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    from privlm.resources.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, word_embed_proj_dim=16, num_hidden_layers=1,
+                       num_attention_heads=2, ffn_dim=32, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = OPTForCausalLM(config).eval()
+    for fixed_shape in (False, True):
+        features = hidden_features(model, tokenizer, ["a good film", "a dull one"], "mean", batch_size=4,
+                                   max_length=16, fixed_shape=fixed_shape)
+        assert features.shape == (2, 16)
