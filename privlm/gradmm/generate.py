@@ -12,6 +12,7 @@ after a crash, with identical results.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -108,8 +109,8 @@ def instructed_ids(
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
-def _public_ids(path: Path | None, make: Callable[[], list[list[int]]]) -> list[list[int]]:
-    """``make()``, kept in ``path`` (public text, atomic) and reused when it is there."""
+def _public_json(path: Path | None, make: Callable[[], list]) -> list:
+    """``make()``, kept in ``path`` (public data only, atomic JSON) and reused when it is there."""
     if path is not None and path.exists():
         return json.loads(path.read_text())
     ids = make()
@@ -117,6 +118,24 @@ def _public_ids(path: Path | None, make: Callable[[], list[list[int]]]) -> list[
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(ids))
     return ids
+
+
+def public_labels(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    candidates: Sequence[Candidate],
+    public_dir: Path | None = None,
+) -> list[int]:
+    """The public few-shot classifier's label of each candidate (:func:`few_shot_labels`), kept in
+    ``public_dir`` when given: a function of the public model, prompt and candidate texts only, so the cells
+    that select from one seed's instructed candidates (DP, noise-only, no-DP, each ε) compute it once."""
+    texts = [c.text for c in candidates]
+    key = hashlib.sha256(json.dumps(
+        {"model": model_fingerprint(model), "prompt": prompt.to_dict(), "texts": texts}, sort_keys=True
+    ).encode()).hexdigest()[:16]
+    path = None if public_dir is None else public_dir / f"labels-{key}.json"
+    return _public_json(path, lambda: few_shot_labels(model, tokenizer, prompt, texts))
 
 
 def generate_batch(
@@ -141,7 +160,7 @@ def generate_batch(
     if config.source == "instruct":
         path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
         instruction = instructions_for(prompt, config)[label]
-        ids = _public_ids(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
+        ids = _public_json(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
     else:
         proj = projector()
         sample = proj.sample(config.batch, config.length, torch.Generator().manual_seed(seed))
@@ -222,7 +241,9 @@ def synthesize(
         dist.barrier()
     candidates = [c for k, j in jobs for c in _load_batch(batch_dir / f"class{k}_batch{j}.json")]
     if config.label_filter:
-        predicted = few_shot_labels(model, tokenizer, release.prompt, [c.text for c in candidates])
+        # instructed candidates are public (the cache is shared); other sources are drawn per run
+        predicted = public_labels(model, tokenizer, release.prompt, candidates,
+                                  public_dir if config.source == "instruct" else None)
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select":

@@ -180,16 +180,31 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
     public = tmp_path / "public"
     dp = _run(lm, tmp_path / "dp.jsonl", "select-instruct", lambda: list(PRIVATE), public_dir=public)
     files = sorted(p.name for p in public.iterdir())
-    assert len(files) == 2 * 2  # 2 classes x ceil(2 per class x oversample 2 / batch 3) batches
+    candidate_files = [f for f in files if f.startswith("class")]
+    assert len(candidate_files) == 2 * 2  # 2 classes x ceil(2 per class x oversample 2 / batch 3) batches
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("public candidates must be reused"))
     noise = _run(lm, tmp_path / "noise.jsonl", "select-instruct-noise",
                  lambda: pytest.fail("the noise-only control must not read data"), public_dir=public)
-    pooled = {json.dumps(ids) for f in public.iterdir() for ids in json.loads(f.read_text())}
+    pooled = {json.dumps(ids) for f in candidate_files for ids in json.loads((public / f).read_text())}
     for rows in (dp.rows, noise.rows):
         assert rows and all(r["text"] for r in rows)
     batches = [json.loads(p.read_text()) for p in RunPaths(tmp_path / "noise.jsonl").batches.iterdir()]
     assert {json.dumps(list(c["ids"])) for b in batches for c in b} == pooled
     assert sorted(p.name for p in public.iterdir()) == files
+
+
+def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeypatch) -> None:
+    """The label filter's verdicts on public candidates are kept in ``public_dir`` and reused; another
+    candidate set (other texts) gets its own."""
+    model, tokenizer, prompt = lm
+    cands = [Candidate(ids=(1, 2), text=t, label=i % 2, match_loss=0.0) for i, t in enumerate(["a good film", "dull", "fine"])]
+    first = generate.public_labels(model, tokenizer, prompt, cands, tmp_path)
+    assert first == generate.few_shot_labels(model, tokenizer, prompt, [c.text for c in cands])
+    monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("public labels must be reused"))
+    assert generate.public_labels(model, tokenizer, prompt, cands, tmp_path) == first
+    with pytest.raises(pytest.fail.Exception):
+        generate.public_labels(model, tokenizer, prompt, cands[:2], tmp_path)
+    assert len(list(tmp_path.glob("labels-*.json"))) == 1
 
 
 def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
