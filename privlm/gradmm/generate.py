@@ -240,12 +240,11 @@ def synthesize(
     if distributed:
         dist.barrier()
     candidates = [c for k, j in jobs for c in _load_batch(batch_dir / f"class{k}_batch{j}.json")]
+    shared = public_dir if config.source == "instruct" else None  # public candidates: caches shared by runs
     if config.label_filter:
-        # instructed candidates are public (the cache is shared); other sources are drawn per run
-        predicted = public_labels(model, tokenizer, release.prompt, candidates,
-                                  public_dir if config.source == "instruct" else None)
+        predicted = public_labels(model, tokenizer, release.prompt, candidates, shared)
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select":
-        return select_matching(model, release, candidates, predicted, per_class, config.contrastive)
+        return select_matching(model, release, candidates, predicted, per_class, config.contrastive, shared)
     return select(candidates, predicted, per_class, n_classes)

@@ -13,7 +13,10 @@ The wall: the inputs are the release, the public model and the public candidates
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
@@ -21,7 +24,37 @@ from transformers import PreTrainedModel
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.matching import residuals
 from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
-from privlm.gradmm.release import Release
+from privlm.atomic import atomic_path
+from privlm.gradmm.release import Release, model_fingerprint
+
+
+@torch.no_grad()
+def candidate_hidden(
+    model: PreTrainedModel, prompt: Prompt, candidates: Sequence[Candidate], batch_size: int = 32,
+    public_dir: Path | None = None,
+) -> torch.Tensor:
+    """Final hidden states (M × d, the model's dtype) of ``candidates`` in the matching's layout (``prefix +
+    ids + suffix``), in batches of ``batch_size``; kept in ``public_dir`` when given (public candidates only:
+    a function of the public model, prompt and candidate tokens, shared by every release that selects from them)."""
+    def compute() -> torch.Tensor:
+        return torch.cat([
+            last_hidden_from_ids(model, [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]
+                                         for c in candidates[start : start + batch_size]])
+            for start in range(0, len(candidates), batch_size)
+        ])
+
+    if public_dir is None:
+        return compute()
+    key = hashlib.sha256(json.dumps({"model": model_fingerprint(model), "prompt": prompt.to_dict(),
+                                     "ids": [list(c.ids) for c in candidates], "batch_size": batch_size},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    path = public_dir / f"hidden-{key}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=True)
+    hidden = compute()
+    with atomic_path(path) as tmp:
+        torch.save(hidden, tmp)
+    return hidden
 
 
 @torch.no_grad()
@@ -32,20 +65,18 @@ def candidate_factors(
     labels: Sequence[int],
     rows: Sequence[int] | None,
     batch_size: int = 32,
+    public_dir: Path | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per label in ``labels``, residuals ``(p_j − e_y)_R`` (M × |R|), and the hidden states ``h_j``
     (M × d), float64, of ``candidates`` (``prefix + ids + suffix``, the matching's layout): one forward
-    pass serves every label."""
+    pass serves every label (its hidden states kept in ``public_dir`` when given, :func:`candidate_hidden`)."""
+    h_all = candidate_hidden(model, prompt, candidates, batch_size, public_dir)
     resid: list[list[torch.Tensor]] = [[] for _ in labels]
-    hidden = []
-    for start in range(0, len(candidates), batch_size):
-        chunk = candidates[start : start + batch_size]
-        h = last_hidden_from_ids(model, [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in chunk])
-        logits = head_logits(model, h).to(torch.float64)
+    for start in range(0, len(candidates), batch_size):  # the head in the same batches as the forward pass
+        logits = head_logits(model, h_all[start : start + batch_size]).to(torch.float64)
         for parts, label in zip(resid, labels):
             parts.append(residuals(logits, prompt.label_token_ids[label], rows))
-        hidden.append(h.to(torch.float64))
-    return [torch.cat(parts) for parts in resid], torch.cat(hidden)
+    return [torch.cat(parts) for parts in resid], h_all.to(torch.float64)
 
 
 def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
@@ -73,11 +104,12 @@ def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
 
 
 def match_terms(
-    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], labels: Sequence[int]
+    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], labels: Sequence[int],
+    public_dir: Path | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gram matrices (L × M × M) and inner products with each class target (L × M) of ``cands`` taken as
     each class in ``labels``."""
-    resids, hidden = candidate_factors(model, release.prompt, cands, labels, release.rows)
+    resids, hidden = candidate_factors(model, release.prompt, cands, labels, release.rows, public_dir=public_dir)
     hidden_gram = hidden @ hidden.T
     terms = [((r @ r.T) * hidden_gram, (r * (hidden @ release.targets[label].to(torch.float64).T)).sum(dim=1))
              for r, label in zip(resids, labels)]
@@ -91,13 +123,15 @@ def select_matching(
     predicted: Sequence[int],
     per_class: int,
     contrastive: bool = False,
+    public_dir: Path | None = None,
 ) -> list[Candidate]:
     """Per class, the ``min(per_class, fewest eligible)`` candidates chosen by :func:`greedy_match`
     against the class target; eligible: generated for the class and (label filter) predicted as it.
     ``contrastive``: maximize the class's cosine minus the best other class's (each set's gradient taken
     with that class's label against that class's target), the class-discriminative part of the release
     (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
-    cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen."""
+    cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen.
+    ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
     n_classes = len(release.prompt.label_token_ids)
     eligible = [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
     keep = min(per_class, min(len(e) for e in eligible))
@@ -106,6 +140,6 @@ def select_matching(
         if keep == 0:
             break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
-        gram, inner = match_terms(model, release, cands, labels)
+        gram, inner = match_terms(model, release, cands, labels, public_dir)
         out.extend(cands[j] for j in greedy_match(gram, inner, keep))
     return out

@@ -25,8 +25,8 @@ def label_filter_agrees(monkeypatch) -> None:
         generate, "select", lambda cands, _pred, per_class, n: select(cands, [c.label for c in cands], per_class, n)
     )
     matching = generate.select_matching  # the demo's generate-select: same filter, same agreement
-    monkeypatch.setattr(generate, "select_matching", lambda model, release, cands, _pred, per_class, contrastive:
-                        matching(model, release, cands, [c.label for c in cands], per_class, contrastive))
+    monkeypatch.setattr(generate, "select_matching", lambda model, release, cands, _pred, *rest:
+                        matching(model, release, cands, [c.label for c in cands], *rest))
 
 
 def _demo(args: list[str], capsys) -> dict:

@@ -207,6 +207,21 @@ def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeyp
     assert len(list(tmp_path.glob("labels-*.json"))) == 1
 
 
+def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors(lm, tmp_path, monkeypatch) -> None:
+    from privlm.gradmm import select as select_module
+
+    model, tokenizer, prompt = lm
+    cands = [Candidate(ids=tuple(tokenizer.encode(t, add_special_tokens=False)), text=t, label=0, match_loss=0.0)
+             for t in ["a good film", "dull and slow", "fine", "the best of the year"]]
+    plain = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3)
+    kept = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path)
+    monkeypatch.setattr(select_module, "last_hidden_from_ids", lambda *a, **k: pytest.fail("hidden states must be reused"))
+    reused = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path)
+    for other in (kept, reused):
+        assert all(torch.equal(a, b) for a, b in zip(plain[0], other[0])) and torch.equal(plain[1], other[1])
+    assert len(list(tmp_path.glob("hidden-*.pt"))) == 1
+
+
 def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
     with pytest.raises(UserError, match="--optimizer select"):
         make_config("demo", source="instruct", optimizer="admm")
