@@ -6,7 +6,8 @@ Both layouts compute every private row in a batch of a public shape (``privlm.re
 pads every row to the longest possible prompt (prefix + 48 text tokens + suffix, the demo preset's
 ``max_private_tokens``); ``buckets`` pads each row to the smallest width of the public ladder 16, 32, …
 that holds it (``shape_buckets``). Same rows, same batch size (16, one filler row each), rotten-tomatoes
-train split (the first ``--examples``), one torch thread, alternating order over ``--repeats`` rounds. Also
+train split (the first ``--examples``), one torch thread, a warm-up then ``--repeats`` alternating rounds
+(``benchmarks/alternating.py``). Also
 checked: both layouts give the same summed factors up to float32 rounding. Writes the JSON to ``--out`` and a PNG
 next to it. Compare the ratio; absolute seconds depend on the machine's load.
 """
@@ -24,6 +25,7 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from alternating import alternate  # noqa: E402
 from privlm.gradmm import release  # noqa: E402
 from privlm.gradmm.prompt import build_prompt  # noqa: E402
 from privlm.resources import padding  # noqa: E402
@@ -33,7 +35,7 @@ from privlm.resources.models import load_model  # noqa: E402
 MAX_TOKENS = 48  # the demo preset's max_private_tokens
 
 
-def one_width(lengths, rows, max_width, step=padding.WIDTH_STEP):
+def one_width(lengths: list[int], rows: int, max_width: int) -> list[tuple[list[int], int]]:
     """``shape_buckets`` with a single width: every row padded to ``max_width``."""
     return padding.shape_buckets(lengths, rows, max_width, step=max_width)
 
@@ -50,31 +52,31 @@ def main() -> None:
     examples = data.examples[: args.examples]
     prompt = build_prompt(tokenizer, data.verbalizer.template, list(data.verbalizer.label_words))
     layouts = {"buckets": padding.shape_buckets, "full": one_width}
-    seconds: dict[str, list[float]] = {name: [] for name in layouts}
     factors = {}
-    for _ in range(args.repeats):
-        for name, layout in layouts.items():
-            release.shape_buckets = layout
-            start = time.perf_counter()
-            factors[name] = release.private_factors(model, tokenizer, examples, prompt, max_tokens=MAX_TOKENS)
-            seconds[name].append(time.perf_counter() - start)
+
+    def timed(name: str) -> float:
+        release.shape_buckets = layouts[name]
+        start = time.perf_counter()
+        factors[name] = release.private_factors(model, tokenizer, examples, prompt, max_tokens=MAX_TOKENS)
+        return time.perf_counter() - start
+
+    seconds, median = alternate({name: (lambda name=name: timed(name)) for name in layouts}, args.repeats)
     release.shape_buckets = padding.shape_buckets
     gap = float((factors["buckets"].hidden.sum(0) - factors["full"].hidden.sum(0)).abs().max())  # order-free
-    best = {name: min(values) for name, values in seconds.items()}
     result = {
         "examples": len(examples), "max_private_tokens": MAX_TOKENS, "batch_rows": 16, "repeats": args.repeats,
-        "seconds": seconds, "best_seconds": best, "full_over_buckets": best["full"] / best["buckets"],
+        "seconds": seconds, "median_seconds": median, "full_over_buckets": median["full"] / median["buckets"],
         "max_abs_gap_of_summed_factors": gap, "rows_in_each": {n: len(f.labels) for n, f in factors.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar(list(best), list(best.values()), color=["tab:green", "tab:gray"])
-    ax.set_ylabel("seconds (best of repeats)")
+    ax.bar(list(median), list(median.values()), color=["tab:green", "tab:gray"])
+    ax.set_ylabel("seconds (median of repeats)")
     ax.set_title(f"private pass, {len(examples)} examples: full / buckets = {result['full_over_buckets']:.2f}×")
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=120)
-    print(json.dumps({k: result[k] for k in ("best_seconds", "full_over_buckets", "max_abs_gap_of_summed_factors")}))
+    print(json.dumps({k: result[k] for k in ("median_seconds", "full_over_buckets", "max_abs_gap_of_summed_factors")}))
 
 
 if __name__ == "__main__":

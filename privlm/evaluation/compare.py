@@ -1,4 +1,4 @@
-"""Synthetic set vs a random real subset of the same size: the check that ends ``make demo``."""
+"""Synthetic sets vs a random real subset of the same class counts: the check that ends ``make demo``."""
 
 from __future__ import annotations
 
@@ -24,25 +24,6 @@ def matched_random_subset(real: Sequence[Example], counts: dict[int, int], seed:
             raise UserError(f"class {label} has {len(members)} real examples, fewer than the {counts[label]} needed")
         chosen.extend(members[i] for i in rng.choice(len(members), size=counts[label], replace=False))
     return chosen
-
-
-def synthetic_vs_random(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    synthetic: Sequence[Example],
-    real: Sequence[Example],
-    test: Sequence[Example],
-    template: str,
-    label_words: Sequence[str],
-    config: FinetuneConfig,
-    seed: int = 0,
-) -> dict[str, dict[str, object]]:
-    """Fine-tune on ``synthetic`` and on a random subset of ``real`` with the same class counts.
-
-    Returns ``{"synthetic": scores, "random_real": scores}`` (see :func:`fit_and_score`). The random
-    subset reads the real data directly: it is a non-private reference point.
-    """
-    return sets_vs_random(model, tokenizer, {"synthetic": synthetic}, real, test, template, label_words, config, seed)
 
 
 def sets_vs_random(

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation.compare import matched_random_subset, synthetic_vs_random
+from privlm.evaluation.compare import matched_random_subset, sets_vs_random
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.evaluation.finetune_config import preset
 from privlm.evaluation.scoring import evaluate_accuracy
@@ -24,12 +24,12 @@ def test_matched_random_subset_has_the_same_class_counts_and_is_seeded() -> None
         matched_random_subset(REAL, {0: 10}, seed=0)
 
 
-def test_synthetic_vs_random_scores_both_training_sets() -> None:
+def test_one_set_vs_random_scores_both_training_sets() -> None:
     model, tok = build_tiny_model("tiny-llama", seed=0)
     synthetic = [("warm warm warm", 1), ("dull dull dull", 0), ("warm and warm", 1), ("dull and dull", 0)]
     test = REAL[:4] + REAL[-4:]
     config = preset("tiny", epochs=3)
-    got = synthetic_vs_random(model, tok, synthetic, REAL, test, " It was ", ["bad", "great"], config, seed=1)
+    got = sets_vs_random(model, tok, {"synthetic": synthetic}, REAL, test, " It was ", ["bad", "great"], config, seed=1)
     assert got["synthetic"]["n_train"] == got["random_real"]["n_train"] == 4
     # The baseline is the matched random subset (same seed), fine-tuned and scored like the synthetic set.
     baseline = matched_random_subset(REAL, {1: 2, 0: 2}, seed=1)
