@@ -33,7 +33,7 @@ from rich.table import Table
 from privlm.cli._common import LABELS_HELP, console, err_console, print_json
 from privlm.cli.models import load_with_status
 from privlm.cli.synth import (
-    SPLIT_SEED, SYNTH_METHODS, check_privacy_args, method_runner, method_summary, method_workdir, show_method_run,
+    SPLIT_SEED, SYNTH_METHODS, check_privacy_args, method_runner, method_summary, run_folder, show_method_run,
     show_result, summary, synthesize_with_progress,
 )
 from privlm.errors import UserError
@@ -205,7 +205,7 @@ def check_saved_budget(method: str, out: Path, epsilon: float, delta: float, nam
     within its budget: one at another (ε, δ) than this run's share (it cannot be reused: each method would
     refuse it on resume, maybe after another has spent its share), or one of a method not in ``names`` (the
     folder's sets together would then cost more than the ε this run reports)."""
-    manifest = method_workdir(method, out) / "run.json"
+    manifest = run_folder(method, out).manifest
     if not manifest.is_file():
         return
     saved = json.loads(manifest.read_text())

@@ -3,6 +3,7 @@ or DP fine-tune-then-generate (``--method dp-finetune``)."""
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from privlm.gradmm.pipeline import SynthResult
+    from privlm.runfolder import RunFolder
 
 SPLIT_SEED = 0  # the private set is the train split of the dataset's standard seeded split
 SYNTH_METHODS = tuple(sorted(synth_methods()))  # the registry's methods that privlm synth runs
@@ -270,6 +272,8 @@ def register(app: typer.Typer) -> None:
             print_json(summary(result, out, wall_s))
         else:
             show_result(result, out, wall_s)
+
+
 @dataclass(frozen=True)
 class MethodRun:
     """A finished ``pe`` or ``dp-finetune`` run: its rows, the sidecar's privacy statement, the method's
@@ -284,17 +288,17 @@ class MethodRun:
     wall_s: float
 
 
-def method_workdir(method: str, out: Path) -> Path:
+RUN_FOLDERS = {  # method -> (module, RunFolder subclass): imported on use, ``privlm --help`` stays light
+    "gradmm": ("privlm.gradmm.pipeline", "RunPaths"),
+    "pe": ("privlm.synthesis.pe.mechanism", "PEPaths"),
+    "dp-finetune": ("privlm.synthesis.dp_finetune.mechanism", "DPFinetunePaths"),
+}
+
+
+def run_folder(method: str, out: Path) -> RunFolder:
     """The run folder beside ``out`` where ``method`` keeps its release (ledger, ``run.json``) for reuse."""
-    if method == "gradmm":
-        from privlm.gradmm.pipeline import RunPaths
-
-        return RunPaths(out).workdir
-    if method == "pe":
-        from privlm.synthesis.pe.mechanism import PEPaths
-
-        return PEPaths(out).workdir
-    return out.with_name(out.name + ".dpft")
+    module, name = RUN_FOLDERS[method]
+    return getattr(importlib.import_module(module), name)(out)
 
 
 def method_runner(
@@ -324,7 +328,7 @@ def method_runner(
         from privlm.synthesis.pe.config import PEConfig
 
         config = PEConfig(**overrides)
-    workdir = method_workdir(method, out)
+    workdir = run_folder(method, out).workdir
     if workdir.exists() and not resume:
         raise UserError(f"{workdir} holds a run for {out}; pass --resume to continue or reuse it, or remove it")
     load_private = private_examples(data, private_per_class, labels)

@@ -44,12 +44,19 @@ from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
-from privlm.runfolder import LOCK, MANIFEST, check_or_write_settings, epsilon_statement, hold
+from privlm.runfolder import LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+
+
+@dataclass(frozen=True)
+class DPFinetunePaths(RunFolder):
+    """The default training run folder of a run writing ``out``: ``FILE.jsonl.dpft/`` (module docstring)."""
+
+    SUFFIX = ".dpft"
 
 
 def training_rows(
@@ -163,7 +170,7 @@ def run_dp_finetune(
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
-    run_dir = run_dir or out.with_name(out.name + ".dpft")
+    run_dir = run_dir or DPFinetunePaths(out).workdir
     generator, ledger = train_generator(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon,
                                         delta=delta, run_dir=run_dir, settings=settings, wait=wait,
                                         on_progress=on_progress)
