@@ -12,7 +12,6 @@ after a crash, with identical results.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.evaluation.config import digest
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, sample_texts
 from privlm.gradmm.admm import run_admm
 from privlm.atomic import write_text_atomic
@@ -131,9 +131,7 @@ def public_labels(
     ``public_dir`` when given: a function of the public model, prompt and candidate texts only, so the cells
     that select from one seed's instructed candidates (DP, noise-only, no-DP, each ε) compute it once."""
     texts = [c.text for c in candidates]
-    key = hashlib.sha256(json.dumps(
-        {"model": model_fingerprint(model), "prompt": prompt.to_dict(), "texts": texts}, sort_keys=True
-    ).encode()).hexdigest()[:16]
+    key = digest({"model": model_fingerprint(model), "prompt": prompt.to_dict(), "texts": texts})
     path = None if public_dir is None else public_dir / f"labels-{key}.json"
     return _public_json(path, lambda: few_shot_labels(model, tokenizer, prompt, texts))
 

@@ -13,8 +13,6 @@ The wall: the inputs are the release, the public model and the public candidates
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.matching import residuals
 from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.atomic import atomic_path
+from privlm.evaluation.config import digest
 from privlm.gradmm.release import Release, model_fingerprint
 
 
@@ -45,9 +44,8 @@ def candidate_hidden(
 
     if public_dir is None:
         return compute()
-    key = hashlib.sha256(json.dumps({"model": model_fingerprint(model), "prompt": prompt.to_dict(),
-                                     "ids": [list(c.ids) for c in candidates], "batch_size": batch_size},
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    key = digest({"model": model_fingerprint(model), "prompt": prompt.to_dict(),
+                  "ids": [list(c.ids) for c in candidates], "batch_size": batch_size})
     path = public_dir / f"hidden-{key}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
