@@ -124,6 +124,7 @@ SELECTORS: dict[str, Callable[[np.ndarray, int, int], list[int]]] = {
     "herding": lambda features, k, seed: herding(features, k),
     "k-center": k_center_greedy,
 }
+USES_FEATURES = frozenset({"herding", "k-center"})  # "random" draws from the indices alone
 
 
 def select_per_class(

@@ -116,3 +116,13 @@ def test_hidden_features_take_the_backbones_output_width() -> None:
         features = hidden_features(model, tokenizer, ["a good film", "a dull one"], "mean", batch_size=4,
                                    max_length=16, fixed_shape=fixed_shape)
         assert features.shape == (2, 16)
+
+
+def test_selectors_outside_uses_features_pick_the_same_without_them() -> None:
+    from privlm.evaluation.coresets import SELECTORS, USES_FEATURES
+
+    assert USES_FEATURES <= set(SELECTORS)
+    features = np.random.default_rng(0).normal(size=(30, 4))
+    labels = [i % 3 for i in range(30)]
+    for kind in set(SELECTORS) - USES_FEATURES:
+        assert select_per_class(kind, np.empty((30, 0)), labels, 4, seed=1) == select_per_class(kind, features, labels, 4, seed=1)

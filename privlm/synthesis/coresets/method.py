@@ -6,15 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from privlm.evaluation.coresets import select_per_class
+from privlm.evaluation.coresets import USES_FEATURES, select_per_class
 from privlm.synthesis.registry import MethodContext
 
 
 def coreset_rows(kind: str, ctx: MethodContext) -> list[dict[str, Any]]:
-    """``n_per_class`` pool examples per class chosen by coreset ``kind`` on the pool's features (``random``
-    draws from the indices alone: it never computes them)."""
+    """``n_per_class`` pool examples per class chosen by coreset ``kind`` on the pool's features (computed
+    only for the kinds that use them, :data:`~privlm.evaluation.coresets.USES_FEATURES`)."""
     labels = [y for _, y in ctx.pool]
-    features = np.empty((len(ctx.pool), 0)) if kind == "random" else ctx.pool_features()
+    features = ctx.pool_features() if kind in USES_FEATURES else np.empty((len(ctx.pool), 0))
     picks = select_per_class(kind, features, labels, ctx.n_per_class, ctx.seed)
     return [{"text": ctx.pool[i][0], "label": ctx.pool[i][1], "pool_index": i} for i in picks]
 
