@@ -188,12 +188,6 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
     return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}")
 
 
-def _write_ahead(paths: PEPaths, sigma: float, snapped: int, t: int) -> None:
-    """Append histogram t's release to the ledger, durably, right before its noise is drawn (every draw appends;
-    after the private embedding pass and the vote count, so a kill during those books nothing)."""
-    write_ahead(paths.ledger, histogram_entry(sigma, snapped, t))
-
-
 def next_population(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -280,7 +274,10 @@ def run_pe(
             else:
                 phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
                 candidates = [unit_rows(embed(texts)) for texts in population]
-                histograms = voter.histograms(candidates, sigma, lambda: _write_ahead(paths, sigma, snapped, t))
+                # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
+                # embedding pass and the vote count, so a kill during those books nothing)
+                histograms = voter.histograms(candidates, sigma,
+                                              lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)))
                 _write_json(paths.histogram(t), {"population_sha256": _digest(population),
                                                  "histograms": [h.tolist() for h in histograms]})
             if t + 1 == config.iterations:
