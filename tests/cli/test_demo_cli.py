@@ -142,3 +142,11 @@ def test_demo_rejects_a_bad_method_list_before_writing(tmp_path: Path, monkeypat
     err = capsys.readouterr().err
     assert all(fragment in err for fragment in fragments), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_best_method_is_the_top_accuracy_ties_to_the_first_and_unscored_sets_never_win() -> None:
+    runs = [{"method": "gradmm", "scores": {"accuracy": 0.5}}, {"method": "pe", "scores": {"accuracy": 0.7}},
+            {"method": "dp-finetune", "scores": {"accuracy": 0.7}}]
+    assert demo_module.best_method(runs) == "pe"
+    assert demo_module.best_method([{"method": "pe", "scores": None}, *runs[:1]]) == "gradmm"
+    assert demo_module.best_method([{"method": "pe", "scores": None}]) is None
