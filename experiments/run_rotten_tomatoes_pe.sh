@@ -2,15 +2,11 @@
 # Issue 15 grid in order of importance (each stage resumes; finished cells are never rerun): PE at ε = 1 and
 # n = 100 (the issue's target cell), then ε = 4 at n = 100, then n = 20, then anything left. dp-finetune-gen's
 # n = 100 cells reuse the n = 20 cells' training runs when both run in one work folder.
-# Usage: OMP_NUM_THREADS=1 nohup experiments/run_rotten_tomatoes_pe.sh > logs/rotten_tomatoes_pe.log 2>&1 &
-# (WAIT_FOR=PID: first wait for that process to exit.)
-set -u
-cd "$(dirname "$0")/.."
-PRIVLM=${PRIVLM:-.venv/bin/privlm}
-run() { "$PRIVLM" experiment experiments/rotten_tomatoes_pe.toml --out results/rotten_tomatoes_pe --resume "$@"; }
-if [ -n "${WAIT_FOR:-}" ]; then
-  while kill -0 "$WAIT_FOR" 2>/dev/null; do sleep 30; done
-fi
+# Usage: [CODE=DIR] [WAIT_FOR=PID] OMP_NUM_THREADS=1 nohup experiments/run_rotten_tomatoes_pe.sh \
+#          >> logs/rotten_tomatoes_pe.log 2>&1 &      (CODE, WAIT_FOR: see experiments/driver.sh)
+TOML=experiments/rotten_tomatoes_pe.toml
+OUT=results/rotten_tomatoes_pe
+source "$(dirname "$0")/driver.sh"
 run --cells "pe_n100_*_eps1"
 run --cells "pe_n100_*_eps4"
 run --cells "dp-finetune-gen_n100_*_eps4"
