@@ -39,6 +39,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,15 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, sort_keys=True) + "\n")
 
 
+def _saved(path: Path, make: Callable[[], Any]) -> Any:
+    """The JSON saved at ``path``, or ``make()`` saved there first: a step of the run a resume never repeats."""
+    if path.exists():
+        return json.loads(path.read_text())
+    value = make()
+    _write_json(path, value)
+    return value
+
+
 def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     """Create the run folder, or check a resumed one repeats the saved settings."""
     if paths.manifest.exists() and not resume:
@@ -256,42 +266,36 @@ def run_pe(
         _start(paths, settings, resume)
 
         voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
-        if paths.population(0).exists():
-            population = json.loads(paths.population(0).read_text())
-        else:
+
+        def first_population() -> list[list[str]]:
             phase(f"PE: {m} zero-shot candidates per class")
             rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
                              sampling=config.sampling)
-            population = [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
-            _write_json(paths.population(0), population)
-        reused = 0
+            return [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
+
+        def variations(t: int, previous: list[list[str]], histograms: list[np.ndarray]) -> list[list[str]]:
+            phase(f"PE: variations {t}/{config.iterations - 1}")
+            return [next_population(model, tokenizer, previous[k], histograms[k], label_names[k], config,
+                                    config.seed * 1_000_003 + k * 10_007 + t - 1) for k in range(n_classes)]
+
+        def noisy(t: int, population: list[list[str]]) -> dict[str, Any]:
+            phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
+            candidates = [unit_rows(embed(texts)) for texts in population]
+            # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
+            # embedding pass and the vote count, so a kill during those books nothing)
+            drawn = voter.histograms(candidates, sigma,
+                                     lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)))
+            return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
+
+        reused, population, histograms = 0, _saved(paths.population(0), first_population), []
         for t in range(config.iterations):
-            if paths.histogram(t).exists():
-                saved = json.loads(paths.histogram(t).read_text())
-                if saved["population_sha256"] != _digest(population):
-                    raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
-                histograms, reused = [np.array(h, dtype=np.float64) for h in saved["histograms"]], reused + 1
-            else:
-                phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
-                candidates = [unit_rows(embed(texts)) for texts in population]
-                # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
-                # embedding pass and the vote count, so a kill during those books nothing)
-                histograms = voter.histograms(candidates, sigma,
-                                              lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)))
-                _write_json(paths.histogram(t), {"population_sha256": _digest(population),
-                                                 "histograms": [h.tolist() for h in histograms]})
-            if t + 1 == config.iterations:
-                break
-            if paths.population(t + 1).exists():
-                population = json.loads(paths.population(t + 1).read_text())
-            else:
-                phase(f"PE: variations {t + 1}/{config.iterations - 1}")
-                population = [
-                    next_population(model, tokenizer, population[k], histograms[k], label_names[k], config,
-                                    config.seed * 1_000_003 + k * 10_007 + t)
-                    for k in range(n_classes)
-                ]
-                _write_json(paths.population(t + 1), population)
+            if t:
+                population = _saved(paths.population(t), partial(variations, t, population, histograms))
+            reused += paths.histogram(t).exists()
+            saved = _saved(paths.histogram(t), partial(noisy, t, population))
+            if saved["population_sha256"] != _digest(population):
+                raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
+            histograms = [np.array(h, dtype=np.float64) for h in saved["histograms"]]
         rows = []
         for k in range(n_classes):
             for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
