@@ -80,7 +80,10 @@ def candidate_factors(
 def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
     """Indices of ``k`` items chosen greedily to maximize ``cos_0(S) − max_{r ≥ 1} cos_r(S)`` (just ``cos_0``
     with one target), ``cos_t(S) = Σ_S b_t / √(Σ_{S×S} A_t)``, for ``gram`` A (T × M × M) and ``inner``
-    b (T × M) per target t (2-D / 1-D: one target); the first maximum wins ties."""
+    b (T × M) per target t (2-D / 1-D: one target); the first maximum wins ties. ``cos_t`` is the cosine of
+    the set's summed vector with target t times ‖target t‖ (b holds unnormalized inner products): with
+    several targets the score is the difference of cosines weighted by the targets' norms (equal norms: the
+    plain difference). Scaling every target by one c > 0 scales every score by c and chooses the same set."""
     gram, inner = (gram[None], inner[None]) if inner.dim() == 1 else (gram, inner)
     chosen: list[int] = []
     dot = torch.zeros(len(inner), 1, dtype=inner.dtype)
@@ -126,7 +129,9 @@ def select_matching(
     """Per class, the ``min(per_class, fewest eligible)`` candidates chosen by :func:`greedy_match`
     against the class target; eligible: generated for the class and (label filter) predicted as it.
     ``contrastive``: maximize the class's cosine minus the best other class's (each set's gradient taken
-    with that class's label against that class's target), the class-discriminative part of the release
+    with that class's label against that class's target; each cosine weighted by its target's norm, see
+    :func:`greedy_match` — on Rotten Tomatoes the two classes' targets differ in norm by 1–2 % at ε = 1),
+    the class-discriminative part of the release
     (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
     cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen.
     ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""

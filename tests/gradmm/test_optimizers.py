@@ -159,6 +159,20 @@ def test_contrastive_greedy_match_equals_greedy_on_explicit_vectors() -> None:
     assert greedy_match(gram[0], inner[0], 4) != chosen  # the rival term matters here
 
 
+def test_greedy_match_chooses_the_same_set_when_every_target_is_scaled_alike() -> None:
+    """So a noise-only control's choice depends on the noise's direction, not on σ: its cells at different ε
+    are draws of one control."""
+    gen = torch.Generator().manual_seed(2)
+    own, other = (torch.randn(30, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    targets = torch.randn(2, 8, generator=gen, dtype=torch.float64)
+    gram = torch.stack([own @ own.T, other @ other.T])
+    inner = torch.stack([own @ targets[0], other @ targets[1]])
+    chosen = greedy_match(gram, inner, 10)
+    for scale in (1 / 3.9, 31.0):
+        assert greedy_match(gram, scale * inner, 10) == chosen
+    assert greedy_match(gram, inner * torch.tensor([[1.0], [3.0]], dtype=torch.float64), 10) != chosen  # norms weigh
+
+
 def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -> None:
     _, tokenizer, prompt = lm
     model, _ = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
