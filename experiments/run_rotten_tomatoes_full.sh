@@ -22,7 +22,7 @@ run --cells "gradmm@instruct_n100_*_epsnone" --cells "gradmm@instruct_*_eps4" --
 run --cells "herding_n20_*" --cells "herding_n100_*"
 run --cells "gradmm@instruct-own_n100_*_eps1" --cells "gradmm@instruct-own-noise_n100_*_eps1" \
     --cells "gradmm@instruct-own_*_epsnone"
-run --cells "gradmm@admm_n20_*_eps1" --cells "gradmm@admm_n20_*_epsnone"
+run --cells "gradmm@admm_n20_*_eps1" --cells "gradmm@admm-noise_n20_*_eps1" --cells "gradmm@admm_n20_*_epsnone"
 run --cells "gradmm@instruct-own_*_eps4" --cells "gradmm@instruct-own-noise_*_eps4"
 run --cells "gradmm@instruct_*" --cells "gradmm@instruct-noise_*"
 for n in 20 100; do
@@ -31,5 +31,5 @@ for n in 20 100; do
       --cells "gradmm@contrast_n${n}_*_epsnone"
 done
 run --cells "gradmm_*" --cells "gradmm@noise_*" --cells "zero-shot_*" --cells "random_*" --cells "herding_*"
-run --cells "gradmm@admm_*_eps1" --cells "gradmm@admm_*_epsnone"
+run --cells "gradmm@admm_*_eps1" --cells "gradmm@admm-noise_*" --cells "gradmm@admm_*_epsnone"
 run
