@@ -36,6 +36,7 @@ SETTINGS = {
     "admm": {"optimizer": "admm"},
     "select": {"optimizer": "select", "oversample": 3.0},
     "admm-full": {"optimizer": "admm", "release": "full"},
+    "admm-noise": {"optimizer": "admm", "noise_only": True},
     "select-noise": {"optimizer": "select", "oversample": 3.0, "noise_only": True},
     "select-contrastive": {"optimizer": "select", "oversample": 3.0, "contrastive": True},
     "select-instruct": {"optimizer": "select", "source": "instruct", "contrastive": True},
