@@ -20,6 +20,8 @@ done
 run --cells "zero-shot_n100_*" --cells "random_n100_*"
 run --cells "gradmm@instruct_n100_*_epsnone" --cells "gradmm@instruct_*_eps4" --cells "gradmm@instruct-noise_*_eps4"
 run --cells "herding_n20_*" --cells "herding_n100_*"
+run --cells "gradmm@instruct_n5_*_eps1" --cells "gradmm@instruct-noise_n5_*_eps1" \
+    --cells "gradmm@instruct_n10_*_eps1" --cells "gradmm@instruct-noise_n10_*_eps1"
 run --cells "gradmm@instruct-own_n100_*_eps1" --cells "gradmm@instruct-own-noise_n100_*_eps1" \
     --cells "gradmm@instruct-own_*_epsnone"
 run --cells "gradmm@admm_n20_*_eps1" --cells "gradmm@admm-noise_n20_*_eps1" --cells "gradmm@admm_n20_*_epsnone"
