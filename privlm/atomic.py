@@ -9,10 +9,12 @@ it covers is written. Every writer of outputs, ledgers, releases and checkpoints
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -59,3 +61,14 @@ def write_text_atomic(path: str | os.PathLike[str], chunks: str | Iterable[str])
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         for chunk in [chunks] if isinstance(chunks, str) else chunks:
             handle.write(chunk)
+
+
+def json_once(path: str | os.PathLike[str] | None, make: Callable[[], Any]) -> Any:
+    """The JSON value saved at ``path``; else ``make()``, saved there atomically first (``path=None``: just
+    ``make()``). A step a resumed run never repeats: what was saved is returned, not recomputed."""
+    if path is not None and Path(path).exists():
+        return json.loads(Path(path).read_text())
+    value = make()
+    if path is not None:
+        write_text_atomic(path, json.dumps(value, sort_keys=True) + "\n")
+    return value

@@ -33,3 +33,17 @@ def test_exception_while_writing_leaves_no_file_and_no_temporary(tmp_path) -> No
     with pytest.raises(RuntimeError):
         atomic.write_text_atomic(path, chunks())
     assert not path.exists() and list(path.parent.iterdir()) == []
+
+
+def test_json_once_makes_a_value_once_and_returns_what_was_saved(tmp_path) -> None:
+    calls = []
+
+    def make() -> dict:
+        calls.append(1)
+        return {"b": [1, 2], "a": len(calls)}
+
+    path = tmp_path / "sub" / "value.json"
+    assert atomic.json_once(path, make) == {"a": 1, "b": [1, 2]}
+    assert atomic.json_once(path, make) == {"a": 1, "b": [1, 2]} and len(calls) == 1
+    assert atomic.json_once(None, make) == {"a": 2, "b": [1, 2]}  # no path: made each time
+    assert atomic.json_once(None, make)["a"] == 3

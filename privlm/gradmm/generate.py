@@ -25,7 +25,7 @@ from privlm.errors import UserError
 from privlm.evaluation.config import digest
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, sample_texts
 from privlm.gradmm.admm import run_admm
-from privlm.atomic import write_text_atomic
+from privlm.atomic import json_once, write_text_atomic
 from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
@@ -109,17 +109,6 @@ def instructed_ids(
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
-def _public_json(path: Path | None, make: Callable[[], list]) -> list:
-    """``make()``, kept in ``path`` (public data only, atomic JSON) and reused when it is there."""
-    if path is not None and path.exists():
-        return json.loads(path.read_text())
-    ids = make()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(ids))
-    return ids
-
-
 def public_labels(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -133,7 +122,7 @@ def public_labels(
     texts = [c.text for c in candidates]
     key = digest({"model": model_fingerprint(model), "prompt": prompt.to_dict(), "texts": texts})
     path = None if public_dir is None else public_dir / f"labels-{key}.json"
-    return _public_json(path, lambda: few_shot_labels(model, tokenizer, prompt, texts))
+    return json_once(path, lambda: few_shot_labels(model, tokenizer, prompt, texts))
 
 
 def generate_batch(
@@ -158,7 +147,7 @@ def generate_batch(
     if config.source == "instruct":
         path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
         instruction = instructions_for(prompt, config)[label]
-        ids = _public_json(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
+        ids = json_once(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
     else:
         proj = projector()
         sample = proj.sample(config.batch, config.length, torch.Generator().manual_seed(seed))

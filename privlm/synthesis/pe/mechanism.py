@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.atomic import atomic_path, write_text_atomic
+from privlm.atomic import atomic_path, json_once, write_text_atomic
 from privlm.errors import UserError
 from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import chat_prompt, sample_many, zero_shot
@@ -174,15 +174,6 @@ def _write_json(path: Path, value: Any) -> None:
     write_text_atomic(path, json.dumps(value, sort_keys=True) + "\n")
 
 
-def _saved(path: Path, make: Callable[[], Any]) -> Any:
-    """The JSON saved at ``path``, or ``make()`` saved there first: a step of the run a resume never repeats."""
-    if path.exists():
-        return json.loads(path.read_text())
-    value = make()
-    _write_json(path, value)
-    return value
-
-
 def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     """Create the run folder, or check a resumed one repeats the saved settings."""
     if paths.manifest.exists() and not resume:
@@ -287,12 +278,12 @@ def run_pe(
                                      lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)))
             return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
 
-        reused, population, histograms = 0, _saved(paths.population(0), first_population), []
+        reused, population, histograms = 0, json_once(paths.population(0), first_population), []
         for t in range(config.iterations):
             if t:
-                population = _saved(paths.population(t), partial(variations, t, population, histograms))
+                population = json_once(paths.population(t), partial(variations, t, population, histograms))
             reused += paths.histogram(t).exists()
-            saved = _saved(paths.histogram(t), partial(noisy, t, population))
+            saved = json_once(paths.histogram(t), partial(noisy, t, population))
             if saved["population_sha256"] != _digest(population):
                 raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
             histograms = [np.array(h, dtype=np.float64) for h in saved["histograms"]]
