@@ -60,7 +60,9 @@ class Hooks:
     step: Callable[[int, float], None] = lambda step, loss: None
 
 
-def _check_methods(config: ExperimentConfig) -> None:
+def check_methods(config: ExperimentConfig) -> None:
+    """Refuse (UserError) a method table that names an unknown method, gives ε to a method that takes none,
+    or sets a parameter its method does not accept: checked before the first cell runs."""
     for spec in config.methods:
         method = get_method(spec.name)
         if not method.takes_epsilon and spec.epsilons != (None,):
@@ -152,7 +154,7 @@ def run_experiment(
     index_k, shards = shard
     if not (shards >= 1 and 0 <= index_k < shards):
         raise UserError(f"--shard must be K/N with 0 <= K < N (got {index_k}/{shards})")
-    _check_methods(config)
+    check_methods(config)
     names = [m.name for m in config.methods]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from privlm.evaluation.config import load_config
-from privlm.evaluation.experiment import _check_methods
+from privlm.evaluation.experiment import check_methods
 
 ROOT = Path(__file__).resolve().parents[2]
 TOMLS = sorted((ROOT / "experiments").glob("*.toml"))
@@ -22,7 +22,7 @@ def test_the_experiments_folder_has_configurations() -> None:
 
 @pytest.mark.parametrize("toml", TOMLS, ids=lambda p: p.stem)
 def test_a_committed_experiment_passes_the_checks_before_its_first_cell(toml: Path) -> None:
-    _check_methods(load_config(toml))
+    check_methods(load_config(toml))
 
 
 WITH_RESULTS = [t for t in TOMLS if (ROOT / "results" / t.stem / "results.jsonl").exists()]
