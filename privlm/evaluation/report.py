@@ -6,7 +6,8 @@ vs n per method, and accuracy vs ε for the methods that take ε. For every ε-m
 report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline),
 and every DP entry of a method with a noise-only control in the grid (a table of the same base method with
 the same parameters plus ``noise_only = true``) is read against that control at the same ε and n: the
-difference is what the private data contributed.
+difference is what the private data contributed. "Privacy of the grid" states what publishing every DP
+cell's set together would cost (:mod:`privlm.evaluation.grid_privacy`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from privlm.evaluation.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
+from privlm.evaluation.grid_privacy import grid_privacy  # noqa: E402
 from privlm.synthesis.registry import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 
@@ -227,6 +229,7 @@ def write_report(
     head, body = _table(summary)
     found = verdicts(summary)
     noise = against_noise(summary, config)
+    spent = [grid_privacy(out / "work", rows, config.delta).statement()]
     md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in body]
@@ -236,6 +239,7 @@ def write_report(
     noise_title = "Against the noise-only control" + (" (PROVISIONAL: the grid is unfinished)" if unfinished else "")
     if noise:
         md += ["", f"## {noise_title}", "", *[f"- {line}" for line in noise]]
+    md += ["", "## Privacy of the grid", "", *spent]
     md += ["", *[f"![{name}](plots/{name}.png)" for name in plots], ""]
     write_text_atomic(out / "report.md", "\n".join(md))
     cells = "".join(
@@ -253,7 +257,7 @@ def write_report(
         "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells + "</table>"
         + "".join(
             f"<h2>{html.escape(title)}</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in lines) + "</ul>"
-            for title, lines in ((verdict_title, found), (noise_title, noise)) if lines
+            for title, lines in ((verdict_title, found), (noise_title, noise), ("Privacy of the grid", spent)) if lines
         )
         + images + "</body></html>"
     )

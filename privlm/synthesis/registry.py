@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 PUBLIC = "public: sees no private data"
 NON_PRIVATE = "NON-PRIVATE: uses private examples directly"
+SET_FILE = "synthetic.jsonl"
 
 
 @dataclass
@@ -39,7 +40,10 @@ class MethodContext:
     their own private mechanism. ``pool_features()`` gives the base model's last-token features of the
     pool (computed once per experiment). ``workdir`` is a folder reserved for this cell; ``private_cache``
     a folder shared by the experiment's cells for what is computed once from the pool (PRIVATE: as
-    sensitive as the pool, never published)."""
+    sensitive as the pool, never published). A DP method writes its set to :attr:`out` (its
+    ``.privacy.json`` sidecar beside it) and keeps its run folders, with their write-ahead ledgers, under
+    ``workdir`` or ``private_cache`` only: the experiment composes every draw it finds there
+    (:mod:`privlm.evaluation.grid_privacy`)."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -55,6 +59,11 @@ class MethodContext:
     pool_features: Callable[[], np.ndarray]
     params: dict[str, Any] = field(default_factory=dict)
     private_cache: Path | None = None
+
+    @property
+    def out(self) -> Path:
+        """The set file a mechanism writes for this cell (``workdir/synthetic.jsonl``)."""
+        return self.workdir / SET_FILE
 
 
 Rows = list[dict[str, Any]]

@@ -40,7 +40,7 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     )
     result = run_synthesis(
         model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
-        out=ctx.workdir / "synthetic.jsonl", per_class=ctx.n_per_class, config=config, dp=dp,
+        out=ctx.out, per_class=ctx.n_per_class, config=config, dp=dp,
         epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,
         public_dir=ctx.workdir.parent / "public-candidates" / digest(
             {"model": model_fingerprint(model), "source": config.source, "instruction": config.instruction,

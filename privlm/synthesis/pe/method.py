@@ -24,7 +24,7 @@ def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         "pe-embeddings-" + digest({"pooling": config.pooling, "max_tokens": config.max_tokens, "shape": "width-buckets"}) + ".npz"
     )
     result = run_pe(
-        ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.workdir / "synthetic.jsonl",
+        ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.out,
         per_class=ctx.n_per_class, config=config, epsilon=ctx.epsilon, delta=ctx.delta if ctx.epsilon is not None else None,
         resume=True, embedding_cache=cache,
     )

@@ -1,0 +1,105 @@
+"""What a whole experiment grid spends: every noisy release its cells drew from the private pool, composed.
+
+Each DP cell is its own (ε, δ) release of the same pool; its ε is what a user of that one set pays. Whoever
+publishes the sets of several cells pays their composition, which this module states for the report.
+
+Where the numbers come from. Every mechanism books each draw in a write-ahead ledger (``privacy.json`` in
+its run folder) before the draw, and a method keeps its run folders under its cell's ``workdir`` or the
+experiment's ``private_cache`` (:class:`privlm.synthesis.registry.MethodContext`), both under ``DIR/work``.
+So the ledgers found there hold every draw the experiment made, published or not (a cell interrupted
+after its draw included), and their PLD composition never under-reports what any subset of the grid's sets
+costs. A run folder shared by several cells (dp-finetune-gen trains once per (ε, seed) for every n) is one
+ledger and counts once; a ledger inside another run folder (a training checkpoint's copy, a prefix of its
+run's) is not counted again.
+
+The check behind the number (ASSUMPTION made explicit): every finished DP cell's sidecar
+(``synthetic.privacy.json``) holds its ledger, and each of its events appears among the write-ahead
+ledgers. A cell that fails it (a set from an older privlm, a run folder outside ``DIR/work``) is named and
+the grid's ε is not stated at all rather than stated too small. Noise-only controls read no private data
+and no-DP cells are NOT private; neither enters the composition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privlm.privacy.events import Event, event_from_dict
+from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.runfolder import LEDGER
+from privlm.synthesis.registry import SET_FILE
+
+SIDECAR = Path(SET_FILE).with_suffix(".privacy.json").name
+
+
+@dataclass(frozen=True)
+class GridPrivacy:
+    """The grid's composed privacy: ``epsilon`` at ``delta`` over ``releases`` draws in ``ledgers`` run
+    folders, for ``dp_cells`` finished DP cells; ``epsilon`` is None when ``unaccounted`` names cells whose
+    draws could not be found."""
+
+    epsilon: float | None
+    delta: float
+    ledgers: int
+    releases: int
+    dp_cells: int
+    unaccounted: tuple[str, ...]
+
+    def statement(self) -> str:
+        """One sentence for the report."""
+        if not self.dp_cells:
+            return "No finished cell released anything about the private data under DP."
+        each = (f"The {self.dp_cells} finished DP cells are {self.dp_cells} separate (ε, δ) releases of the same "
+                "private data; each cell's ε is what one of its sets costs.")
+        if self.epsilon is None:
+            shown = ", ".join(self.unaccounted[:5]) + (" …" if len(self.unaccounted) > 5 else "")
+            return (f"{each} Their composition is NOT stated: {len(self.unaccounted)} DP cells have no ledger among "
+                    f"the run folders under work/ ({shown}).")
+        return (f"{each} Published together they cost at most ε = {self.epsilon:.2f} at δ = {self.delta:g}: the "
+                f"PLD composition of all {self.releases} noisy releases in the {self.ledgers} write-ahead ledgers "
+                "under work/ (every draw made, published or not). Noise-only controls read no private data; "
+                "no-DP cells are NOT private.")
+
+
+def grid_privacy(work: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:
+    """Compose every write-ahead ledger under ``work`` (``DIR/work`` of an experiment) at ``delta`` after checking
+    that it covers each finished DP cell of ``rows`` (module docstring)."""
+    ledgers = [Ledger.load(path) for path in _run_ledgers(Path(work))]
+    booked = {entry.event for ledger in ledgers for entry in ledger}
+    dp_cells, unaccounted = 0, []
+    for row in rows:
+        if row.get("epsilon") is None:
+            continue
+        sidecar = _sidecar(Path(work) / row["cell"] / SIDECAR)
+        if sidecar.get("noise_only"):
+            continue
+        dp_cells += 1
+        events = {_event(item) for item in sidecar.get("ledger") or []}
+        if not events or not events <= booked:
+            unaccounted.append(row["cell"])
+    merged = Ledger([entry for ledger in ledgers for entry in ledger])
+    epsilon = None if unaccounted or not dp_cells else merged.epsilon(delta)
+    return GridPrivacy(epsilon, delta, len(ledgers), merged.count, dp_cells, tuple(unaccounted))
+
+
+def _run_ledgers(work: Path) -> list[Path]:
+    """The write-ahead ledgers under ``work``, less those inside a folder whose own ledger is counted."""
+    kept: list[Path] = []
+    for path in sorted(work.rglob(LEDGER), key=lambda p: (len(p.parts), p)) if work.is_dir() else []:
+        if not any(run.parent in path.parents for run in kept):
+            kept.append(path)
+    return kept
+
+
+def _event(item: dict[str, Any]) -> Event:
+    """A sidecar ledger item's event: an entry (``{"event": …, "count": …}``) or, in sidecars written before
+    entries had counts and labels, the bare event."""
+    return LedgerEntry.from_dict(item).event if "event" in item else event_from_dict(item)
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    """The cell's privacy sidecar, or an empty dict when it has none (an unaccounted cell)."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
