@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,3 +137,10 @@ def epsilon_statement(ledger: Ledger, target: float, delta: float) -> dict[str, 
     accounted = ledger.epsilon(delta)
     return {"dp": True, "epsilon": reported_epsilon(target, accounted), "epsilon_target": target,
             "epsilon_accounted": accounted, "delta": delta, "ledger": [entry.to_dict() for entry in ledger]}
+
+
+def ledger_pointer(ledger_file: Path, sidecar: Path) -> dict[str, str]:
+    """``{"ledger_file": …}``: the write-ahead ledger that accounts for a sidecar's output, relative to the
+    sidecar's folder (so a results folder can move); :mod:`privlm.evaluation.grid_privacy` follows it to compose
+    a grid's cells, each draw once."""
+    return {"ledger_file": os.path.relpath(ledger_file, sidecar.parent)}

@@ -12,11 +12,14 @@ costs. A run folder shared by several cells (dp-finetune-gen trains once per (ε
 ledger and counts once; a ledger inside another run folder (a training checkpoint's copy, a prefix of its
 run's) is not counted again.
 
-The check behind the number (ASSUMPTION made explicit): every finished DP cell's sidecar
-(``synthetic.privacy.json``) holds its ledger, and each of its events appears among the write-ahead
-ledgers. A cell that fails it (a set from an older privlm, a run folder outside ``DIR/work``) is named and
-the grid's ε is not stated at all rather than stated too small. Noise-only controls read no private data
-and no-DP cells are NOT private; neither enters the composition.
+The check behind the number (ASSUMPTION made explicit): every finished DP cell's set is accounted by one
+write-ahead ledger under ``DIR/work`` that begins with the ledger its sidecar (``synthetic.privacy.json``)
+reports — the one its ``ledger_file`` names (:func:`privlm.runfolder.ledger_pointer`) or, for sidecars
+written before that field, one inside the cell's own folder. Distinct cells are accounted by distinct
+ledgers unless they name the same shared run. A cell without one (a set from an older privlm, a deleted
+run folder, a run folder outside ``DIR/work``) is named and the grid's ε is not stated at all rather than
+stated too small. Noise-only controls read no private data and no-DP cells are NOT private; neither enters
+the composition.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ class GridPrivacy:
                 "private data; each cell's ε is what one of its sets costs.")
         if self.epsilon is None:
             shown = ", ".join(self.unaccounted[:5]) + (" …" if len(self.unaccounted) > 5 else "")
-            return (f"{each} Their composition is NOT stated: {len(self.unaccounted)} DP cells have no ledger among "
-                    f"the run folders under work/ ({shown}).")
+            return (f"{each} Their composition is NOT stated: {len(self.unaccounted)} DP cells have no write-ahead "
+                    f"ledger under work/ that accounts for their set ({shown}).")
         return (f"{each} Published together they cost at most ε = {self.epsilon:.2f} at δ = {self.delta:g}: the "
                 f"PLD composition of all {self.releases} noisy releases in the {self.ledgers} write-ahead ledgers "
                 "under work/ (every draw made, published or not). Noise-only controls read no private data; "
@@ -67,19 +70,23 @@ class GridPrivacy:
 def grid_privacy(work: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:
     """Compose every write-ahead ledger under ``work`` (``DIR/work`` of an experiment) at ``delta`` after checking
     that it covers each finished DP cell of ``rows`` (module docstring)."""
-    ledgers = [Ledger.load(path) for path in _run_ledgers(Path(work))]
-    booked = {entry.event for ledger in ledgers for entry in ledger}
+    work = Path(work)
+    found = {path.resolve() for path in _run_ledgers(work)}
     dp_cells, unaccounted = 0, []
     for row in rows:
         if row.get("epsilon") is None:
             continue
-        sidecar = _sidecar(Path(work) / row["cell"] / SIDECAR)
+        cell = work / row["cell"]
+        sidecar = _sidecar(cell / SIDECAR)
         if sidecar.get("noise_only"):
             continue
         dp_cells += 1
-        events = {_event(item) for item in sidecar.get("ledger") or []}
-        if not events or not events <= booked:
+        accounting = _accounting_ledger(cell, sidecar, work)
+        if accounting is None:
             unaccounted.append(row["cell"])
+        else:
+            found.add(accounting)
+    ledgers = [Ledger.load(path) for path in sorted(found)]
     merged = Ledger([entry for ledger in ledgers for entry in ledger])
     epsilon = None if unaccounted or not dp_cells else merged.epsilon(delta)
     return GridPrivacy(epsilon, delta, len(ledgers), merged.count, dp_cells, tuple(unaccounted))
@@ -94,10 +101,29 @@ def _run_ledgers(work: Path) -> list[Path]:
     return kept
 
 
-def _event(item: dict[str, Any]) -> Event:
-    """A sidecar ledger item's event: an entry (``{"event": …, "count": …}``) or, in sidecars written before
-    entries had counts and labels, the bare event."""
-    return LedgerEntry.from_dict(item).event if "event" in item else event_from_dict(item)
+def _accounting_ledger(cell: Path, sidecar: dict[str, Any], work: Path) -> Path | None:
+    """The write-ahead ledger under ``work`` that accounts for the cell's set (module docstring), or None."""
+    reported = [_release(item) for item in sidecar.get("ledger") or []]
+    if not reported:
+        return None
+    pointer = sidecar.get("ledger_file")
+    candidates = [cell / pointer] if isinstance(pointer, str) else sorted(cell.rglob(LEDGER))
+    for path in candidates:
+        path = path.resolve()
+        if path.is_file() and work.resolve() in path.parents:
+            held = [(entry.event, entry.count) for entry in Ledger.load(path)]
+            if held[: len(reported)] == reported:
+                return path
+    return None
+
+
+def _release(item: dict[str, Any]) -> tuple[Event, int]:
+    """A sidecar ledger item as (event, count): an entry (``{"event": …, "count": …}``) or, in sidecars written
+    before entries had counts and labels, the bare event (count 1)."""
+    if "event" in item:
+        entry = LedgerEntry.from_dict(item)
+        return entry.event, entry.count
+    return event_from_dict(item), 1
 
 
 def _sidecar(path: Path) -> dict[str, Any]:

@@ -40,7 +40,9 @@ from privlm.gradmm.config import SynthConfig
 from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, instructions_for, synthesize
 from privlm.gradmm.prompt import Prompt
-from privlm.runfolder import RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead
+from privlm.runfolder import (
+    RunFolder, check_or_write_settings, epsilon_statement, hold, ledger_pointer, write_ahead,
+)
 from privlm.gradmm.release import (
     PrivateFactors,
     Release,
@@ -282,6 +284,8 @@ def run_synthesis(
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)
+    if "ledger" in privacy and paths.ledger.exists():
+        privacy = {**privacy, **ledger_pointer(paths.ledger, paths.sidecar)}
     if instructions is not None:
         privacy = {**privacy, "instructions": instructions}
     if rank0:

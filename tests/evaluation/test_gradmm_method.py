@@ -7,6 +7,7 @@ from pathlib import Path
 
 from privlm.evaluation.config import parse_config
 from privlm.evaluation.experiment import run_experiment
+from privlm.evaluation.grid_privacy import grid_privacy
 
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
@@ -28,7 +29,11 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     assert rows[1]["epsilon_spent"] == (max(r["epsilon_spent"] for r in dp_set) if dp_set else None)  # the ledger's ε
     assert rows[0]["epsilon_spent"] is None
     work = out / "work" / rows[1]["cell"]
-    assert json.loads((work / "synthetic.privacy.json").read_text())["epsilon"] >= 2.0
+    sidecar = json.loads((work / "synthetic.privacy.json").read_text())
+    assert sidecar["epsilon"] >= 2.0 and (work / sidecar["ledger_file"]).resolve() == (work / "synthetic.jsonl.gradmm" / "privacy.json").resolve()
+    spent = grid_privacy(out / "work", rows, 1e-5)
+    assert (spent.dp_cells, spent.ledgers, spent.unaccounted, spent.epsilon) == (1, 1, (), sidecar["epsilon_accounted"])
+    assert "Published together they cost at most" in (out / "report.md").read_text()
     release = work / "synthetic.jsonl.gradmm" / "release.pt"
     drawn = release.read_bytes()
     # Redo the DP cell as after a crash between synthesis and scoring: the release is reused, not redrawn.

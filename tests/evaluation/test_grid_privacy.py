@@ -47,7 +47,7 @@ def _grid(work: Path) -> list[dict]:
     _ledger(work / "private-cache" / "h" / "dpft-x" / "privacy.json", steps)
     _ledger(work / "private-cache" / "h" / "dpft-x" / "checkpoint-20" / "privacy.json", LedgerEntry(STEP, 20, "steps 1-20"))
     for cell in ("dp-finetune-gen_n5_seed0_eps1", "dp-finetune-gen_n10_seed0_eps1"):
-        _sidecar(work, cell, [steps.to_dict()])
+        _sidecar(work, cell, [steps.to_dict()], ledger_file="../private-cache/h/dpft-x/privacy.json")
     cells = ["gradmm_n5_seed0_eps1", "gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1",
              "dp-finetune-gen_n5_seed0_eps1", "dp-finetune-gen_n10_seed0_eps1"]
     return [_row(cell, 1.0) for cell in cells] + [_row("gradmm_n5_seed0_epsnone", None)]
@@ -72,15 +72,21 @@ def test_every_draw_is_composed_once_as_dp_accounting_composes_it(tmp_path: Path
 def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(tmp_path: Path) -> None:
     work = tmp_path / "work"
     rows = _grid(work)
+    # a deleted run folder: the other GRADMM cell's ledger books the same event, yet it accounts for its own draw only
     (work / "gradmm_n5_seed1_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
     _sidecar(work, "pe_n5_seed0_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()])  # its run folder is elsewhere
     _sidecar(work, "gradmm_n10_seed0_eps1", None)  # a sidecar from before ledgers
-    rows += [_row("pe_n5_seed0_eps1", 1.0), _row("gradmm_n10_seed0_eps1", 1.0), _row("gradmm_n20_seed0_eps1", 1.0)]
-    found = grid_privacy(work, rows, DELTA)
+    outside = tmp_path / "elsewhere" / "privacy.json"
+    _ledger(outside, LedgerEntry(RELEASE))
+    _sidecar(work, "gradmm_n20_seed1_eps1", [LedgerEntry(RELEASE).to_dict()], ledger_file="../../elsewhere/privacy.json")
+    _sidecar(work, "pe_n5_seed1_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()],
+             ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")  # a ledger of other draws
+    cells = ["pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1", "gradmm_n20_seed1_eps1",
+             "pe_n5_seed1_eps1"]
+    found = grid_privacy(work, rows + [_row(cell, 1.0) for cell in cells], DELTA)
     assert found.epsilon is None
-    # the deleted ledger's event is still booked by the other GRADMM cell: the check is per event, and it holds
-    assert found.unaccounted == ("pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1")
-    assert "NOT stated" in found.statement() and "pe_n5_seed0_eps1" in found.statement()
+    assert found.unaccounted == ("gradmm_n5_seed1_eps1", *cells)
+    assert "NOT stated" in found.statement() and "gradmm_n5_seed1_eps1" in found.statement()
 
 
 def test_sidecars_from_before_ledger_entries_had_counts_are_read(tmp_path: Path) -> None:

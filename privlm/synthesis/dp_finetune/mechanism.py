@@ -44,7 +44,9 @@ from privlm.gradmm.release import model_fingerprint
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
-from privlm.runfolder import LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold
+from privlm.runfolder import (
+    LEDGER, LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold, ledger_pointer,
+)
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
@@ -100,7 +102,7 @@ def train_generator(
         adapter = run_dir / "adapter"
         if (run_dir / FINISHED).exists() and adapter.is_dir():
             trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
-            return trained.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
+            return trained.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
         prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
                     for text in class_instructions(label_names, config.instructions)]
         rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
@@ -117,7 +119,7 @@ def train_generator(
         train_loop(run, run_dir, resume=True, on_progress=on_progress)
         save_model(module, tokenizer, run_dir, lora=True)
         retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
-        return module.merge_and_unload().eval(), Ledger.load(run_dir / "privacy.json")
+        return module.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
 
 
 def run_settings(
@@ -180,6 +182,7 @@ def run_dp_finetune(
                                  instructions=config.instructions, sampling=sampling)]
     privacy = {
         **epsilon_statement(ledger, epsilon, delta), "private_release": ledger.private_release,
+        **ledger_pointer(run_dir / LEDGER, out.with_suffix(".privacy.json")),
         "settings": config.to_dict(),
         "mechanism": "DP-SGD (Poisson sampling, per-sample clipping, Gaussian noise; LoRA) on public class prompt + "
         "private text, then sampling from the trained model with the public prompts (post-processing)",
