@@ -5,10 +5,11 @@ publishes the sets of several cells pays their composition, which this module st
 
 Where the numbers come from. Every mechanism books each draw in a write-ahead ledger (``privacy.json`` in
 its run folder) before the draw, and a method keeps its run folders under its cell's ``workdir`` or the
-experiment's ``private_cache`` (:class:`privlm.synthesis.registry.MethodContext`), both under ``DIR/work``.
-So the ledgers found there hold every draw the experiment made, published or not (a cell interrupted
-after its draw included), and their PLD composition never under-reports what any subset of the grid's sets
-costs. A run folder shared by several cells (dp-finetune-gen trains once per (ε, seed) for every n) is one
+experiment's ``private_cache`` (:class:`privlm.synthesis.registry.MethodContext`), both under ``DIR/work``;
+a cell set aside when its method's parameters changed moves, ledger and all, to ``DIR/stale``. So the
+ledgers found under those two hold every draw the experiment made, published or not (a cell interrupted
+after its draw, or set aside after its set was published, included), and their PLD composition never
+under-reports what any subset of the grid's sets costs. A run folder shared by several cells (dp-finetune-gen trains once per (ε, seed) for every n) is one
 ledger and counts once; a ledger inside another run folder (a training checkpoint's copy, a prefix of its
 run's) is not counted again.
 
@@ -18,7 +19,8 @@ reports — the one its ``ledger_file`` names (:func:`privlm.runfolder.ledger_po
 written before that field, one inside the cell's own folder. Distinct cells are accounted by distinct
 ledgers unless they name the same shared run. A cell without one (a set from an older privlm, a deleted
 run folder, a run folder outside ``DIR/work``) is named and the grid's ε is not stated at all rather than
-stated too small. Noise-only controls read no private data and no-DP cells are NOT private; neither enters
+stated too small; so is it when any ledger holds seeded draws (``private_release`` false: noise a user
+seed reproduces, no guarantee). Noise-only controls read no private data and no-DP cells are NOT private; neither enters
 the composition.
 """
 
@@ -42,7 +44,7 @@ SIDECAR = Path(SET_FILE).with_suffix(".privacy.json").name
 class GridPrivacy:
     """The grid's composed privacy: ``epsilon`` at ``delta`` over ``releases`` draws in ``ledgers`` run
     folders, for ``dp_cells`` finished DP cells; ``epsilon`` is None when ``unaccounted`` names cells whose
-    draws could not be found."""
+    draws could not be found or ``seeded`` ledgers hold reproducible noise."""
 
     epsilon: float | None
     delta: float
@@ -50,6 +52,7 @@ class GridPrivacy:
     releases: int
     dp_cells: int
     unaccounted: tuple[str, ...]
+    seeded: int = 0
 
     def statement(self) -> str:
         """One sentence for the report."""
@@ -57,6 +60,9 @@ class GridPrivacy:
             return "No finished cell released anything about the private data under DP."
         each = (f"The {self.dp_cells} finished DP cells are {self.dp_cells} separate (ε, δ) releases of the same "
                 "private data; each cell's ε is what one of its sets costs.")
+        if self.seeded:
+            return (f"{each} Their composition is NOT stated: {self.seeded} ledgers under work/ or stale/ hold seeded "
+                    "draws (noise reproducible from a user seed), which carry no guarantee.")
         if self.epsilon is None:
             shown = ", ".join(self.unaccounted[:5]) + (" …" if len(self.unaccounted) > 5 else "")
             return (f"{each} Their composition is NOT stated: {len(self.unaccounted)} DP cells have no write-ahead "
@@ -67,11 +73,11 @@ class GridPrivacy:
                 "no-DP cells are NOT private.")
 
 
-def grid_privacy(work: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:
-    """Compose every write-ahead ledger under ``work`` (``DIR/work`` of an experiment) at ``delta`` after checking
-    that it covers each finished DP cell of ``rows`` (module docstring)."""
-    work = Path(work)
-    found = {path.resolve() for path in _run_ledgers(work)}
+def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:
+    """Compose every write-ahead ledger under ``out/work`` and ``out/stale`` (``out``: an experiment's folder) at
+    ``delta`` after checking that they account for each finished DP cell of ``rows`` (module docstring)."""
+    work = Path(out) / "work"
+    found = {path.resolve() for folder in (work, Path(out) / "stale") for path in _run_ledgers(folder)}
     dp_cells, unaccounted = 0, []
     for row in rows:
         if row.get("epsilon") is None:
@@ -88,14 +94,15 @@ def grid_privacy(work: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gr
             found.add(accounting)
     ledgers = [Ledger.load(path) for path in sorted(found)]
     merged = Ledger([entry for ledger in ledgers for entry in ledger])
-    epsilon = None if unaccounted or not dp_cells else merged.epsilon(delta)
-    return GridPrivacy(epsilon, delta, len(ledgers), merged.count, dp_cells, tuple(unaccounted))
+    seeded = sum(not ledger.private_release for ledger in ledgers)
+    epsilon = None if unaccounted or seeded or not dp_cells else merged.epsilon(delta)
+    return GridPrivacy(epsilon, delta, len(ledgers), merged.count, dp_cells, tuple(unaccounted), seeded)
 
 
-def _run_ledgers(work: Path) -> list[Path]:
-    """The write-ahead ledgers under ``work``, less those inside a folder whose own ledger is counted."""
+def _run_ledgers(folder: Path) -> list[Path]:
+    """The write-ahead ledgers under ``folder``, less those inside a folder whose own ledger is counted."""
     kept: list[Path] = []
-    for path in sorted(work.rglob(LEDGER), key=lambda p: (len(p.parts), p)) if work.is_dir() else []:
+    for path in sorted(folder.rglob(LEDGER), key=lambda p: (len(p.parts), p)) if folder.is_dir() else []:
         if not any(run.parent in path.parents for run in kept):
             kept.append(path)
     return kept

@@ -229,7 +229,7 @@ def write_report(
     head, body = _table(summary)
     found = verdicts(summary)
     noise = against_noise(summary, config)
-    spent = [grid_privacy(out / "work", rows, config.delta).statement()]
+    spent = [grid_privacy(out, rows, config.delta).statement()]
     md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in body]

@@ -31,6 +31,6 @@ def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, mo
         assert all(json.loads(line)["epsilon_spent"] == 3.0 for line in synthetic)
     # both cells' sidecars name the one shared run's ledger: the grid spends what that one run spent
     sidecar = json.loads((tmp_path / "out" / "work" / rows[0]["cell"] / "synthetic.privacy.json").read_text())
-    spent = grid_privacy(tmp_path / "out" / "work", rows, 1e-5)
+    spent = grid_privacy(tmp_path / "out", rows, 1e-5)
     assert (spent.dp_cells, spent.ledgers, spent.unaccounted) == (2, 1, ())
     assert spent.epsilon == sidecar["epsilon_accounted"]

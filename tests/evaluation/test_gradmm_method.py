@@ -31,7 +31,7 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     work = out / "work" / rows[1]["cell"]
     sidecar = json.loads((work / "synthetic.privacy.json").read_text())
     assert sidecar["epsilon"] >= 2.0 and (work / sidecar["ledger_file"]).resolve() == (work / "synthetic.jsonl.gradmm" / "privacy.json").resolve()
-    spent = grid_privacy(out / "work", rows, 1e-5)
+    spent = grid_privacy(out, rows, 1e-5)
     assert (spent.dp_cells, spent.ledgers, spent.unaccounted, spent.epsilon) == (1, 1, (), sidecar["epsilon_accounted"])
     assert "Published together they cost at most" in (out / "report.md").read_text()
     release = work / "synthetic.jsonl.gradmm" / "release.pt"

@@ -55,7 +55,7 @@ def _grid(work: Path) -> list[dict]:
 
 def test_every_draw_is_composed_once_as_dp_accounting_composes_it(tmp_path: Path) -> None:
     rows = _grid(tmp_path / "work")
-    found = grid_privacy(tmp_path / "work", rows, DELTA)
+    found = grid_privacy(tmp_path, rows, DELTA)
     reference = (
         pld_lib.from_gaussian_mechanism(RELEASE.noise_multiplier, value_discretization_interval=1e-4).self_compose(2)
         .compose(pld_lib.from_gaussian_mechanism(STEP.noise_multiplier, sampling_prob=STEP.sample_rate,
@@ -83,17 +83,33 @@ def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(t
              ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")  # a ledger of other draws
     cells = ["pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1", "gradmm_n20_seed1_eps1",
              "pe_n5_seed1_eps1"]
-    found = grid_privacy(work, rows + [_row(cell, 1.0) for cell in cells], DELTA)
+    found = grid_privacy(tmp_path, rows + [_row(cell, 1.0) for cell in cells], DELTA)
     assert found.epsilon is None
     assert found.unaccounted == ("gradmm_n5_seed1_eps1", *cells)
     assert "NOT stated" in found.statement() and "gradmm_n5_seed1_eps1" in found.statement()
+
+
+def test_draws_of_cells_set_aside_count_and_seeded_draws_leave_the_epsilon_unstated(tmp_path: Path) -> None:
+    rows = _grid(tmp_path / "work")
+    before = grid_privacy(tmp_path, rows, DELTA)
+    # a cell whose method's parameters changed was moved to stale/ (experiment._set_aside); its set may be out
+    _ledger(tmp_path / "stale" / "gradmm_n5_seed2_eps1.20261201T000000" / "gradmm_n5_seed2_eps1" / "synthetic.jsonl.gradmm"
+            / "privacy.json", LedgerEntry(RELEASE))
+    after = grid_privacy(tmp_path, rows, DELTA)
+    assert (after.ledgers, after.releases, after.dp_cells) == (before.ledgers + 1, before.releases + 1, before.dp_cells)
+    assert after.epsilon > before.epsilon
+    seeded = tmp_path / "work" / "private-cache" / "h" / "dpft-seeded" / "privacy.json"
+    seeded.parent.mkdir(parents=True)
+    Ledger([LedgerEntry(STEP, 5)], private_release=False).save(seeded)
+    found = grid_privacy(tmp_path, rows, DELTA)
+    assert (found.epsilon, found.seeded) == (None, 1) and "seeded" in found.statement()
 
 
 def test_sidecars_from_before_ledger_entries_had_counts_are_read(tmp_path: Path) -> None:
     work = tmp_path / "work"
     _ledger(work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE))
     _sidecar(work, "gradmm_n5_seed0_eps1", [RELEASE.to_dict()])  # a bare event, as session-4 sidecars hold
-    found = grid_privacy(work, [_row("gradmm_n5_seed0_eps1", 1.0)], DELTA)
+    found = grid_privacy(tmp_path, [_row("gradmm_n5_seed0_eps1", 1.0)], DELTA)
     assert found.unaccounted == () and found.epsilon == pytest.approx(Ledger([LedgerEntry(RELEASE)]).epsilon(DELTA))
 
 

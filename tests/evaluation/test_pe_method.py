@@ -40,7 +40,7 @@ def test_pe_cells_spend_their_epsilon_and_share_one_private_pass(tmp_path: Path,
     assert len(dp_set) == 4 and all(r["dp"] is True and 2.0 <= r["epsilon_spent"] < 2.01 for r in dp_set)
     assert len(list((out / "work" / "private-cache").rglob("pe-embeddings-*.npz"))) == 1
     assert passes == [1]  # the pool is read once, by the first cell; the second reads the private cache
-    spent = grid_privacy(out / "work", rows, 1e-5)  # the DP cell's sidecar names its run's ledger
+    spent = grid_privacy(out, rows, 1e-5)  # the DP cell's sidecar names its run's ledger
     sidecar = json.loads((out / "work" / rows[1]["cell"] / "synthetic.privacy.json").read_text())
     assert (spent.dp_cells, spent.ledgers, spent.unaccounted) == (1, 1, ())
     assert spent.epsilon == sidecar["epsilon_accounted"]
