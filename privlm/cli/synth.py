@@ -148,9 +148,8 @@ def show_result(result: SynthResult, out: Path, wall_s: float) -> None:
             f"(σ = {privacy['noise_multiplier']:.4f}, C = {privacy['clip']:g}); release {privacy['release_sha256'][:16]}"
             + (" (reused, no new privacy spent)" if result.reused_release else "")
         )
-        if "private_examples" in privacy:
-            console.print(f"private set: {privacy['private_data']}, N = {privacy['private_examples']:,} examples "
-                          "(N is public, as in DP-SGD accounting)")
+        if "private_data" in privacy:
+            console.print(f"private set: {privacy['private_data']} (its size is not released)")
         rows = privacy["released_rows"]
         console.print(
             f"[yellow]signal vs noise: the release keeps {'all' if rows == 'all' else len(rows)} rows of the LM-head "

@@ -130,11 +130,11 @@ def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
 
 
 def private_set(release: Release) -> dict:
-    """What the guarantee protects, as recorded with the release: the data it read
-    (``private_data``) and how many examples N (``private_examples``, public, as in DP-SGD accounting)."""
+    """What the guarantee protects, as recorded with the release: the data it read (``private_data``, the
+    user's own description of it). Never its size N: unlike DP-SGD (q = B/N), the release does not need N,
+    and an exact N would tell an attacker who knows every other row whether the target is in the set."""
     settings = release.meta.get("settings", {})
-    named = {"private_data": settings["data"]} if "data" in settings else {}
-    return {**named, **({"private_examples": release.meta["private_examples"]} if "private_examples" in release.meta else {})}
+    return {"private_data": settings["data"]} if "data" in settings else {}
 
 
 def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
@@ -194,7 +194,7 @@ def obtain_release(
     release = draw_release(
         model, prompt, factors, epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, rows=rows,
         max_tokens=config.max_private_tokens, save_to=paths.release, noise_multiplier=sigma,  # the ledger's σ
-        meta={"settings": settings, **({} if factors is None else {"private_examples": len(factors.labels)})},
+        meta={"settings": settings},  # never N (private_set)
     )
     return release, False
 

@@ -123,8 +123,11 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
         shutil.copy(RunPaths(first).workdir / name, RunPaths(second).workdir / name)
     assert _synth([*args, "--out", str(second), "--resume"]) == 0
     assert second.read_bytes() == first.read_bytes() and len(first.read_bytes()) > 0
-    privacy = json.loads(RunPaths(second).sidecar.read_text())
-    assert privacy == json.loads(RunPaths(first).sidecar.read_text())
+    privacy, before = (json.loads(RunPaths(out).sidecar.read_text()) for out in (second, first))
+    # each names its own run folder's ledger (grid_privacy follows it); all else is identical
+    assert (privacy.pop("ledger_file"), before.pop("ledger_file")) == ("second.jsonl.gradmm/privacy.json",
+                                                                       "first.jsonl.gradmm/privacy.json")
+    assert privacy == before
 
 
 def test_no_dp_says_so_in_every_output(tmp_path, capsys) -> None:
@@ -171,7 +174,8 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
     assert m_a.pop("data") != m_b.pop("data") and m_a == m_b  # the same prompt, words and names
     assert m_a["prompt"]["label_names"] == ["neg", "pos", "mixed"]
     assert m_a["prompt"]["label_words"] == ["neg", "pos", "so-so"]
-    for key in ("release_sha256", "private_data", "private_examples"):  # the set read and its size N (public)
+    assert "private_examples" not in s_a  # the set's size N is never released (an exact N reveals membership)
+    for key in ("release_sha256", "private_data", "ledger_file"):  # the release, the set read, its run's ledger
         assert s_a.pop(key) != s_b.pop(key)
     assert s_a == s_b
     assert [(r["label"], r["label_name"]) for r in rows_a] == [(r["label"], r["label_name"]) for r in rows_b]
