@@ -50,9 +50,13 @@ LossFn = Callable[[nn.Module, Any], Tensor]
 
 
 def clip_factors(sq_norms: Tensor, max_grad_norm: float) -> Tensor:
-    """``c_i = min(1, C / n_i)`` from squared norms (B,); a zero norm gives 1."""
+    """``c_i = min(1, C / n_i)`` from squared norms (B,); a zero norm gives 1, a non-finite one (a NaN or
+    infinite per-sample gradient, an overflowed norm) gives 0: that example is left out of the clipped sum
+    (the book-keeping sums exclude it exactly, :meth:`OuterFactor.weighted_sum`), which keeps the
+    sensitivity at C; a NaN compared with C would otherwise have passed it unclipped."""
     norms = sq_norms.clamp(min=0).sqrt()
-    return torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp(min=1e-300), torch.ones_like(norms))
+    factors = torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp(min=1e-300), torch.ones_like(norms))
+    return torch.where(torch.isfinite(norms), factors, torch.zeros_like(norms))
 
 
 @dataclass
@@ -164,6 +168,11 @@ class PerSampleClipper:
                 clipped = [weighted_sum(factors[p], c, p.shape) if p in factors else None for p in self.params]
             else:
                 clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
+                if not all(g is None or bool(torch.isfinite(g).all()) for g in clipped):
+                    raise UserError(  # 0 · NaN is NaN: the second backward cannot leave a non-finite example out
+                        "a per-sample gradient is not finite (overflow?) and the second-backward clipped sum cannot "
+                        "leave it out; lower the learning rate, use float32, or use book-keeping (the default)"
+                    )
             for p, g in zip(self.params, clipped):
                 if g is not None:
                     g = g.detach()
@@ -196,7 +205,7 @@ class PerSampleClipper:
             if gap > rtol * scale + 1e-12:
                 raise UserError(
                     f"trainable parameter {names[p]} ({p.dtype}) has a gradient the hooked layer calls do not "
-                    f"explain (gap {gap:.3g} vs norm {scale:.3g}): it is used outside its layer's forward call "
+                    "explain (the sizes are private-data statistics: not shown): it is used outside its layer's forward call "
                     "(e.g. F.linear(x, layer.weight)), and a second backward would release that use unclipped; "
                     "use book-keeping (the default) or route every use through the layer"
                 )

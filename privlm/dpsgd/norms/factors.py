@@ -84,12 +84,14 @@ class OuterFactor:
         return self.left_t_times(self.right)
 
     def weighted_sum(self, c: Tensor) -> Tensor:
-        """``Σ_i c_i L_iᵀ R_i`` (rows, cols) from the stored factors (book-keeping)."""
-        right = (self.right * c[:, None, None].to(self.right.dtype)).reshape(-1, self.cols)
+        """``Σ_i c_i L_iᵀ R_i`` (rows, cols) from the stored factors (book-keeping); a sample with ``c_i = 0`` adds
+        exactly nothing, even when its factors are not finite (0 · NaN would be NaN)."""
+        keep = (c != 0)[:, None, None]
+        right = torch.where(keep, self.right * c[:, None, None].to(self.right.dtype), 0).reshape(-1, self.cols)
         if self.onehot:
             out = right.new_zeros(self.rows, self.cols)
             return out.index_add_(0, self.left.reshape(-1), right)
-        return self.left.reshape(-1, self.rows).transpose(0, 1) @ right
+        return torch.where(keep, self.left, 0).reshape(-1, self.rows).transpose(0, 1) @ right
 
 
 @dataclass
@@ -99,7 +101,9 @@ class DenseFactor:
     per_sample: Tensor
 
     def weighted_sum(self, c: Tensor) -> Tensor:
-        return torch.tensordot(c.to(self.per_sample.dtype), self.per_sample, dims=1)
+        """``Σ_i c_i g_i``; a sample with ``c_i = 0`` adds exactly nothing, even a non-finite one."""
+        keep = (c != 0).reshape(-1, *[1] * (self.per_sample.dim() - 1))
+        return torch.tensordot(c.to(self.per_sample.dtype), torch.where(keep, self.per_sample, 0), dims=1)
 
 
 Factor = Union[OuterFactor, DenseFactor]
