@@ -468,7 +468,9 @@ def train_loop(
             cover(step)  # before the metrics line, the checkpoint and (after the loop) the final weights
         if log_step:
             epsilon = _epsilon(run)
-            record = {"step": step, "epsilon": epsilon, "time_s": round(time.perf_counter() - start_time, 3)}
+            # no timings in a released file: a step's time follows its batch's longest sampled row, which would
+            # tell which rows Poisson sampling picked (the amplification rests on hiding that)
+            record = {"step": step, "epsilon": epsilon}
             if loss is not None:
                 record[loss_key] = loss
             window = []

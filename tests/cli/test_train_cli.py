@@ -156,7 +156,7 @@ def test_metrics_hold_only_the_released_dp_loss(uninterrupted):
     training, (final,) = records[:-1], records[-1:]
     assert [r["step"] for r in training] == [10, 20, 30, 36]  # --log-every 10 and the last step
     for record in training:
-        assert set(record) == {"step", "epsilon", "time_s", "dp_loss"}
+        assert set(record) == {"step", "epsilon", "dp_loss"}  # no timings: they follow which rows were sampled
         assert math.isfinite(record["dp_loss"])
     assert set(final) == {"step", "test"}  # the held-out evaluation
 
