@@ -76,17 +76,51 @@ def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(t
     (work / "gradmm_n5_seed1_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
     _sidecar(work, "pe_n5_seed0_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()])  # its run folder is elsewhere
     _sidecar(work, "gradmm_n10_seed0_eps1", None)  # a sidecar from before ledgers
-    outside = tmp_path / "elsewhere" / "privacy.json"
-    _ledger(outside, LedgerEntry(RELEASE))
-    _sidecar(work, "gradmm_n20_seed1_eps1", [LedgerEntry(RELEASE).to_dict()], ledger_file="../../elsewhere/privacy.json")
     _sidecar(work, "pe_n5_seed1_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()],
              ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")  # a ledger of other draws
-    cells = ["pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1", "gradmm_n20_seed1_eps1",
-             "pe_n5_seed1_eps1"]
+    cells = ["pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1", "pe_n5_seed1_eps1"]
     found = grid_privacy(tmp_path, rows + [_row(cell, 1.0) for cell in cells], DELTA)
     assert found.epsilon is None
     assert found.unaccounted == ("gradmm_n5_seed1_eps1", *cells)
     assert "NOT stated" in found.statement() and "gradmm_n5_seed1_eps1" in found.statement()
+
+
+def test_two_cells_claiming_one_ledger_outside_the_shared_cache_are_both_unaccounted(tmp_path: Path) -> None:
+    """A copied sidecar pointing at another cell's ledger of the same event would hide one draw."""
+    work = tmp_path / "work"
+    rows = _grid(work)
+    honest = grid_privacy(tmp_path, rows, DELTA)
+    (work / "gradmm_n5_seed1_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
+    _sidecar(work, "gradmm_n5_seed1_eps1", [LedgerEntry(RELEASE, 1, "GRADMM release").to_dict()],
+             ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")
+    found = grid_privacy(tmp_path, rows, DELTA)
+    assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed0_eps1", "gradmm_n5_seed1_eps1")
+    assert honest.epsilon is not None  # while the shared dp-finetune run in the private cache serves two cells
+
+
+def test_a_ledger_elsewhere_or_behind_a_symbolic_link_is_followed_and_counted(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    rows = _grid(work)
+    before = grid_privacy(tmp_path, rows, DELTA)
+    _ledger(tmp_path / "elsewhere" / "privacy.json", LedgerEntry(RELEASE))
+    _sidecar(work, "gradmm_n20_seed1_eps1", [LedgerEntry(RELEASE).to_dict()], ledger_file="../../elsewhere/privacy.json")
+    _ledger(tmp_path / "disk2" / "gradmm_n5_seed2_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE))
+    (tmp_path / "stale").symlink_to(tmp_path / "disk2", target_is_directory=True)
+    found = grid_privacy(tmp_path, rows + [_row("gradmm_n20_seed1_eps1", 1.0)], DELTA)
+    assert found.unaccounted == () and (found.dp_cells, found.releases) == (before.dp_cells + 1, before.releases + 2)
+    # a ledger nested in a run folder that is not a prefix of the run's (not a checkpoint's copy) is another run
+    _ledger(work / "private-cache" / "h" / "dpft-x" / "other" / "privacy.json", LedgerEntry(GaussianRelease(9.0)))
+    assert grid_privacy(tmp_path, rows, DELTA).releases == before.releases + 2
+
+
+def test_an_unreadable_ledger_is_named_and_no_epsilon_is_stated(tmp_path: Path) -> None:
+    rows = _grid(tmp_path / "work")
+    broken = tmp_path / "work" / "private-cache" / "h" / "dpft-y" / "privacy.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    found = grid_privacy(tmp_path, rows, DELTA)
+    assert found.epsilon is None and found.unreadable == (str(broken.resolve()),)
+    assert "cannot be read" in found.statement()
 
 
 def test_draws_of_cells_set_aside_count_and_seeded_draws_leave_the_epsilon_unstated(tmp_path: Path) -> None:
