@@ -33,6 +33,7 @@ clip factors (a crafted ±e_i pair attack measured a true ε ≥ 13 against 5.5 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ def clip_factors(sq_norms: Tensor, max_grad_norm: float) -> Tensor:
     sensitivity at C; a NaN compared with C would otherwise have passed it unclipped."""
     norms = sq_norms.clamp(min=0).sqrt()
     factors = torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp(min=1e-300), torch.ones_like(norms))
-    return torch.where(torch.isfinite(norms), factors, torch.zeros_like(norms))
+    return torch.where(torch.isfinite(sq_norms), factors, torch.zeros_like(norms))
 
 
 @dataclass
@@ -165,14 +166,15 @@ class PerSampleClipper:
         c = clip_factors(total.detach(), self.max_grad_norm)
         with record_function("privlm.clipped_sum"):
             if self.bookkeeping:
-                clipped = [weighted_sum(factors[p], c, p.shape) if p in factors else None for p in self.params]
+                keep = None if bool((c != 0).all()) else c != 0  # one check per micro-batch; masks only when needed
+                clipped = [weighted_sum(factors[p], c, p.shape, keep) if p in factors else None for p in self.params]
             else:
-                clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
-                if not all(g is None or bool(torch.isfinite(g).all()) for g in clipped):
-                    raise UserError(  # 0 · NaN is NaN: the second backward cannot leave a non-finite example out
+                if not bool((c != 0).all()):  # c_i = 0 only for a non-finite norm, and 0 · NaN is NaN in the backward
+                    raise UserError(
                         "a per-sample gradient is not finite (overflow?) and the second-backward clipped sum cannot "
                         "leave it out; lower the learning rate, use float32, or use book-keeping (the default)"
                     )
+                clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
             for p, g in zip(self.params, clipped):
                 if g is not None:
                     g = g.detach()
@@ -201,6 +203,9 @@ class PerSampleClipper:
             hooked = weighted_sum(factors[p], signs.double(), p.shape) if p in factors else torch.zeros_like(g)
             scale = float(g.double().norm())
             gap = float((g.double() - hooked.double()).norm())
+            if not math.isfinite(gap + scale):
+                raise UserError("the first micro-batch has a non-finite per-sample gradient, so the check that every "
+                                "use of a parameter is hooked cannot run; use book-keeping (the default) or float32")
             rtol = max(1e-3, 8 * torch.finfo(p.dtype).eps)  # measured bf16 rounding: ≤ 9e-3 (tiny GPT-2)
             if gap > rtol * scale + 1e-12:
                 raise UserError(

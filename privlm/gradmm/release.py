@@ -246,8 +246,10 @@ def factor_class_sums(
         probs = torch.softmax(head_logits(model, hidden).to(dtype), dim=-1)
         hidden = hidden.to(dtype)
         resid, norms = per_sample_factors(hidden, probs, label_tokens[classes], rows)
-        if clip is not None:
-            resid = resid * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)[:, None]
+        if clip is not None:  # a non-finite example (NaN hidden state) is left out exactly: 0 · NaN would be NaN
+            keep = torch.isfinite(norms)[:, None]
+            resid = torch.where(keep, resid * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)[:, None], 0)
+            hidden = torch.where(keep, hidden, 0)
         for k in classes.unique().tolist():
             members = classes == k
             sums[k] += resid[members].T @ hidden[members]

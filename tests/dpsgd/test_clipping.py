@@ -45,9 +45,10 @@ def _assert_close_all(got, expected, rtol):
 
 
 def test_clip_factors():
-    got = clip_factors(torch.tensor([0.0, 1.0, 4.0, 16.0, float("nan"), float("inf")], dtype=torch.float64), 2.0)
+    nan, inf = float("nan"), float("inf")
+    got = clip_factors(torch.tensor([0.0, 1.0, 4.0, 16.0, nan, inf, -inf], dtype=torch.float64), 2.0)
     # a NaN norm is not > C: without its own rule it would pass at factor 1, unclipped
-    torch.testing.assert_close(got, torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64))
 
 
 @pytest.mark.parametrize("onehot", [False, True])
@@ -65,8 +66,9 @@ def test_a_non_finite_sample_adds_exactly_nothing_to_the_clipped_sum(onehot):
     c = clip_factors((per_sample ** 2).sum((1, 2)), 1.0)
     assert c[1] == 0 and bool((c[[0, 2]] > 0).all())
     expected = c[0] * per_sample[0] + c[2] * per_sample[2]
-    torch.testing.assert_close(factor.weighted_sum(c), expected)
-    torch.testing.assert_close(DenseFactor(per_sample).weighted_sum(c), expected)
+    torch.testing.assert_close(factor.weighted_sum(c, c != 0), expected)
+    torch.testing.assert_close(DenseFactor(per_sample).weighted_sum(c, c != 0), expected)
+    assert not bool(torch.isfinite(factor.weighted_sum(c)).all())  # without keep, 0 · NaN: why the clipper passes it
 
 
 @pytest.mark.parametrize("mode", ["exact", "hutchinson"])
@@ -77,14 +79,20 @@ def test_a_sample_whose_gradient_is_nan_is_left_out_of_the_clipped_sum(mode):
     batch = padded_batch([12, 9, 4, 11], seq_len=12, seed=5)
     others = reference_grads(model, {k: v[[0, 2, 3]] for k, v in batch.items()})
     c = float(reference_sq_norms(others).sqrt().median())
+    ghost = PerSampleClipper(model, causal_lm_losses, max_grad_norm=c, norm_mode=mode, probes=8, bookkeeping=False)
+    ghost.begin_step(1)
+    ghost.clipped_backward(batch)  # a clean first micro-batch passes the hooked-use check
     hook = model.get_input_embeddings().register_forward_hook(lambda m, i, out: out.index_fill(0, torch.tensor([1]), float("nan")))
     try:
+        with pytest.raises(UserError, match="gradient is not finite"):
+            ghost.clipped_backward(batch)
+        ghost.capture.remove()
         stats, got = _clipped(model, batch, c, norm_mode=mode, probes=8)
         assert stats.factors[1] == 0 and bool((stats.factors[[0, 2, 3]] > 0).all())
         if mode == "exact":
             _assert_close_all(got, reference_clipped_sum(others, c), 1e-6)
         assert all(bool(torch.isfinite(g).all()) for g in got)
-        with pytest.raises(UserError, match="not finite"):
+        with pytest.raises(UserError, match="finite per-sample gradient|gradient is not finite"):
             _clipped(model, batch, c, norm_mode=mode, probes=8, bookkeeping=False)
     finally:
         hook.remove()

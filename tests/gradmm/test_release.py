@@ -159,6 +159,24 @@ def test_a_neighbouring_data_set_moves_the_sums_by_at_most_c(release: str) -> No
         assert float(moved[1 - EXAMPLES[i][1]].norm()) < 1e-12  # the other class does not move
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_example_with_a_non_finite_hidden_state_is_left_out_of_the_clipped_sums(bad: float) -> None:
+    """One private example whose hidden state overflowed: the clipped sums are those of the others (a NaN would
+    otherwise make its class's released target NaN — a data-dependent, unnoised output)."""
+    from privlm.gradmm.release import PrivateFactors, factor_class_sums
+
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
+    prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
+    factors = _factors(model, tokenizer, prompt)
+    hidden = factors.hidden.clone()
+    hidden[3, 0] = bad
+    poisoned = PrivateFactors(hidden, factors.labels)
+    others = PrivateFactors(torch.cat([factors.hidden[:3], factors.hidden[4:]]), torch.cat([factors.labels[:3], factors.labels[4:]]))
+    for rows in (released_rows(prompt, "label-rows"), None):
+        got = factor_class_sums(model, poisoned, prompt, clip=0.05, rows=rows, batch_size=3)
+        torch.testing.assert_close(got, factor_class_sums(model, others, prompt, clip=0.05, rows=rows, batch_size=3))
+
+
 def test_noise_only_release_takes_no_factors_and_is_noise_at_the_same_sigma() -> None:
     model, tokenizer = build_tiny_model("tiny-llama", hidden_size=512, layers=1, heads=4)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])

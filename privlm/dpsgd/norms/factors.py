@@ -83,15 +83,19 @@ class OuterFactor:
         """Per-sample gradients (B, rows, cols)."""
         return self.left_t_times(self.right)
 
-    def weighted_sum(self, c: Tensor) -> Tensor:
-        """``Σ_i c_i L_iᵀ R_i`` (rows, cols) from the stored factors (book-keeping); a sample with ``c_i = 0`` adds
-        exactly nothing, even when its factors are not finite (0 · NaN would be NaN)."""
-        keep = (c != 0)[:, None, None]
-        right = torch.where(keep, self.right * c[:, None, None].to(self.right.dtype), 0).reshape(-1, self.cols)
+    def weighted_sum(self, c: Tensor, keep: Tensor | None = None) -> Tensor:
+        """``Σ_i c_i L_iᵀ R_i`` (rows, cols) from the stored factors (book-keeping); with ``keep`` (B,) bool, over
+        the kept samples only, exactly (copies the factors: only a micro-batch with a left-out sample pays)."""
+        right = self.right * c[:, None, None].to(self.right.dtype)
+        left = self.left
+        if keep is not None:
+            right = right.masked_fill_(~keep[:, None, None], 0)
+            left = left if self.onehot else torch.where(keep[:, None, None], left, 0)
+        right = right.reshape(-1, self.cols)
         if self.onehot:
             out = right.new_zeros(self.rows, self.cols)
-            return out.index_add_(0, self.left.reshape(-1), right)
-        return torch.where(keep, self.left, 0).reshape(-1, self.rows).transpose(0, 1) @ right
+            return out.index_add_(0, left.reshape(-1), right)
+        return left.reshape(-1, self.rows).transpose(0, 1) @ right
 
 
 @dataclass
@@ -100,10 +104,12 @@ class DenseFactor:
 
     per_sample: Tensor
 
-    def weighted_sum(self, c: Tensor) -> Tensor:
-        """``Σ_i c_i g_i``; a sample with ``c_i = 0`` adds exactly nothing, even a non-finite one."""
-        keep = (c != 0).reshape(-1, *[1] * (self.per_sample.dim() - 1))
-        return torch.tensordot(c.to(self.per_sample.dtype), torch.where(keep, self.per_sample, 0), dims=1)
+    def weighted_sum(self, c: Tensor, keep: Tensor | None = None) -> Tensor:
+        """``Σ_i c_i g_i``; with ``keep`` (B,) bool, over the kept samples only, exactly."""
+        per_sample = self.per_sample
+        if keep is not None:
+            per_sample = torch.where(keep.reshape(-1, *[1] * (per_sample.dim() - 1)), per_sample, 0)
+        return torch.tensordot(c.to(per_sample.dtype), per_sample, dims=1)
 
 
 Factor = Union[OuterFactor, DenseFactor]
@@ -205,9 +211,10 @@ def sq_norms(factors: list[Factor], mode: str, probes: int, draw: ProbeSource) -
     raise TypeError("a parameter mixes factor kinds; no layer handler produces this")
 
 
-def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size) -> Tensor:
-    """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping)."""
-    total = factors[0].weighted_sum(c).reshape(shape)
+def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size, keep: Tensor | None = None) -> Tensor:
+    """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping). ``keep`` (B,) bool: sum only
+    those samples, exactly — a left-out sample's factors may be NaN (``c_i = 0`` alone would give 0 · NaN)."""
+    total = factors[0].weighted_sum(c, keep).reshape(shape)
     for f in factors[1:]:
-        total.add_(f.weighted_sum(c).reshape(shape))
+        total.add_(f.weighted_sum(c, keep).reshape(shape))
     return total
