@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from privlm.cli._common import LABELS, TEMPLATE, console, err_console, print_json, public_classes
 from privlm.errors import UserError
@@ -102,9 +103,9 @@ def synthesize_with_progress(
         examples = load_private()  # a cut larger than a class, or bad rows, are refused here, before anything is written
         load_private = examples.copy
     n_batches = batches_per_class(per_class, config) * len(prompt.label_token_ids)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), _PublicCount(), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=False) as progress:
-        private = progress.add_task("DP release (private examples)", total=None)
+        private = progress.add_task("DP release (reading the private examples)", total=None, private=True)
         batches = progress.add_task("ADMM batches", total=n_batches)
         steps = progress.add_task("ADMM steps", total=config.outer_steps * config.inner_steps)
 
@@ -113,6 +114,7 @@ def synthesize_with_progress(
             progress.update(steps, completed=done, description=f"ADMM steps (match loss {loss:.4f})")
 
         def on_batch(label: int, index: int) -> None:
+            progress.update(private, total=1, completed=1)  # the private pass is over once synthesis starts
             progress.advance(batches)
             progress.reset(steps, description="ADMM steps")
 
@@ -120,10 +122,18 @@ def synthesize_with_progress(
             model, tokenizer, prompt, load_private,
             out=out, per_class=per_class, config=config, dp=dp, epsilon=epsilon, delta=delta, resume=resume,
             settings={"model": model_name, "data": str(data)},
-            on_private_batch=lambda n: progress.advance(private, n),
+            on_private_batch=lambda n: progress.refresh(),  # never counted: the count would be the set's size N
             on_step=on_step, on_batch=on_batch,
         )
     return result, time.perf_counter() - start
+
+
+class _PublicCount(MofNCompleteColumn):
+    """M/N for a task, blank for the private pass: its count would show the private set's size N, which GRADMM
+    never releases (:func:`privlm.gradmm.pipeline.private_set`)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.fields.get("private") else super().render(task)
 
 
 def print_rows(title: str, rows: list[dict[str, Any]], score: str, show: Callable[[dict[str, Any]], str]) -> None:

@@ -57,6 +57,7 @@ def test_readme_commands_run_on_a_tiny_model(tmp_path: Path, monkeypatch: pytest
         assert code == 0, err
         if argv[0] == "synth":
             assert "its size is not released" in out and "24" not in out.split("private set:")[1].splitlines()[0]
+            assert "24/" not in err and "reading the private examples" in err  # the progress line does not count N
             sidecar = json.loads(Path("notes_syn.privacy.json").read_text())
             assert "private_examples" not in sidecar and sidecar["private_data"] == "train=jsonl:notes_train.jsonl"
         if argv[0] == "eval":
