@@ -49,7 +49,7 @@ class RunFolder:
 
     @property
     def sidecar(self) -> Path:
-        return self.out.with_suffix(".privacy.json")
+        return sidecar_path(self.out)
 
 
 @contextlib.contextmanager
@@ -130,17 +130,18 @@ def reported_epsilon(target: float, accounted: float) -> float:
     return max(target, accounted) if math.isfinite(accounted) else accounted
 
 
-def epsilon_statement(ledger: Ledger, target: float, delta: float) -> dict[str, Any]:
-    """The ε part of a DP sidecar: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
-    ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta`` and
-    the ``ledger`` itself."""
+def sidecar_path(out: Path) -> Path:
+    """``FILE.privacy.json``, the privacy sidecar of the output ``FILE.jsonl``."""
+    return Path(out).with_suffix(".privacy.json")
+
+
+def epsilon_statement(ledger: Ledger, target: float, delta: float, *, ledger_file: Path, sidecar: Path) -> dict[str, Any]:
+    """The ε part of the DP sidecar ``sidecar``: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
+    ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta``, the
+    ``ledger`` itself and ``ledger_file``, the write-ahead ledger it was read from, relative to the sidecar's
+    folder (so a results folder can move): :mod:`privlm.evaluation.grid_privacy` follows it to compose a grid's
+    cells, each draw once."""
     accounted = ledger.epsilon(delta)
     return {"dp": True, "epsilon": reported_epsilon(target, accounted), "epsilon_target": target,
-            "epsilon_accounted": accounted, "delta": delta, "ledger": [entry.to_dict() for entry in ledger]}
-
-
-def ledger_pointer(ledger_file: Path, sidecar: Path) -> dict[str, str]:
-    """``{"ledger_file": …}``: the write-ahead ledger that accounts for a sidecar's output, relative to the
-    sidecar's folder (so a results folder can move); :mod:`privlm.evaluation.grid_privacy` follows it to compose
-    a grid's cells, each draw once."""
-    return {"ledger_file": os.path.relpath(ledger_file, sidecar.parent)}
+            "epsilon_accounted": accounted, "delta": delta, "ledger": [entry.to_dict() for entry in ledger],
+            "ledger_file": os.path.relpath(ledger_file, Path(sidecar).parent)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -62,10 +63,11 @@ def test_reported_epsilon_is_never_below_the_target_and_never_hides_nan() -> Non
 
 def test_epsilon_statement_reports_the_ledger() -> None:
     ledger = Ledger([ENTRY])
-    block = epsilon_statement(ledger, 0.001, 1e-5)
+    block = epsilon_statement(ledger, 0.001, 1e-5, ledger_file=Path("out.jsonl.x/privacy.json"), sidecar=Path("out.privacy.json"))
     accounted = ledger.epsilon(1e-5)
     assert block == {"dp": True, "epsilon": max(0.001, accounted), "epsilon_target": 0.001,
-                     "epsilon_accounted": accounted, "delta": 1e-5, "ledger": [ENTRY.to_dict()]}
+                     "epsilon_accounted": accounted, "delta": 1e-5, "ledger": [ENTRY.to_dict()],
+                     "ledger_file": "out.jsonl.x/privacy.json"}  # relative to the sidecar's folder
 
 
 def test_run_folder_paths(tmp_path) -> None:

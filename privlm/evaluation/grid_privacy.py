@@ -16,7 +16,7 @@ training checkpoint's copy).
 
 The check behind the number (ASSUMPTION made explicit): every finished DP cell's set is accounted by a
 write-ahead ledger that begins with the ledger its sidecar (``synthetic.privacy.json``) reports — the one
-its ``ledger_file`` names (:func:`privlm.runfolder.ledger_pointer`) or, for sidecars written before that
+its ``ledger_file`` names (:func:`privlm.runfolder.epsilon_statement`) or, for sidecars written before that
 field, one inside the cell's own folder — and a ledger outside ``DIR/work/private-cache`` accounts for one
 cell only (two cells claiming one such ledger would hide a draw: a copied sidecar or run folder). A cell
 that fails (a set from an older privlm, a deleted run folder), an unreadable ledger or sidecar, or a ledger
@@ -38,10 +38,10 @@ from typing import Any
 from privlm.errors import UserError
 from privlm.privacy.events import Event, event_from_dict
 from privlm.privacy.ledger import Ledger, LedgerEntry
-from privlm.runfolder import LEDGER
+from privlm.runfolder import LEDGER, sidecar_path
 from privlm.synthesis.registry import SET_FILE
 
-SIDECAR = Path(SET_FILE).with_suffix(".privacy.json").name
+SIDECAR = sidecar_path(Path(SET_FILE)).name
 SHARED = "private-cache"  # the experiment's cache folder under work/: runs there may serve several cells
 
 

@@ -41,7 +41,7 @@ from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.generate import StepCallback, instructions_for, synthesize
 from privlm.gradmm.prompt import Prompt
 from privlm.runfolder import (
-    RunFolder, check_or_write_settings, epsilon_statement, hold, ledger_pointer, write_ahead,
+    RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead,
 )
 from privlm.gradmm.release import (
     PrivateFactors,
@@ -81,12 +81,12 @@ class SynthResult:
     reused_release: bool
 
 
-def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
+def privacy_statement(release: Release, paths: RunPaths) -> dict:
     """The sidecar's content: what the whole output costs in privacy, and how it was made.
 
-    ``epsilon_accounted`` is the PLD answer at ``delta`` for ``ledger`` — the run folder's write-ahead
-    ledger, which holds every draw made for this output, a redraw after a lost or deleted release included
-    (without one: this release alone); the reported ``epsilon`` is the larger of that and the calibration
+    ``epsilon_accounted`` is the PLD answer at ``delta`` for the run folder's write-ahead ledger
+    (``paths.ledger``), which holds every draw made for this output, a redraw after a lost or deleted release
+    included (without one, e.g. on a rank without the shared folder: this release alone); the reported ``epsilon`` is the larger of that and the calibration
     target, so it is never under-reported (:func:`privlm.runfolder.reported_epsilon`).
     """
     if not release.dp:
@@ -115,11 +115,11 @@ def privacy_statement(release: Release, ledger: Ledger | None = None) -> dict:
             "mechanism": "noise-only control: pure Gaussian noise at the σ and C of the DP release; "
             "no private data was read, so it spends no privacy",
         }
-    event = GaussianRelease(release.noise_multiplier, snapped=release.snapped)
-    if ledger is None or not len(ledger):
-        ledger = Ledger([LedgerEntry(event, 1, "this release")])
+    ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
+    if not len(ledger):
+        ledger = Ledger([LedgerEntry(GaussianRelease(release.noise_multiplier, snapped=release.snapped), 1, "this release")])
     return {
-        **epsilon_statement(ledger, release.epsilon, release.delta),  # every draw of this run's folder, redraws included
+        **epsilon_statement(ledger, release.epsilon, release.delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
         **public,
         **private_set(release),
         "clipping": "per-sample L2 clipping of the last-position LM-head gradient in the released rows "
@@ -283,9 +283,7 @@ def run_synthesis(
         on_step=on_step, on_batch=on_batch, public_dir=public_dir,
     )
     rows = _rows(selected, release)
-    privacy = privacy_statement(release, Ledger.load(paths.ledger) if paths.ledger.exists() else None)
-    if "ledger" in privacy and paths.ledger.exists():
-        privacy = {**privacy, **ledger_pointer(paths.ledger, paths.sidecar)}
+    privacy = privacy_statement(release, paths)
     if instructions is not None:
         privacy = {**privacy, "instructions": instructions}
     if rank0:

@@ -45,7 +45,7 @@ from privlm.evaluation.baselines import Sampling, chat_prompt, class_instruction
 from privlm.evaluation.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import (
-    LEDGER, LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold, ledger_pointer,
+    LEDGER, LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold, sidecar_path,
 )
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
@@ -181,12 +181,12 @@ def run_dp_finetune(
             for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,
                                  instructions=config.instructions, sampling=sampling)]
     privacy = {
-        **epsilon_statement(ledger, epsilon, delta), "private_release": ledger.private_release,
-        **ledger_pointer(run_dir / LEDGER, out.with_suffix(".privacy.json")),
+        **epsilon_statement(ledger, epsilon, delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(out)),
+        "private_release": ledger.private_release,
         "settings": config.to_dict(),
         "mechanism": "DP-SGD (Poisson sampling, per-sample clipping, Gaussian noise; LoRA) on public class prompt + "
         "private text, then sampling from the trained model with the public prompts (post-processing)",
     }
-    write_text_atomic(out.with_suffix(".privacy.json"), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(sidecar_path(out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
     write_text_atomic(out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return DPFinetuneResult(rows, privacy)

@@ -58,7 +58,7 @@ from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
 from privlm.runfolder import (
-    RunFolder, check_or_write_settings, epsilon_statement, hold, ledger_pointer, write_ahead,
+    RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead,
 )
 from privlm.synthesis.pe.config import PEConfig
 
@@ -310,7 +310,7 @@ def privacy_statement(
         return {"dp": False, "epsilon": None, "delta": None,
                 "warning": "NOT differentially private (no noise): the histograms are exact private vote counts"}
     return {
-        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta), **ledger_pointer(paths.ledger, paths.sidecar),
+        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
         "noise_multiplier": sigma, "iterations": config.iterations,
         "candidates_per_class": candidates, "bins_per_histogram": n_classes * candidates,
         "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
