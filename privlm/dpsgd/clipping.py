@@ -164,12 +164,12 @@ class PerSampleClipper:
         if not self.bookkeeping and not self._uses_checked:
             self._check_every_use_is_hooked(losses, factors)
         c = clip_factors(total.detach(), self.max_grad_norm)
+        keep = None if bool((c != 0).all()) else c != 0  # c_i = 0 only for a non-finite norm; one check per micro-batch
         with record_function("privlm.clipped_sum"):
-            if self.bookkeeping:
-                keep = None if bool((c != 0).all()) else c != 0  # one check per micro-batch; masks only when needed
+            if self.bookkeeping:  # masks (copies factors) only when a sample is left out
                 clipped = [weighted_sum(factors[p], c, p.shape, keep) if p in factors else None for p in self.params]
             else:
-                if not bool((c != 0).all()):  # c_i = 0 only for a non-finite norm, and 0 · NaN is NaN in the backward
+                if keep is not None:  # 0 · NaN is NaN in the backward: the second backward cannot leave it out
                     raise UserError(
                         "a per-sample gradient is not finite (overflow?) and the second-backward clipped sum cannot "
                         "leave it out; lower the learning rate, use float32, or use book-keeping (the default)"

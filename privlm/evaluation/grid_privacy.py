@@ -150,9 +150,9 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     for path, cells in claims.items():
         if len(cells) > 1 and shared not in path.parents:
             unaccounted.extend(cells)
-    counted = [ledgers.read[path] for path in sorted(ledgers.counted)]
-    merged = Ledger([entry for ledger in counted if ledger is not None for entry in ledger])
-    seeded = sum(ledger is not None and not ledger.private_release for ledger in counted)
+    counted = [ledgers.read[path] for path in sorted(ledgers.counted)]  # only ledgers that were read are counted
+    merged = Ledger([entry for ledger in counted for entry in ledger])
+    seeded = sum(not ledger.private_release for ledger in counted)
     stated = dp_cells and not (unaccounted or ledgers.unreadable or seeded)
     return GridPrivacy(merged.epsilon(delta) if stated else None, delta, len(counted), merged.count, dp_cells,
                        tuple(unaccounted), seeded, tuple(ledgers.unreadable))
