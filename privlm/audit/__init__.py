@@ -16,6 +16,15 @@ the canaries (inclusion bits, texts, crafted rows) come from seeded numpy and to
 :class:`~privlm.randomness.SecureRandom`: an audit measures a mechanism and protects no one.
 """
 
-from privlm.audit.bound import AuditBound, best_lower_bound, epsilon_lower_bound, p_value
+from typing import Any
 
 __all__ = ["AuditBound", "best_lower_bound", "epsilon_lower_bound", "p_value"]
+
+
+def __getattr__(name: str) -> Any:
+    """The bound's names, imported on first use (listing the audited mechanisms must not import scipy)."""
+    if name in __all__:
+        from privlm.audit import bound
+
+        return getattr(bound, name)
+    raise AttributeError(f"module 'privlm.audit' has no attribute {name!r}")

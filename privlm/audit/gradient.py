@@ -33,7 +33,9 @@ import torch
 from torch import Tensor, nn
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
-from privlm.audit.training import RunSettings, null_mask, train_private
+from privlm.audit.scale import Scale
+from privlm.audit.training import RunSettings, cell_settings, null_mask, train_private
+from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
@@ -121,3 +123,17 @@ class GradientCanaries:
             details={"noise_multiplier": run.noise_multiplier, "sample_rate": run.sample_rate,
                      "steps": run.steps, "canary_norm": self.canary_norm, "real_examples": self.real_examples},
         )
+
+
+def _canaries(scale: Scale) -> GradientCanaries:
+    return GradientCanaries(canaries=scale.canaries, canary_norm=scale.canary_norm, real_examples=scale.real_examples)
+
+
+def run_whitebox(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``dpsgd-whitebox``: DP-SGD in norm ``mode`` at target ε with gradient canaries."""
+    return _canaries(scale).run(cell_settings(mode, epsilon, scale, delta, seed))
+
+
+def run_dp_loss(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``dp-loss``: as :func:`run_whitebox`, with the DP training-loss release in the budget."""
+    return _canaries(scale).run(cell_settings(mode, epsilon, scale, delta, seed, LossRelease()))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
+from privlm.audit.scale import Scale
 from privlm.errors import UserError
 from privlm.gradmm.prompt import build_prompt, head_logits
 from privlm.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
@@ -79,3 +80,8 @@ class GradmmCanaries:
             details={"noise_multiplier": release.noise_multiplier, "hidden_size": width, "release": self.release,
                      "canary_norm": self.norm, "smallest_gradient_norm": float(norms.min()) / clip},
         )
+
+
+def run_cell(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``gradmm``: one release of the ``mode`` rows (``label-rows`` or ``full``) at ε."""
+    return GradmmCanaries(canaries=scale.gradmm_canaries, release=mode).run(epsilon, delta, seed=seed)

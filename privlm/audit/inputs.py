@@ -11,13 +11,14 @@ the mechanism as a user's data meets it, and are far weaker than :mod:`privlm.au
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
-from privlm.audit.training import RunSettings, null_mask, train_private
+from privlm.audit.scale import Scale
+from privlm.audit.training import RunSettings, cell_settings, null_mask, train_private
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
 from privlm.resources.models import load_model
@@ -74,3 +75,15 @@ class InputCanaries:
                      "real_examples": self.real_examples, "model": self.model, "lora_rank": self.lora_rank,
                      "lora_layers": self.lora_layers},
         )
+
+
+def run_blackbox(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``dpsgd-blackbox``: DP-SGD on the tiny model with random-text canaries."""
+    return InputCanaries(canaries=scale.canaries).run(cell_settings(mode, epsilon, scale, delta, seed))
+
+
+def run_smollm2(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``smollm2-blackbox``: DP-SGD with LoRA r = 8 on SmolLM2's last 2 blocks, input canaries."""
+    settings = replace(cell_settings(mode, epsilon, scale, delta, seed), steps=scale.smollm2_steps, physical_batch_size=64)
+    smollm2 = InputCanaries(canaries=scale.smollm2_canaries, model="smollm2-135m", lora_rank=8, lora_layers=2)
+    return smollm2.run(settings)

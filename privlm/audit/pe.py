@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
+from privlm.audit.scale import Scale
 from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
 from privlm.synthesis.pe.config import PEConfig
@@ -95,3 +96,8 @@ class PECanaries:
             details={"noise_multiplier": sigma, "iterations": iterations, "candidates_per_class": len(candidates[0]),
                      "per_class": per_class, "classes": self.classes, "embedding_dimension": self.dimension},
         )
+
+
+def run_cell(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
+    """Audit entry point ``pe``: T noisy vote histograms at ε (``mode`` is ``histograms``, PE's only one)."""
+    return PECanaries(canaries=scale.pe_canaries).run(epsilon, delta, seed=seed)

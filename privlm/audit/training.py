@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from privlm.audit.scale import Scale
 from privlm.dpsgd.engine import PrivacyEngine
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.sampling import poisson_loader
@@ -52,6 +53,15 @@ class RunSettings:
     loss_release: LossRelease | None = None
     seed: int = 0
     noise_multiplier: float | None = None
+
+
+def cell_settings(mode: str, epsilon: float, scale: Scale, delta: float, seed: int,
+                  loss_release: LossRelease | None = None) -> RunSettings:
+    """The :class:`RunSettings` of a DP-SGD audit cell: norm ``mode``, target ε, and the DP-SGD fields of ``scale``."""
+    return RunSettings(
+        norm_mode=mode, target_epsilon=epsilon, delta=delta, sample_rate=scale.sample_rate, steps=scale.steps,
+        probes=scale.probes, physical_batch_size=scale.physical_batch_size, loss_release=loss_release, seed=seed,
+    )
 
 
 def null_mask(seq_len: int) -> torch.Tensor:

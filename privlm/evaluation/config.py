@@ -41,14 +41,13 @@ cells), reruns the cells of a method whose parameters changed, and refuses rows 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.evaluation.finetune_config import FinetuneConfig, preset
 from privlm.resources.datasets import DataSpec, data_spec
@@ -62,11 +61,6 @@ _METHOD_NAME = re.compile(r"[A-Za-z0-9_-]+(@[A-Za-z0-9._-]+)?")
 
 
 CELL_INDEPENDENT = ("hash", "methods", "n_per_class", "seeds")  # a cell's result does not depend on these lists
-
-
-def digest(value: Any) -> str:
-    """SHA-256 (first 16 hex digits) of ``value``'s canonical JSON."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def shared_hash(config: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.config import digest
+from privlm.digest import digest
 from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, sample_texts
 from privlm.gradmm.admm import run_admm
 from privlm.atomic import json_once, write_text_atomic

@@ -23,7 +23,7 @@ from privlm.gradmm.filtering import Candidate
 from privlm.gradmm.matching import residuals
 from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.atomic import atomic_path
-from privlm.evaluation.config import digest
+from privlm.digest import digest
 from privlm.gradmm.release import Release, model_fingerprint
 
 

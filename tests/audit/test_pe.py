@@ -9,7 +9,7 @@ import pytest
 
 from privlm.audit.bound import best_lower_bound
 from privlm.audit.pe import PECanaries
-from privlm.audit.runner import QUICK, Cell, audit_cell, grid
+from privlm.audit.runner import QUICK, Cell, audit_cell, grid, verdict
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import noise_multiplier, vote_counts
 
@@ -50,7 +50,7 @@ def test_pe_audit_reaches_a_real_bound_below_the_claim(seeded_os_keys):
 
 
 def test_the_grid_has_pe_cells():
-    row = audit_cell(Cell("pe", "histograms", 4.0), QUICK, DELTA, 0)
+    row = verdict(audit_cell(Cell("pe", "histograms", 4.0), QUICK, DELTA, 0), 1)
     assert row["canaries"] == 64 and not row["violation"] and row["run_iterations"] == 3
     assert grid(["pe"], None, [1, 4, 8]) == [Cell("pe", "histograms", e) for e in (1.0, 4.0, 8.0)]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.errors import UserError
-from privlm.evaluation.config import digest
+from privlm.digest import digest
 from privlm.synthesis.registry import MethodContext
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from privlm.evaluation.config import digest
+from privlm.digest import digest
 from privlm.synthesis.registry import MethodContext
 from privlm.gradmm.config import make_config
 from privlm.gradmm.pipeline import run_synthesis

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privlm.evaluation.config import digest
+from privlm.digest import digest
 from privlm.synthesis.registry import MethodContext
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import run_pe
