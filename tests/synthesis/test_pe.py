@@ -21,7 +21,9 @@ from privlm.privacy.snapping import snapping_eta
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.pe.config import PEConfig
-from privlm.synthesis.pe.mechanism import PEPaths, histogram_snapped, noise_multiplier, run_pe, vote_counts
+from privlm.synthesis.pe.mechanism import (
+    PEPaths, histogram_snapped, nearest_candidates, noise_multiplier, run_pe, vote_counts,
+)
 
 NAMES = ["negative", "positive"]
 PRIVATE = [("a joyful, clever film", 1), ("tedious and empty", 0), ("moving and beautifully acted", 1), ("a mess of a movie", 0)]
@@ -78,6 +80,40 @@ def test_one_example_moves_the_histogram_by_exactly_one_in_l2() -> None:
         keep = np.arange(30) != i
         neighbour = np.concatenate(vote_counts(private[keep], labels[keep], candidates))
         assert np.linalg.norm(full - neighbour) == 1.0
+
+
+def _exact_ties(rng: np.random.Generator, rows: int, candidates: np.ndarray) -> np.ndarray:
+    """Unit embeddings on exact ties: the normalised midpoints of random pairs of distinct candidates."""
+    pairs = rng.integers(0, len(candidates), size=(3 * rows, 2))
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]][:rows]
+    mid = (candidates[pairs[:, 0]] + candidates[pairs[:, 1]]) / 2
+    return mid / np.linalg.norm(mid, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("position", ["first", "middle", "last"])
+def test_adding_one_example_changes_no_other_examples_vote_even_on_exact_ties(position) -> None:
+    """Every vote is a function of its own example: adding one (at any position, any count of rows, so
+    chunked searches would cut the others differently) leaves every other vote unchanged, ties included,
+    and the histogram moves by exactly one vote. A batched nearest-neighbour search failed this: adding
+    one example in front of 256 tied rows moved another row's vote in 15 of 40 trials."""
+    rng = np.random.default_rng(7)
+    cand = rng.standard_normal((64, 64))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    moved = 0
+    for rows in (255, 256, 257, 300):
+        tied = _exact_ties(rng, rows, cand)
+        base = nearest_candidates(tied, cand)
+        assert (base == [nearest_candidates(t[None], cand)[0] for t in tied]).all()  # = each row alone
+        for extra in (rng.standard_normal(64), tied[rows // 3]):  # a random example, and another tie
+            at = {"first": 0, "middle": rows // 2, "last": rows}[position]
+            added = np.insert(tied, at, extra / np.linalg.norm(extra), axis=0)
+            others = np.delete(nearest_candidates(added, cand), at)
+            moved += int((others != base).sum())
+            labels = np.zeros(rows, dtype=np.int64)
+            before = vote_counts(tied, labels, [cand])[0]
+            after = vote_counts(added, np.zeros(rows + 1, dtype=np.int64), [cand])[0]
+            assert np.abs(after - before).sum() == 1 and np.linalg.norm(after - before) == 1.0
+    assert moved == 0
 
 
 def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_examples(lm, tmp_path, monkeypatch) -> None:

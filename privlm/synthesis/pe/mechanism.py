@@ -3,12 +3,13 @@
 Per class, a population of M public candidates (zero-shot samples of the public LM,
 :func:`privlm.evaluation.baselines.zero_shot`) evolves for T iterations. In iteration t every private
 example votes once, for its nearest candidate of its own class (mean-pooled final hidden states of the
-public model, unit-normalized, Euclidean nearest neighbour with scikit-learn), and the vote histogram of
+public model, unit-normalized, Euclidean nearest neighbour computed per row, :func:`nearest_candidates`), and the vote histogram of
 all classes together is released with Gaussian noise. The ⌈M/(1+V)⌉ candidates with the most noisy votes
 survive and the public LM writes V rewrites ("variations") of each; after the last iteration the top
 n per class by the last noisy histogram are the output.
 
-**Guarantee.** Under add/remove-one adjacency an example casts exactly one vote per iteration, so one
+**Guarantee.** Under add/remove-one adjacency an example casts exactly one vote per iteration, and every
+other example's vote is computed from its own embedding and the public candidates alone, so one
 iteration's histogram (all classes concatenated, K·M bins) changes by one in one bin: L2 sensitivity 1.
 Adding N(0, σ²) to every bin is a Gaussian mechanism with noise multiplier σ, and the T iterations
 compose adaptively as T ``GaussianRelease(σ)`` events; σ is the smallest (within 1e-3) for which
@@ -78,18 +79,34 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
 
 
+def nearest_candidates(queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Index (Q,) of each query's nearest candidate (queries (Q, d), candidates (M, d)).
+
+    Distance: squared Euclidean up to each query's constant ‖q‖², i.e. ‖c‖² − 2⟨c, q⟩, in float64.
+    **Tie rule**: the lowest candidate index among the smallest computed values. **Per-row shape**: each
+    query is computed on its own, as one (M, d) × (d,) product against the whole candidate matrix, so
+    its result is a function of that query and the (public) candidates alone: the same floating-point
+    operations whatever other private rows are present, how many there are, or where the query sits.
+    A batched search (scikit-learn's chunks of rows) rounds a query's distances differently with its
+    chunk, and a query on an exact tie could then switch its vote when another example is added."""
+    cand = np.ascontiguousarray(candidates, dtype=np.float64)
+    offsets = np.einsum("ij,ij->i", cand, cand)
+    nearest = np.empty(len(queries), dtype=np.int64)
+    for i, query in enumerate(np.asarray(queries, dtype=np.float64)):
+        nearest[i] = int(np.argmin(offsets - 2.0 * (cand @ query)))
+    return nearest
+
+
 def vote_counts(private: np.ndarray, labels: np.ndarray, candidates: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Exact votes (PRIVATE): per class k, how many class-k private embeddings have each class-k candidate
-    as their nearest (Euclidean; ties to the lower index). One vote per example: L2 sensitivity 1."""
-    from sklearn.neighbors import NearestNeighbors
-
+    as their nearest (:func:`nearest_candidates`: per-row computation, ties to the lower index). One vote
+    per example, and no example's vote depends on the others: L2 sensitivity 1."""
     counts = []
     for k, cand in enumerate(candidates):
         members = private[labels == k]
         votes = np.zeros(len(cand), dtype=np.int64)
         if len(members):
-            nearest = NearestNeighbors(n_neighbors=1).fit(cand).kneighbors(members, return_distance=False)[:, 0]
-            votes = np.bincount(nearest, minlength=len(cand))
+            votes = np.bincount(nearest_candidates(members, cand), minlength=len(cand))
         counts.append(votes)
     return counts
 
