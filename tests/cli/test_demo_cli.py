@@ -55,6 +55,23 @@ def test_demo_runs_dp_synthesis_and_reuses_its_release(
     assert second["privacy"]["release_sha256"] == first["privacy"]["release_sha256"]
 
 
+def test_demo_prints_no_size_of_a_user_file_and_names_what_is_not_dp(
+    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"text": f"note {i} about the {'bad' if i % 2 else 'good'} day",
+                                         "label": "bad" if i % 2 else "good"}) + "\n" for i in range(37)))
+    args = ["--model", "tiny-llama", "--data", f"jsonl:{notes}", "--labels", "good,bad", "--per-class", "2",
+            "--eval-test", "0", "--json"]
+    facts = _demo(args, capsys)
+    assert "num_examples" not in facts["data"] and "split_sizes" not in facts["data"]
+    assert "37" not in json.dumps(facts["data"]) and "not released" in facts["data"]["sizes_note"]
+    assert any("random real" in line for line in facts["not_differentially_private"])
+    builtin = _demo(["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "0", "--json"], capsys)
+    assert builtin["data"]["num_examples"] > 0 and builtin["data"]["sizes_note"].startswith("public")
+
+
 def test_demo_ends_with_synthetic_vs_random_real_accuracies(
     tmp_path: Path, monkeypatch, capsys, label_filter_agrees
 ) -> None:
