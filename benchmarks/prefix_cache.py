@@ -34,6 +34,7 @@ import torch  # noqa: E402
 
 from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from privlm.dpsgd.losses import label_word_lm_losses  # noqa: E402
+from privlm.evaluation.prompts import pad_token_id  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.data import encode, load_task_data, make_collate  # noqa: E402
 from privlm.training.head import LabelWordHead, head_losses, label_token_ids  # noqa: E402
@@ -56,15 +57,15 @@ def epoch_runner(variant: str, args: argparse.Namespace, data, rows, classes) ->
         loss_fn = functools.partial(label_word_lm_losses, label_ids=torch.tensor(ids))
     else:
         module, loss_fn = LabelWordHead(model, ids), head_losses
-    token_rows, token_collate = rows, collate
+    token_rows = rows
 
     def build() -> float:
         start = time.perf_counter()
-        compute_features(module, token_rows, token_collate).to(torch.bfloat16)
+        compute_features(module, token_rows, pad_token_id(tokenizer), args.length).to(torch.bfloat16)
         return time.perf_counter() - start
 
     if variant == "head cached":
-        features = compute_features(module, rows, collate).to(torch.bfloat16)
+        features = compute_features(module, rows, pad_token_id(tokenizer), args.length).to(torch.bfloat16)
         rows, collate = cached_rows(features, classes), collate_cached
 
     def epoch() -> float:

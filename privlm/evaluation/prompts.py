@@ -17,6 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.resources.padding import padded_batch
 from privlm.resources.verbalizers import Verbalizer, fill
 
 IGNORE_INDEX = -100
@@ -69,20 +70,21 @@ def check_label_words(tokenizer: PreTrainedTokenizerBase, verbalizer: Verbalizer
         seen[ids] = word
 
 
-def collate(options: Sequence[EncodedOption], pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate(
+    options: Sequence[EncodedOption], pad_token_id: int, *, width: int | None = None, rows: int | None = None
+) -> dict[str, torch.Tensor]:
     """Right-padded batch: ``input_ids``, ``attention_mask`` and ``labels`` (shape ``(B, T)``).
 
     ``labels`` holds the option tokens at their own positions and ``IGNORE_INDEX`` elsewhere
     (context and padding), so a shifted cross-entropy over ``labels`` is the label-word loss.
+    ``T`` is ``width`` (default: the longest option) and ``B`` is ``rows`` (default: one per option): a
+    fixed shape adds one-token filler rows after the options, with no target
+    (:func:`privlm.resources.padding.padded_batch`, which refuses options that do not fit).
     """
-    width = max(len(o.input_ids) for o in options)
-    ids = torch.full((len(options), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(options), width), dtype=torch.long)
-    labels = torch.full((len(options), width), IGNORE_INDEX, dtype=torch.long)
+    ids, mask, _ = padded_batch([o.input_ids for o in options], pad_token_id, width=width, rows=rows)
+    labels = torch.full_like(ids, IGNORE_INDEX)
     for row, option in enumerate(options):
         length = len(option.input_ids)
-        ids[row, :length] = torch.tensor(option.input_ids)
-        mask[row, :length] = 1
         labels[row, length - option.n_option_tokens : length] = ids[row, length - option.n_option_tokens : length]
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 

@@ -77,19 +77,23 @@ class LabelWordHead(nn.Module):
         self.rows.train(mode)
         return self
 
-    def features(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """The frozen model's final hidden state (B, d) at the position predicting each row's label word."""
-        return self.features_and_classes(batch)[0]
+    def features(self, batch: Mapping[str, Tensor], examples: int | None = None) -> Tensor:
+        """The frozen model's final hidden state (B, d) at the position predicting each row's label word.
 
-    def features_and_classes(self, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
+        ``examples``: only the first ``examples`` rows are examples (B = ``examples``); the rest are filler
+        rows of a fixed-shape batch (:func:`privlm.evaluation.prompts.collate` with ``rows``), run with the
+        batch so that its shape is the one asked for, and dropped."""
+        return self.features_and_classes(batch, examples)[0]
+
+    def features_and_classes(self, batch: Mapping[str, Tensor], examples: int | None = None) -> tuple[Tensor, Tensor]:
         """Features (B, d) and gold classes (B,): given in cached batches, else through the frozen model
-        and read off the label word (located once)."""
+        and read off the label word (located once); ``examples`` as in :meth:`features`."""
         if "features" in batch:
             return batch["features"], batch["classes"]
-        positions, classes = label_word_targets(batch["labels"], self.label_ids)
+        positions, classes = label_word_targets(batch["labels"][:examples], self.label_ids)
         with torch.no_grad():
             hidden = self.model.base_model(**model_inputs(self.model, batch)).last_hidden_state
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), positions], classes
+        return hidden[torch.arange(positions.shape[0], device=hidden.device), positions], classes
 
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         features = batch["features"] if "features" in batch else self.features(batch)

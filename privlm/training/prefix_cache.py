@@ -11,11 +11,22 @@ so the cache folder is protected like the data: it lives in the run folder (or a
 never in a results folder or a release, and its ``meta.json`` holds the data fingerprint
 (:mod:`privlm.training.fingerprint`). It is **bound to its inputs**: ``meta.json`` records the
 fingerprints of the encoded training and test rows, of the model (configuration and every weight) and
-the layout (dtype, what is cached); a cache whose fingerprints differ from the run's is refused (exit 2,
-naming which differs), never silently reused or rebuilt. A run reading a cache trains on exactly the
-features the uncached run computes (up to the cast to the cache dtype, which is post-processing of
-public weights and the example, per example), so the DP guarantee, the resume binding and the ledger
-are those of the uncached run: each training row (h_i, y_i) still depends on example i only.
+the layout (dtype, what is cached, the batch shapes); a cache whose fingerprints differ from the run's is
+refused (exit 2, naming which differs), never silently reused or rebuilt.
+
+**Each row depends on its own example only, bitwise.** A model's output for one row can change in its
+last bits with the shape of the batch it is computed in, so batching rows by length would let one added
+example move others into batches of another width and change their features. :func:`compute_features`
+instead runs every row in a batch of ``BATCH_ROWS`` rows × the width of the public ladder
+(:func:`privlm.resources.padding.shape_buckets`, capped at the run's ``max_length``) that holds it, with
+at least one filler row: h_i (and its cast to the cache dtype) is a function of example i, the public
+weights and those public constants alone — on a given machine and software stack, the same bits
+whatever the other rows, their number or order, and whichever chunk of the resumable build holds row i (``tests/training/test_prefix_cache.py``).
+So each training row (h_i, y_i) depends on example i only, and the DP guarantee, the resume binding
+and the ledger are those of DP-SGD on the fixed rows (h_i, y_i) — up to the rounding of DP-SGD's own
+micro-batches, quantified in :mod:`privlm.training.data`. The uncached head-only run computes h inside
+those micro-batches instead (other batch shapes), so cached and uncached runs agree to rounding, not
+bitwise.
 
 Written atomically (temporary folder, ``os.replace``): a cache folder is complete or absent. The build
 itself goes chunk by chunk through a private ``.<name>.partial`` folder beside it (bound to the same key),
@@ -32,7 +43,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -40,11 +50,13 @@ from torch import Tensor
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.evaluation.prompts import EncodedOption
+from privlm.evaluation.prompts import EncodedOption, collate
+from privlm.resources.padding import WIDTH_STEP, shape_buckets
 from privlm.training.fingerprint import data_fingerprint, model_fingerprint
 from privlm.training.head import LabelWordHead
 
-LAYOUT = "final hidden state at the position predicting the first label-word token (privlm-head-v1)"
+LAYOUT = "final hidden state at the position predicting the first label-word token (privlm-head-v2)"
+BATCH_ROWS = 8  # rows of every batch of the feature pass (at most BATCH_ROWS - 1 examples and a filler row)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
@@ -59,22 +71,28 @@ class Features:
 
 
 def compute_features(
-    head: LabelWordHead, rows: Sequence[EncodedOption], collate: Callable[[list], Any], batch_size: int = 8
+    head: LabelWordHead, rows: Sequence[EncodedOption], pad_id: int, max_length: int, batch_size: int = BATCH_ROWS
 ) -> Tensor:
-    """h (len(rows), d) of every row, in row order (batched by length: less padding)."""
-    if not rows:
-        return torch.zeros(0, head.rows.in_features, dtype=head.rows.weight.dtype)
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+    """h (len(rows), d) of every row, in row order, in the dtype of the head's rows.
+
+    Row i is computed in a batch of exactly ``batch_size`` rows × ``min(max_length, WIDTH_STEP·⌈len_i/WIDTH_STEP⌉)``
+    tokens, padded with ``pad_id`` and at least one filler row (:func:`~privlm.resources.padding.shape_buckets`),
+    so h_i does not depend on the other rows (bitwise). ``max_length`` must be a public bound on every row's
+    length — the run's ``max_length`` the rows were encoded with, never one read off the rows; a longer
+    row is a ``ValueError``."""
     out = torch.empty(len(rows), head.rows.in_features, dtype=head.rows.weight.dtype)
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        out[idx] = head.features(collate([rows[i] for i in idx]))
+    for indices, width in shape_buckets([len(r.input_ids) for r in rows], batch_size, max_length):
+        batch = collate([rows[i] for i in indices], pad_id, width=width, rows=batch_size)
+        out[indices] = head.features(batch, len(indices))
     return out
 
 
-def _key(head: LabelWordHead, train: Sequence[EncodedOption], test: Sequence[EncodedOption], dtype: str) -> dict[str, str]:
+def _key(
+    head: LabelWordHead, train: Sequence[EncodedOption], test: Sequence[EncodedOption], dtype: str, max_length: int
+) -> dict[str, str]:
+    shapes = f"batches of {BATCH_ROWS} rows x widths {WIDTH_STEP}, {2 * WIDTH_STEP}, ... up to {max_length}"
     return {"train": data_fingerprint(train), "test": data_fingerprint(test), "model": model_fingerprint(head),
-            "layout": f"{LAYOUT}; {dtype}"}
+            "layout": f"{LAYOUT}; {shapes}; {dtype}"}
 
 
 _WHAT = {"train": "other training rows", "test": "other test rows", "model": "another model or label words",
@@ -86,20 +104,23 @@ def load_or_build(
     head: LabelWordHead,
     train: Sequence[EncodedOption],
     test: Sequence[EncodedOption],
-    collate: Callable[[list], Any],
+    pad_id: int,
+    max_length: int,
     dtype: str = "bfloat16",
     on_build: Callable[[int], None] | None = None,
     chunk: int = 128,
 ) -> Features:
     """The features of ``train`` and ``test`` from ``cache_dir`` (built there first if absent).
 
-    Refuses (UserError) a cache built for other rows, another model or another layout. ``on_build(n)`` is
+    ``pad_id`` and ``max_length`` (the public bound the rows were encoded with) are those of
+    :func:`compute_features`. Refuses (UserError) a cache built for other rows, another model or another
+    layout (another ``max_length`` included). ``on_build(n)`` is
     called before a build of n examples (progress reporting). A build writes ``chunk`` examples at a time
     into ``.<cache_dir name>.partial/`` beside the cache (same key, checked the same way), so a killed
     build resumes at its last finished chunk; the partial folder is removed once the cache is complete."""
     if dtype not in DTYPES:
         raise UserError(f"cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    key = _key(head, train, test, dtype)
+    key = _key(head, train, test, dtype, max_length)
     meta_path = cache_dir / "meta.json"
     if meta_path.exists():
         _check_key(json.loads(meta_path.read_text(encoding="utf-8")).get("key", {}), key, f"the feature cache {cache_dir}")
@@ -110,7 +131,7 @@ def load_or_build(
     start = time.perf_counter()
     partial = cache_dir.parent / f".{cache_dir.name}.partial"
     _check_partial(partial, key)
-    train_features, test_features = (_build_in_chunks(partial, split, head, rows, collate, DTYPES[dtype], chunk)
+    train_features, test_features = (_build_in_chunks(partial, split, head, rows, pad_id, max_length, DTYPES[dtype], chunk)
                                      for split, rows in (("train", train), ("test", test)))
     features = Features(train_features, test_features, time.perf_counter() - start)
     _write(cache_dir, features, key)
@@ -137,18 +158,19 @@ def _check_partial(partial: Path, key: dict[str, str]) -> None:
 
 
 def _build_in_chunks(
-    partial: Path, split: str, head: LabelWordHead, rows: Sequence[EncodedOption], collate: Callable[[list], Any],
+    partial: Path, split: str, head: LabelWordHead, rows: Sequence[EncodedOption], pad_id: int, max_length: int,
     dtype: torch.dtype, chunk: int,
 ) -> Tensor:
-    """h of ``rows`` (len(rows), d) in ``dtype``, computed ``chunk`` rows at a time; each finished chunk is
-    saved atomically under ``partial`` and read back instead of recomputed."""
+    """h of ``rows`` (len(rows), d) in ``dtype``, computed ``chunk`` rows at a time (by position; within a
+    chunk each row's batch shape is still a function of its own length); each finished chunk is saved
+    atomically under ``partial`` and read back instead of recomputed."""
     parts = []
     for number, begin in enumerate(range(0, len(rows), chunk)):
         path = partial / f"{split}-{number:06d}.safetensors"
         if path.exists():
             parts.append(load_file(str(path))["features"])
             continue
-        part = compute_features(head, rows[begin : begin + chunk], collate).to(dtype).contiguous()
+        part = compute_features(head, rows[begin : begin + chunk], pad_id, max_length).to(dtype).contiguous()
         tmp = path.with_suffix(".tmp")
         save_file({"features": part}, str(tmp))
         os.replace(tmp, path)

@@ -25,7 +25,7 @@ from transformers.pytorch_utils import Conv1D
 from privlm.atomic import write_text_atomic
 from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.errors import UserError
-from privlm.evaluation.prompts import check_label_words
+from privlm.evaluation.prompts import check_label_words, pad_token_id
 from privlm.resources.datasets import DataSpec
 from privlm.resources.models import load_model
 from privlm.training import prefix_cache
@@ -147,7 +147,8 @@ def set_up(
             if cache_dir is None:
                 raise UserError("a cached head-only run needs a cache folder")
             test_rows = encode(data, tokenizer, config.max_length, split="test")
-            features = prefix_cache.load_or_build(cache_dir, module, rows, test_rows, collate, config.cache, on_cache_build)
+            features = prefix_cache.load_or_build(cache_dir, module, rows, test_rows, pad_token_id(tokenizer),
+                                                  config.max_length, config.cache, on_cache_build)
             rows = prefix_cache.cached_rows(features.train, [y for _, y in data.train])
             collate = prefix_cache.collate_cached
     else:
@@ -169,7 +170,7 @@ def head_scores(session: Session, max_test: int | None) -> np.ndarray:
         features = session.features.test[: len(test)]
     else:
         rows = encode(replace(data, test=tuple(test)), session.tokenizer, session.config.max_length, split="test")
-        features = prefix_cache.compute_features(head, rows, make_collate(session.tokenizer))
+        features = prefix_cache.compute_features(head, rows, pad_token_id(session.tokenizer), session.config.max_length)
     with torch.inference_mode():
         return torch.log_softmax(head({"features": features}).double(), dim=1).numpy()
 

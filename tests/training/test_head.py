@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from privlm.errors import UserError
+from privlm.evaluation.prompts import pad_token_id
 from privlm.evaluation.scoring import option_scores
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
@@ -42,7 +43,7 @@ def test_head_predictions_are_the_label_word_scoring_with_the_trained_rows():
     head = LabelWordHead(copy.deepcopy(model), ids)
     with torch.no_grad():
         head.rows.weight.add_(torch.randn(head.rows.weight.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
-    features = compute_features(head, encode(DATA, tokenizer, 32, split="test"), make_collate(tokenizer), batch_size=4)
+    features = compute_features(head, encode(DATA, tokenizer, 32, split="test"), pad_token_id(tokenizer), 32, batch_size=4)
     ours = torch.log_softmax(head({"features": features}), 1)
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie, then put the rows in
     with torch.no_grad():
