@@ -32,37 +32,24 @@ from rich.panel import Panel
 from rich.table import Table
 
 from privlm.cli._common import LABELS_HELP, console, err_console, print_json
+from privlm.cli._progress import cli_progress
 from privlm.cli.models import load_with_status
-from privlm.cli.synth import (
-    SPLIT_SEED, SYNTH_METHODS, check_privacy_args, method_runner, method_summary, run_folder, show_method_run,
-    show_result, summary, synthesize_with_progress,
-)
+from privlm.cli.synth import check_privacy_args, show_outcome
 from privlm.errors import UserError
 from privlm.evaluation.finetune_config import preset
-from privlm.gradmm.config import make_config
 from privlm.names import DEFAULT_MODEL
 from privlm.resources.cache import cache_root
 from privlm.resources.datasets import BUILTIN, DEFAULT_DATASET, load_dataset
-
+from privlm.synthesis.command import SPLIT_SEED, SynthRequest
+from privlm.synthesis.registry import synth_commands
 
 DEMO_EPSILON = 4.0
 DEMO_DELTA = 1e-5
 DEFAULT_METHODS = "gradmm"
 DEMO_PRESET = "instruct"  # GRADMM generate-select on instructed candidates (privlm.gradmm.config.PRESETS)
-PLAN = (
-    "release a differentially private per-class gradient of the model's last layer on the train split",
-    "the public model answers each class's instruction (10 candidates per kept example; public text)",
-    "keep per class the subset whose gradient best matches the release against the other class's (GRADMM "
-    "generate-select); print them beside the privacy spent",
-    "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies",
-)
-METHOD_PLAN = {
-    "gradmm": PLAN[:3],
-    "pe": (("Private Evolution: the public model writes candidates; noisy histograms of the private examples' "
-            "nearest candidates pick which to keep and rewrite; print them beside the privacy spent"),),
-    "dp-finetune": (("fine-tune LoRA adapters on the private examples with DP-SGD, then sample synthetic examples "
-                     "from the trained model; print them beside the privacy spent"),),
-}
+# Each method's options in the demo beyond its privlm synth defaults (GRADMM: the instruct preset).
+DEMO_OPTIONS: dict[str, dict[str, Any]] = {"gradmm": {"preset": DEMO_PRESET}}
+COMPARE_ONE = "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies"
 COMPARE_MANY = ("fine-tune on each DP synthetic set and once on a random real subset; print the test accuracies "
                 "and the DP method whose set scored best")
 NOT_DP = (
@@ -70,8 +57,7 @@ NOT_DP = (
     "every accuracy's test split (scored directly; the guarantee covers the train split)",
     "wall times (they follow the private set's size)",
 )
-# Settings of pe and dp-finetune beyond privlm synth --method's defaults (none: the demo runs those defaults).
-METHOD_OVERRIDES: dict[str, dict[str, Any]] = {"pe": {}, "dp-finetune": {}}
+SYNTH_METHODS = tuple(synth_commands())
 
 
 def default_out(model: str, data: str) -> Path:
@@ -98,10 +84,11 @@ def method_out(out: Path, method: str) -> Path:
 
 
 def plan(methods: Sequence[str]) -> list[str]:
-    """The steps shown before the run (``PLAN`` for gradmm alone)."""
+    """The steps shown before the run: each method's plan (its :class:`SynthCommand`), then the comparison."""
+    commands = synth_commands()
     if len(methods) == 1:
-        return [*METHOD_PLAN[methods[0]], PLAN[-1]]
-    return [f"{method}: {step}" for method in methods for step in METHOD_PLAN[method]] + [COMPARE_MANY]
+        return [*commands[methods[0]].plan, COMPARE_ONE]
+    return [f"{method}: {step}" for method in methods for step in commands[method].plan] + [COMPARE_MANY]
 
 
 def demo(
@@ -130,16 +117,17 @@ def demo(
         raise UserError(f"--eval-test must be >= 0 (got {eval_test})")
     names = parse_methods(methods)
     start = time.perf_counter()
-    config = make_config(DEMO_PRESET)
+    commands = synth_commands()
     share_epsilon, share_delta = epsilon / len(names), delta / len(names)  # basic composition over the k sets
     out = out if out is not None else default_out(model, data)
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in SYNTH_METHODS:  # every method's folder beside the output, named in this run or not
         check_saved_budget(name, method_out(out, name), share_epsilon, share_delta, names)
     runners = {  # each checked before the model is loaded or anything is drawn
-        name: method_runner(name, model, data, labels, per_class, method_out(out, name), share_epsilon, share_delta,
-                            config.private_per_class, True, METHOD_OVERRIDES.get(name, {}))
-        for name in names if name != "gradmm"
+        name: commands[name].start(SynthRequest(
+            name, model, data, labels, per_class, method_out(out, name), True, share_epsilon, share_delta,
+            resume=True, options=DEMO_OPTIONS.get(name, {})))
+        for name in names
     }
     loaded, tokenizer, model_facts = load_with_status(model)
     dataset = load_dataset(data, labels=labels)
@@ -147,7 +135,7 @@ def demo(
         "name": data,
         **public_sizes(data, dataset),
         "verbalizer": dataset.verbalizer.to_dict(),
-        "private_examples_per_class": config.private_per_class,
+        "private_examples_per_class": None,
     }
     steps = plan(names)
     if not as_json:
@@ -156,28 +144,17 @@ def demo(
             f"each (ε={share_epsilon:.4g}, δ={share_delta:.3g})")
         console.print(Panel.fit(
             f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters\n"
-            f"private data [bold]{data}[/] (train split, {config.private_per_class or 'all'} per class)\n"
+            f"private data [bold]{data}[/] (train split, all per class)\n"
             + "\n".join(f"{i}. {line}" for i, line in enumerate(steps, start=1)) + split,
             title=f"privlm demo: (ε={epsilon:g}, δ={delta:g})-DP synthetic text",
         ))
     runs: list[dict[str, Any]] = []
     for name in names:
-        method_start = time.perf_counter()
-        if name == "gradmm":
-            result, _ = synthesize_with_progress(
-                loaded, tokenizer, model_name=model, data=data, per_class=per_class, config=config, dp=True,
-                epsilon=share_epsilon, delta=share_delta, out=out, resume=True, labels=labels,
-            )
-            wall_s = time.perf_counter() - (start if len(names) == 1 else method_start)
-            if not as_json:
-                show_result(result, out, wall_s)
-            facts = summary(result, out, wall_s)
-        else:
-            run = runners[name](loaded, tokenizer)
-            if not as_json:
-                show_method_run(run)
-            facts = method_summary(run)
-        runs.append({**facts, "method": name, "budget": {"epsilon": share_epsilon, "delta": share_delta}})
+        with cli_progress(err_console) as progress:
+            outcome = runners[name](loaded, tokenizer, progress)
+        if not as_json:
+            show_outcome(outcome)
+        runs.append({**outcome.summary(), "method": name, "budget": {"epsilon": share_epsilon, "delta": share_delta}})
     total = {"epsilon": sum(r["privacy"]["epsilon"] for r in runs), "delta": sum(r["privacy"]["delta"] for r in runs)}
     if total["epsilon"] > epsilon * (1 + 1e-9) or total["delta"] > delta * (1 + 1e-9):
         err_console.print(f"[bold red]warning[/]: the sets together account (ε = {total['epsilon']:.6g}, "
@@ -221,7 +198,7 @@ def check_saved_budget(method: str, out: Path, epsilon: float, delta: float, nam
     within its budget: one at another (ε, δ) than this run's share (it cannot be reused: each method would
     refuse it on resume, maybe after another has spent its share), or one of a method not in ``names`` (the
     folder's sets together would then cost more than the ε this run reports)."""
-    manifest = run_folder(method, out).manifest
+    manifest = synth_commands()[method].folder(out).manifest
     if not manifest.is_file():
         return
     saved = json.loads(manifest.read_text())

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from privlm.evaluation.scoring import Example
+    from privlm.synthesis.command import SynthCommand
 
 PUBLIC = "public: sees no private data"
 NON_PRIVATE = "NON-PRIVATE: uses private examples directly"
@@ -73,7 +74,8 @@ Rows = list[dict[str, Any]]
 class Method:
     """A training-set maker: its code (a callable, or ``"module:function"`` imported on first use), its
     privacy label, whether it takes ε, the parameters it accepts, a one-line ``summary`` (the README
-    table) and its name under ``privlm synth --method`` (``synth``; None: experiments only)."""
+    table), its name under ``privlm synth --method`` (``synth``; None: experiments only) and how that
+    command runs it (``command``, :class:`privlm.synthesis.command.SynthCommand`; required with ``synth``)."""
 
     run: Callable[[MethodContext], Rows] | str
     privacy: str
@@ -81,6 +83,7 @@ class Method:
     params: frozenset[str] = frozenset()
     summary: str = ""
     synth: str | None = None
+    command: SynthCommand | None = None
 
     def __call__(self, ctx: MethodContext) -> Rows:
         """Make the cell's rows."""
@@ -94,7 +97,9 @@ METHODS: dict[str, Method] = {}
 
 
 def register_method(name: str, method: Method) -> None:
-    """Add (or replace) method ``name``."""
+    """Add (or replace) method ``name``; one with a ``privlm synth`` name needs its ``command``."""
+    if (method.synth is None) != (method.command is None):
+        raise ValueError(f"method {name!r}: give both synth= and command= (privlm synth runs it) or neither")
     METHODS[name] = method
 
 
@@ -133,6 +138,11 @@ def get_method(name: str) -> Method:
 def synth_methods() -> dict[str, str]:
     """``privlm synth --method`` names → registered method names."""
     return {m.synth: name for name, m in load_methods().items() if m.synth is not None}
+
+
+def synth_commands() -> dict[str, SynthCommand]:
+    """``privlm synth --method`` names → their commands, in name order."""
+    return {m.synth: m.command for _, m in sorted(load_methods().items()) if m.synth is not None and m.command is not None}
 
 
 def methods_table() -> str:

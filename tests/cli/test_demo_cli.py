@@ -94,14 +94,15 @@ def test_demo_rejects_negative_eval_test(capsys) -> None:
     assert "--eval-test must be >= 0 (got -1)" in capsys.readouterr().err
 
 
-FAST_METHODS = {"pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6}, "dp-finetune": {"lora_layers": 1}}
+FAST_METHODS = {"gradmm": {"preset": "instruct"}, "pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6},
+                "dp-finetune": {"lora_layers": 1}}
 TINY = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2"]
 
 
 def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
     tmp_path: Path, monkeypatch, capsys, label_filter_agrees
 ) -> None:
-    monkeypatch.setattr(demo_module, "METHOD_OVERRIDES", FAST_METHODS)
+    monkeypatch.setattr(demo_module, "DEMO_OPTIONS", FAST_METHODS)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     args = [*TINY, "--methods", "gradmm,pe", "--eval-test", "4"]
     facts = _demo([*args, "--json"], capsys)
@@ -141,7 +142,7 @@ def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
 
 
 def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, capsys, label_filter_agrees) -> None:
-    monkeypatch.setattr(demo_module, "METHOD_OVERRIDES", FAST_METHODS)
+    monkeypatch.setattr(demo_module, "DEMO_OPTIONS", FAST_METHODS)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     assert exit_code(["demo", *TINY, "--methods", "pe,gradmm", "--eval-test", "0"]) == 0
     printed = capsys.readouterr().out

@@ -75,17 +75,21 @@ def test_pe_and_dp_finetune_take_the_datas_own_class_instructions(tmp_path: Path
     tweets get tweet instructions, rotten-tomatoes keeps the default (None)."""
     from types import SimpleNamespace
 
-    from privlm.cli.synth import method_runner
+    from privlm.progress import SILENT
+
+    from privlm.synthesis.command import SynthRequest
+    from privlm.synthesis.registry import synth_commands
 
     module = "privlm.synthesis.pe.mechanism" if method == "pe" else "privlm.synthesis.dp_finetune.mechanism"
     seen = []
 
     def capture(*args, config, **kwargs):
         seen.append(config.instructions)
-        return SimpleNamespace(rows=[], privacy={}, reused_histograms=False)
+        return SimpleNamespace(rows=[], privacy={}, reused_histograms=0)
 
     monkeypatch.setattr(f"{module}.{target}", capture)
     for data in ("tweets", "rotten-tomatoes"):
-        method_runner(method, "tiny-llama", data, None, 2, tmp_path / f"{data}.jsonl", 1.0, 1e-5, 1, True, {})(None, None)
+        request = SynthRequest(method, "tiny-llama", data, None, 2, tmp_path / f"{data}.jsonl", True, 1.0, 1e-5, 1, True)
+        synth_commands()[method].start(request)(None, None, SILENT)
     assert seen[0] == ("Write one short tweet that expresses sadness.", "Write one short tweet that expresses joy.")
     assert seen[1] is None

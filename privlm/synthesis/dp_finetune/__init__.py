@@ -4,6 +4,8 @@ experiment adapter in :mod:`.method`."""
 from __future__ import annotations
 
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.command import SynthCommand
+from privlm.synthesis.dp_finetune.command import OPTIONS, PLAN
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
@@ -15,5 +17,6 @@ register_method(
         params=config_params(DPFinetuneConfig),
         summary="DP-SGD (LoRA, hutchinson norms) on public class prompt + private text, then sampling n per class",
         synth="dp-finetune",
+        command=SynthCommand(OPTIONS, "privlm.synthesis.dp_finetune.command:prepare", "privlm.synthesis.dp_finetune.mechanism:DPFinetunePaths", plan=PLAN, dp_only=True),
     ),
 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from privlm.gradmm.config import SynthConfig
+from privlm.synthesis.command import SynthCommand
+from privlm.synthesis.gradmm.command import OPTIONS, PLAN
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
@@ -15,5 +17,6 @@ register_method(
         params=config_params(SynthConfig, "preset"),
         summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
         synth="gradmm",
+        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.gradmm.pipeline:RunPaths", plan=PLAN),
     ),
 )

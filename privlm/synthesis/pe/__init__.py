@@ -4,6 +4,8 @@ experiment adapter in :mod:`.method`."""
 from __future__ import annotations
 
 from privlm.synthesis.pe.config import PEConfig
+from privlm.synthesis.command import SynthCommand
+from privlm.synthesis.pe.command import OPTIONS, PLAN
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
@@ -15,5 +17,6 @@ register_method(
         params=config_params(PEConfig),
         summary="Private Evolution: public LM candidates evolved by T noisy nearest-neighbour vote histograms of the private data",
         synth="pe",
+        command=SynthCommand(OPTIONS, "privlm.synthesis.pe.command:prepare", "privlm.synthesis.pe.mechanism:PEPaths", plan=PLAN),
     ),
 )
