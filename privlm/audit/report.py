@@ -102,7 +102,7 @@ def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
         "private release. Each cell under `cells/` is keyed by a hash of the code it ran (its mechanism's "
         "modules and the bound's), the library versions, its scale, δ and seed: a rerun with the same "
         "`--out` reuses a cell only if all of these are unchanged. The canaries, the broken mechanisms the "
-        "audit catches and what it cannot catch: the repository README, \"Privacy auditing\".\n\n"
+        "audit catches and what it cannot catch: `docs/auditing.md` in the privlm repository.\n\n"
         + summary(rows) + "\n\n"
         + table(rows)
         + "\n![lower bound vs accounted ε](lower_bound.png)\n"

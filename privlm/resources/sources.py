@@ -1,4 +1,4 @@
-"""Parsers of the built-in corpora (sources in ``DESIGN.md``, "Embedded defaults").
+"""Parsers of the built-in corpora (sources in ``docs/data.md``, "Embedded defaults").
 
 - ``rotten-tomatoes``: ``movieReviewSnippets_GroundTruth.txt`` and ``tweets``:
   ``tweets_GroundTruth.txt``, both from ``additional_resources/hutto_ICWSM_2014.tar.gz`` inside the

@@ -18,10 +18,10 @@ Built-in verbalizers (suffix; one word per class, in label order):
   does not end in whitespace is followed by one space before the word); the words given with
   ``--labels NAME=WORD``, else the label names (all public input, never read off the data).
 
-The rotten-tomatoes verbalizer and the tweets question follow the GRADMM reference code (DESIGN.md
-§3); the tweets label words and the other verbalizers are ours (each word names its class). With
-SmolLM2's tokenizer every label word, with its leading space, is one token, distinct within its task
-(checked by the slow test).
+The rotten-tomatoes verbalizer and the tweets question follow the GRADMM reference code (``docs/data.md``,
+"Built-in data sets"); the tweets label words and the other verbalizers are ours (each word names its
+class). With SmolLM2's tokenizer every label word, with its leading space, is one token, distinct within
+its task (checked by the slow test).
 """
 
 from __future__ import annotations

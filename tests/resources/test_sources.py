@@ -1,4 +1,4 @@
-"""Built-in corpora: counts from DESIGN.md, label balance and label mapping checked against the raw files."""
+"""Built-in corpora: counts from docs/data.md, label balance and label mapping checked against the raw files."""
 
 from __future__ import annotations
 
