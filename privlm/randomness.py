@@ -43,9 +43,10 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
 
 
 KEY_BYTES = 32
@@ -88,12 +89,12 @@ class SecureRandom:
     def __hash__(self) -> int:
         return hash(self._key)
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """The whole state (the key, so: secret) for a checkpoint."""
         return {"key": self._key.hex(), "private": self.private}
 
     @classmethod
-    def from_state(cls, state: dict) -> SecureRandom:
+    def from_state(cls, state: dict[str, Any]) -> SecureRandom:
         """Inverse of :meth:`state`."""
         return cls(bytes.fromhex(state["key"]), private=bool(state["private"]))
 
@@ -148,7 +149,7 @@ class SecureRandom:
 class _Keystream:
     """Consecutive chunks of one draw's keystream as 53-bit words, through reused buffers."""
 
-    def __init__(self, encryptor, words: int) -> None:
+    def __init__(self, encryptor: CipherContext, words: int) -> None:
         size = max(2, min(words, _CHUNK + 1))  # the most words one chunk asks for
         self.encryptor = encryptor
         self._zeros = bytearray(8 * size)
@@ -214,11 +215,11 @@ class RunStreams:
         """True when every key came from the OS (a private release is possible)."""
         return all(getattr(self, name).private for name in STREAMS)
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, dict[str, Any]]:
         """The keys (secret) for a checkpoint."""
         return {name: getattr(self, name).state() for name in STREAMS}
 
     @classmethod
-    def from_state(cls, state: dict) -> RunStreams:
+    def from_state(cls, state: dict[str, Any]) -> RunStreams:
         """Inverse of :meth:`state`."""
         return cls(*(SecureRandom.from_state(state[name]) for name in STREAMS))

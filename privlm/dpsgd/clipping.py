@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,9 @@ class PerSampleClipper:
         self.summed_loss = torch.zeros((), dtype=torch.float64)
         self._uses_checked = False
 
-    def _forward_backward(self, batch: Any, keep_graph: bool) -> tuple[Tensor, dict, Tensor]:
+    def _forward_backward(
+        self, batch: Any, keep_graph: bool
+    ) -> tuple[Tensor, dict[nn.Parameter, list[Factor]], Tensor]:
         with self.capture.recording() as calls, record_function("privlm.forward"):
             losses = self.loss_fn(self.model, batch)
             recorded = list(calls)
@@ -165,6 +167,8 @@ class PerSampleClipper:
             self._check_every_use_is_hooked(losses, factors)
         c = clip_factors(total.detach(), self.max_grad_norm)
         keep = None if bool((c != 0).all()) else c != 0  # c_i = 0 only for a non-finite norm; one check per micro-batch
+        # torch types autograd.grad as tuple[Tensor, ...]; with allow_unused=True an entry may be None
+        clipped: Sequence[Tensor | None]
         with record_function("privlm.clipped_sum"):
             if self.bookkeeping:  # masks (copies factors) only when a sample is left out
                 clipped = [weighted_sum(factors[p], c, p.shape, keep) if p in factors else None for p in self.params]
@@ -195,7 +199,9 @@ class PerSampleClipper:
         sum without entering the norms, so it is refused by name. Not seen: a use that only other inputs
         trigger, or one too small to stand out of the parameter dtype's rounding."""
         signs = torch.randint(0, 2, losses.shape, generator=torch.Generator().manual_seed(0)).to(losses) * 2 - 1
-        full = torch.autograd.grad((losses * signs).sum(), self.params, retain_graph=True, allow_unused=True)
+        full: Sequence[Tensor | None] = torch.autograd.grad(  # None for an unused parameter (allow_unused)
+            (losses * signs).sum(), self.params, retain_graph=True, allow_unused=True
+        )
         names = {p: name for name, p in self.model.named_parameters()}
         for p, g in zip(self.params, full):
             if g is None:

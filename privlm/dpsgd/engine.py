@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sized
 from typing import Any
 
 import torch
@@ -34,12 +35,14 @@ from torch.utils.data import DataLoader
 
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
-from privlm.dpsgd.losses import causal_lm_losses
-from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES
+from privlm.dpsgd.losses import Reduction, causal_lm_losses
+from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES, NormMode
 from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.dpsgd.sampling import physical_batches, poisson_loader
 from privlm.errors import UserError
 from privlm.privacy import PoissonGaussianStep, PrivacyAccountant, calibrate_noise_multiplier
+from privlm.privacy.accountant import Method
+from privlm.privacy.events import Clipping
 from privlm.randomness import RunStreams
 
 
@@ -82,10 +85,10 @@ class PrivacyEngine:
 
     def __init__(
         self,
-        norm_mode: str = "mixed",
+        norm_mode: NormMode = "mixed",
         probes: int = 32,
         bookkeeping: bool = True,
-        accountant: str = "pld",
+        accountant: Method = "pld",
         seed: int | None = None,
         streams: RunStreams | None = None,
     ) -> None:
@@ -106,7 +109,7 @@ class PrivacyEngine:
         self._event: PoissonGaussianStep | None = None
 
     @property
-    def clipping_kind(self) -> str:
+    def clipping_kind(self) -> Clipping:
         """The accountant's clipping kind for this norm mode."""
         return self.norm_mode if self.norm_mode in RANDOMIZED_MODES else "exact"
 
@@ -124,7 +127,7 @@ class PrivacyEngine:
         self,
         module: nn.Module,
         optimizer: torch.optim.Optimizer,
-        data_loader: DataLoader,
+        data_loader: DataLoader[Any],
         *,
         max_grad_norm: float,
         noise_multiplier: float | None = None,
@@ -133,9 +136,9 @@ class PrivacyEngine:
         epochs: float | None = None,
         max_physical_batch_size: int | None = None,
         loss_fn: LossFn | None = None,
-        loss_reduction: str = "sum",
+        loss_reduction: Reduction = "sum",
         loss_release: LossRelease | None = None,
-    ) -> tuple[PrivateModel, DPOptimizer, DataLoader]:
+    ) -> tuple[PrivateModel, DPOptimizer, DataLoader[Any]]:
         """Wrap model, optimizer and loader for DP-SGD.
 
         Sampling rate q = ``data_loader.batch_size / len(dataset)``; the returned loader yields ⌈1/q⌉
@@ -154,6 +157,8 @@ class PrivacyEngine:
         if max_physical_batch_size is not None and max_physical_batch_size < 1:
             raise UserError(f"max_physical_batch_size must be >= 1, got {max_physical_batch_size!r}")
         dataset = data_loader.dataset
+        if not isinstance(dataset, Sized):
+            raise UserError("the data loader's dataset needs a length (q = batch_size / len(dataset))")
         if data_loader.batch_size is None or len(dataset) == 0:
             raise UserError("the data loader needs a batch_size and a non-empty dataset (q = batch_size / len(dataset))")
         sample_rate = min(1.0, data_loader.batch_size / len(dataset))
@@ -162,8 +167,10 @@ class PrivacyEngine:
         if target_epsilon is not None:
             effective = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch, snapped)
             noise_multiplier = effective if loss_release is None else loss_release.noise_multiplier(effective)
-        else:
+        elif noise_multiplier is not None:
             effective = noise_multiplier if loss_release is None else loss_release.effective_multiplier(noise_multiplier)
+        else:  # excluded by the first check; narrows noise_multiplier to a float
+            raise UserError("give exactly one of noise_multiplier and target_epsilon")
         self._event = PoissonGaussianStep(
             sample_rate=sample_rate,
             noise_multiplier=effective,
@@ -229,6 +236,8 @@ class PrivacyEngine:
         return self._event
 
     def _record_step(self) -> None:
+        if self._event is None:  # on_step is only wired up by make_private, after the event is set
+            raise RuntimeError("a DP-SGD step was taken before make_private described it")
         self.accountant.record(self._event)
         self.steps += 1
 

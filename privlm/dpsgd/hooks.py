@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -73,7 +74,7 @@ class LayerCapture:
         self._recording = False
         self._handles = [m.register_forward_hook(self._hook) for m in self.layers]
 
-    def _hook(self, module: nn.Module, args: tuple, output: Tensor) -> None:
+    def _hook(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> None:
         if self._recording and torch.is_grad_enabled():
             if not args or not isinstance(output, Tensor):
                 raise UserError(f"{type(module).__name__} was called without a positional input tensor; cannot clip")

@@ -48,7 +48,8 @@ def causal_lm_labels(batch: Mapping[str, Tensor], ignore_index: int = IGNORE_IND
 
 
 def _accepts_position_ids(model: nn.Module) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base_model = getattr(model, "get_base_model", None)  # a peft model: inspect the model it wraps
+    base: nn.Module = model if get_base_model is None else get_base_model()
     return "position_ids" in inspect.signature(base.forward).parameters
 
 
@@ -76,7 +77,7 @@ def label_word_targets(labels: Tensor, label_ids: Tensor, ignore_index: int = IG
     """Where each row's label word is predicted and which class it is, from prompt targets.
 
     ``labels`` (B, T) holds the label-word tokens at their own positions and ``ignore_index`` elsewhere
-    (:func:`privlm.evaluation.prompts.collate`); ``label_ids`` (K,) are the classes' first label-word tokens.
+    (:func:`privlm.lm.prompts.collate`); ``label_ids`` (K,) are the classes' first label-word tokens.
     Returns ``positions`` (B,): the position whose logits predict the first label-word token (one before
     it), and ``classes`` (B,): the index in ``label_ids`` of that token."""
     targeted = labels != ignore_index

@@ -10,7 +10,7 @@ accumulated before the noise is added (once per logical step).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any, Callable
 
 import torch
@@ -80,7 +80,7 @@ def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:
 class _EmptySafeCollate:
     """Collate; an empty index list gives the first example's batch with 0 rows (same structure)."""
 
-    def __init__(self, collate: Callable[[list], Any], dataset: Dataset) -> None:
+    def __init__(self, collate: Callable[[list[Any]], Any], dataset: Dataset[Any]) -> None:
         self.collate = collate
         self.dataset = dataset
 
@@ -91,14 +91,16 @@ class _EmptySafeCollate:
 
 
 def poisson_loader(
-    dataset: Dataset,
+    dataset: Dataset[Any],
     sample_rate: float,
     steps: int,
     randomness: SecureRandom,
-    collate_fn: Callable[[list], Any] | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
     num_workers: int = 0,
-) -> DataLoader:
+) -> DataLoader[Any]:
     """A DataLoader yielding ``steps`` Poisson-sampled logical batches (possibly empty) of ``dataset``."""
+    if not isinstance(dataset, Sized):
+        raise TypeError(f"Poisson sampling needs a dataset with a length, got a {type(dataset).__name__}")
     sampler = PoissonBatchSampler(len(dataset), sample_rate, steps, randomness)
     collate = _EmptySafeCollate(collate_fn or default_collate, dataset)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

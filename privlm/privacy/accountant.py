@@ -129,9 +129,10 @@ def single_event_pld(event: Event, value_discretization: float) -> pld_lib.Priva
             event.noise_multiplier, value_discretization_interval=value_discretization
         )
     if event.randomized:
-        return randomized_clipping_pld(
-            event.sample_rate, event.noise_multiplier, event.envelope_probes, value_discretization
-        )
+        probes = event.envelope_probes
+        if probes is None:  # PoissonGaussianStep refuses randomized clipping without probes
+            raise UserError(f"{event.clipping} clipping needs the number of probes")
+        return randomized_clipping_pld(event.sample_rate, event.noise_multiplier, probes, value_discretization)
     return pld_lib.from_gaussian_mechanism(
         event.noise_multiplier,
         sampling_prob=event.sample_rate,

@@ -113,7 +113,9 @@ def check_snapped(value: Any) -> None:
 
 
 Event = Union[PoissonGaussianStep, GaussianRelease]
-_KINDS: dict[str, type] = {cls.kind: cls for cls in (PoissonGaussianStep, GaussianRelease)}
+_KINDS: dict[str, type[PoissonGaussianStep | GaussianRelease]] = {
+    cls.kind: cls for cls in (PoissonGaussianStep, GaussianRelease)
+}
 
 
 def event_from_dict(data: Any) -> Event:

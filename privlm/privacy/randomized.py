@@ -91,12 +91,12 @@ def sensitivity_grid(
     """Bins of S_env = max(1, X^{-1/2}), X ~ χ²_k/k; each bin's mass sits at its upper edge."""
     check_count(probes, "probes")
     check_noise_multiplier(noise_multiplier)
-    s_max = float(
-        min(sensitivity_quantile_above(tail_mass, probes), max(1.0, max_scaled_sensitivity * noise_multiplier))
+    s_max = min(
+        float(sensitivity_quantile_above(tail_mass, probes)), max(1.0, max_scaled_sensitivity * noise_multiplier)
     )
-    edges = [1.0]
+    edges = np.array([1.0])
     if s_max > 1.0:
-        s_fine = float(min(s_max, sensitivity_quantile_above(FINE_MASS, probes)))
+        s_fine = min(s_max, float(sensitivity_quantile_above(FINE_MASS, probes)))
         geometric = np.concatenate([_geometric(1.0, s_fine, max_ratio), _geometric(s_fine, s_max, COARSE_RATIO)])
         above_1, above_max = sensitivity_survival([1.0, s_max], probes)
         levels = above_max + (above_1 - above_max) * np.arange(quantile_bins - 1, 0, -1) / quantile_bins
@@ -236,7 +236,10 @@ def _mixture_pmf(
             below_scale[a - 1] += p * (1.0 - exact[0]) * math.exp(-node_eps[a])
         if b + 1 < len(nodes):
             above[b + 1] += p * exact[-1]
-    reverse_cumsum = lambda x: np.cumsum(x[::-1])[::-1]  # noqa: E731
+
+    def reverse_cumsum(x: np.ndarray) -> np.ndarray:
+        return np.cumsum(x[::-1])[::-1]
+
     mixture += reverse_cumsum(below_mass) - reverse_cumsum(below_scale) * np.exp(node_eps) + np.cumsum(above)
     if tail_probability > 0.0:
         mixture += tail_probability * _infinite_sensitivity_delta(node_eps, q, adjacency)

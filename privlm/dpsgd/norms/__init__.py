@@ -3,7 +3,6 @@
 from privlm.dpsgd.norms import conv1d, embedding, layernorm, linear, rmsnorm  # noqa: F401  (registration)
 from privlm.dpsgd.norms.factors import (
     ParameterOperator,
-    NORM_MODES,
     RANDOMIZED_MODES,
     DenseFactor,
     Factor,
@@ -13,6 +12,7 @@ from privlm.dpsgd.norms.factors import (
     weighted_sum,
 )
 from privlm.dpsgd.norms.registry import HANDLERS, LayerHandler, handler_for, register
+from privlm.names import NORM_MODES
 
 __all__ = [
     "HANDLERS",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 from transformers.pytorch_utils import Conv1D
 
 from privlm.dpsgd.norms.factors import DenseFactor, Factor, OuterFactor
@@ -10,7 +10,7 @@ from privlm.dpsgd.norms.registry import register, tokens, trainable
 
 
 @register(Conv1D, ("weight", "bias"))
-def conv1d_factors(module: nn.Module, x: Tensor, grad: Tensor) -> dict[str, Factor]:
+def conv1d_factors(module: Conv1D, x: Tensor, grad: Tensor) -> dict[str, Factor]:
     """Weight (in × out) = Σ_t A_tᵀ G_t: rows = input features (left = A), cols = output features."""
     n_in, n_out = module.weight.shape
     a = tokens(x, n_in)

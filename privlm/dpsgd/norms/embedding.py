@@ -9,7 +9,7 @@ from privlm.dpsgd.norms.factors import Factor, OuterFactor
 from privlm.dpsgd.norms.registry import register, trainable
 
 
-def _check(module: nn.Module) -> str | None:
+def _check(module: nn.Embedding) -> str | None:
     if module.max_norm is not None:
         return "max_norm renormalises the weight in place during the forward"
     if module.scale_grad_by_freq or module.sparse:
@@ -18,7 +18,7 @@ def _check(module: nn.Module) -> str | None:
 
 
 @register(nn.Embedding, ("weight",), check=_check)
-def embedding_factors(module: nn.Module, ids: Tensor, grad: Tensor) -> dict[str, Factor]:
+def embedding_factors(module: nn.Embedding, ids: Tensor, grad: Tensor) -> dict[str, Factor]:
     """Weight (vocab × d): left = token ids (B, T), right = output gradients (B, T, d)."""
     if not trainable(module, "weight"):
         return {}

@@ -13,7 +13,7 @@ project all uses with the same probe matrix). Batch dimension 0 indexes samples 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Literal, Union
 
@@ -21,10 +21,18 @@ import torch
 from torch import Tensor
 
 from privlm.dpsgd import estimators
-from privlm.names import NORM_MODES  # noqa: F401  (re-exported by privlm.dpsgd.norms)
 
 NormMode = Literal["exact", "ghost", "mixed", "hutchinson", "hutchpp"]
-RANDOMIZED_MODES: tuple[str, ...] = ("hutchinson", "hutchpp")
+RandomizedMode = Literal["hutchinson", "hutchpp"]
+RANDOMIZED_MODES: tuple[RandomizedMode, ...] = ("hutchinson", "hutchpp")
+
+
+def _tensor_sum(tensors: Iterable[Tensor]) -> Tensor:
+    """``sum(tensors)`` exactly as the builtin computes it (``0 + t₁ + t₂ …``), for at least one tensor."""
+    total = sum(tensors)
+    if not isinstance(total, Tensor):
+        raise TypeError("nothing to sum (the builtin gave the int 0): a parameter needs at least one factor")
+    return total
 
 
 @dataclass
@@ -127,10 +135,10 @@ class ParameterOperator:
         self.device = factors[0].right.device
 
     def right(self, x: Tensor) -> Tensor:
-        return sum(f.right_op(x) for f in self.factors)
+        return _tensor_sum(f.right_op(x) for f in self.factors)
 
     def left(self, y: Tensor) -> Tensor:
-        return sum(f.left_op(y) for f in self.factors)
+        return _tensor_sum(f.left_op(y) for f in self.factors)
 
 
 def _exact_sparse(factors: list[OuterFactor]) -> Tensor:
@@ -146,19 +154,21 @@ def _exact_sparse(factors: list[OuterFactor]) -> Tensor:
 
 
 def _exact_dense(factors: list[OuterFactor]) -> Tensor:
-    total = sum(f.instantiate() for f in factors)
+    total = _tensor_sum(f.instantiate() for f in factors)
     return total.pow(2).sum((1, 2))
 
 
 def _ghost(factors: list[OuterFactor]) -> Tensor:
     """``Σ_{u,v} ⟨L_u L_vᵀ, R_u R_vᵀ⟩`` per sample: T×T Gram matrices, no instantiation."""
-    total = 0
-    for a, fa in enumerate(factors):
-        for b in range(a, len(factors)):
-            fb = factors[b]
-            term = (fa.left_gram(fb) * (fa.right @ fb.right.transpose(1, 2))).sum((1, 2))
-            total = total + (term if a == b else 2 * term)
-    return total
+
+    def terms() -> Iterator[Tensor]:
+        for a, fa in enumerate(factors):
+            for b in range(a, len(factors)):
+                fb = factors[b]
+                term = (fa.left_gram(fb) * (fa.right @ fb.right.transpose(1, 2))).sum((1, 2))
+                yield term if a == b else 2 * term
+
+    return _tensor_sum(terms())
 
 
 def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, draw: ProbeSource) -> Tensor:
@@ -203,11 +213,13 @@ def sq_norms(factors: list[Factor], mode: str, probes: int, draw: ProbeSource) -
     Computed in at least float32: in a half-precision model a norm rounded down by ~1e-2 would let the
     clipped gradient exceed C by as much."""
     factors = [_at_least_float32(f) for f in factors]
-    if all(isinstance(f, DenseFactor) for f in factors):
-        total = sum(f.per_sample for f in factors)
+    dense = [f for f in factors if isinstance(f, DenseFactor)]
+    outer = [f for f in factors if isinstance(f, OuterFactor)]
+    if len(dense) == len(factors):
+        total = _tensor_sum(f.per_sample for f in dense)
         return total.reshape(total.shape[0], -1).pow(2).sum(1)
-    if all(isinstance(f, OuterFactor) for f in factors):
-        return outer_sq_norms(factors, mode, probes, draw)
+    if len(outer) == len(factors):
+        return outer_sq_norms(outer, mode, probes, draw)
     raise TypeError("a parameter mixes factor kinds; no layer handler produces this")
 
 

@@ -12,7 +12,7 @@ from privlm.dpsgd.norms.registry import register, trainable
 
 
 @register(nn.LayerNorm, ("weight", "bias"))
-def layernorm_factors(module: nn.Module, x: Tensor, grad: Tensor) -> dict[str, Factor]:
+def layernorm_factors(module: nn.LayerNorm, x: Tensor, grad: Tensor) -> dict[str, Factor]:
     """Per-sample gradients (B, *normalized_shape), from the normalised input x̂ recomputed here."""
     shape = tuple(module.normalized_shape)
     width = math.prod(shape)

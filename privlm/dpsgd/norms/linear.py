@@ -9,7 +9,7 @@ from privlm.dpsgd.norms.registry import register, tokens, trainable
 
 
 @register(nn.Linear, ("weight", "bias"))
-def linear_factors(module: nn.Module, x: Tensor, grad: Tensor) -> dict[str, Factor]:
+def linear_factors(module: nn.Linear, x: Tensor, grad: Tensor) -> dict[str, Factor]:
     """Weight (out × in) = Σ_t G_tᵀ A_t: rows = output features (left = G), cols = input features."""
     a = tokens(x, module.in_features)
     g = tokens(grad, module.out_features)

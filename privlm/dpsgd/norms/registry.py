@@ -7,8 +7,9 @@ dimension 0 of the layer's input and output indexes samples, as in Hugging Face 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TypeVar
 
 from torch import Tensor, nn
 
@@ -16,6 +17,7 @@ from privlm.dpsgd.norms.factors import Factor
 
 FactorFn = Callable[[nn.Module, Tensor, Tensor], dict[str, Factor]]
 CheckFn = Callable[[nn.Module], "str | None"]
+M = TypeVar("M", bound=nn.Module)
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,32 @@ class LayerHandler:
     check: CheckFn | None = None
 
 
-HANDLERS: dict[type, LayerHandler] = {}
+HANDLERS: dict[type[nn.Module], LayerHandler] = {}
 
 
-def register(layer_type: type, params: tuple[str, ...], check: CheckFn | None = None) -> Callable[[FactorFn], FactorFn]:
-    """Decorator: register ``fn`` as the factor function of ``layer_type``."""
+def _as_layer(layer_type: type[M], module: nn.Module) -> M:
+    """``module`` as a ``layer_type``: what :func:`handler_for` guarantees (it dispatches on the MRO)."""
+    if not isinstance(module, layer_type):
+        raise TypeError(f"the {layer_type.__name__} handler was given a {type(module).__name__}")
+    return module
 
-    def decorate(fn: FactorFn) -> FactorFn:
-        HANDLERS[layer_type] = LayerHandler(fn, params, check)
+
+def register(
+    layer_type: type[M], params: tuple[str, ...], check: Callable[[M], str | None] | None = None
+) -> Callable[[Callable[[M, Tensor, Tensor], dict[str, Factor]]], Callable[[M, Tensor, Tensor], dict[str, Factor]]]:
+    """Decorator: register ``fn`` as the factor function of ``layer_type`` (``fn`` and ``check`` take a
+    ``layer_type``; the registered handler checks that it is given one)."""
+
+    def decorate(
+        fn: Callable[[M, Tensor, Tensor], dict[str, Factor]],
+    ) -> Callable[[M, Tensor, Tensor], dict[str, Factor]]:
+        def factors(module: nn.Module, x: Tensor, grad: Tensor) -> dict[str, Factor]:
+            return fn(_as_layer(layer_type, module), x, grad)
+
+        def checked(module: nn.Module) -> str | None:
+            return None if check is None else check(_as_layer(layer_type, module))
+
+        HANDLERS[layer_type] = LayerHandler(factors, params, None if check is None else checked)
         return fn
 
     return decorate

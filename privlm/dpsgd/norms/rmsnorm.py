@@ -4,14 +4,14 @@ gradient ``Σ_t G_t ∘ x̂_t`` (cheap, exact)."""
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from privlm.dpsgd.norms.factors import DenseFactor, Factor
 from privlm.dpsgd.norms.registry import register, trainable
 
 
-def _normalised(module: nn.Module, x: Tensor) -> Tensor:
+def _normalised(module: LlamaRMSNorm, x: Tensor) -> Tensor:
     """x̂ exactly as ``LlamaRMSNorm.forward`` computes it before the weight."""
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
@@ -19,7 +19,7 @@ def _normalised(module: nn.Module, x: Tensor) -> Tensor:
 
 
 @register(LlamaRMSNorm, ("weight",))
-def rmsnorm_factors(module: nn.Module, x: Tensor, grad: Tensor) -> dict[str, Factor]:
+def rmsnorm_factors(module: LlamaRMSNorm, x: Tensor, grad: Tensor) -> dict[str, Factor]:
     """Per-sample weight gradients (B, d)."""
     if not trainable(module, "weight"):
         return {}
