@@ -2,11 +2,11 @@
 
     python benchmarks/gradmm_step.py --out results/benchmarks/gradmm_step.json
 
-The step is the production x-step of :func:`privlm.gradmm.admm.run_admm` on one batch (default
+The step is the production x-step of :func:`privlm.synthesis.gradmm.admm.run_admm` on one batch (default
 10 sequences × 32 synthetic tokens, inside the rotten-tomatoes prompt): objective, ADMM penalty,
 backward to the embeddings, Adam update. Only the matching loss differs: the closed form of
-:func:`privlm.gradmm.matching.matching_loss` or the double-backward reference
-:func:`privlm.gradmm.matching.autograd_matching_loss`. The two variants alternate, after a warm-up,
+:func:`privlm.synthesis.gradmm.matching.matching_loss` or the double-backward reference
+:func:`privlm.synthesis.gradmm.matching.autograd_matching_loss`. The two variants alternate, after a warm-up,
 so machine load affects both alike; times are medians. Peak memory is the peak of tensors allocated
 during one step (weights excluded), tracked by a dispatch mode that follows every storage created
 by an operator until it is freed (the technique of torch's ``MemTracker``, which needs trainable weights). The target is a random
@@ -32,9 +32,9 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
-from privlm.gradmm.generate import make_objective  # noqa: E402
-from privlm.gradmm.projection import word_like_token_ids  # noqa: E402
-from privlm.gradmm.prompt import build_prompt, head_weight  # noqa: E402
+from privlm.synthesis.gradmm.generate import make_objective  # noqa: E402
+from privlm.synthesis.gradmm.projection import word_like_token_ids  # noqa: E402
+from privlm.synthesis.gradmm.prompt import build_prompt, head_weight  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 
 RHO, LR = 0.7, 0.008

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from privlm.dpsgd.losses import label_word_lm_losses  # noqa: E402
-from privlm.evaluation.prompts import pad_token_id  # noqa: E402
+from privlm.lm.prompts import pad_token_id  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.data import encode, load_task_data, make_collate  # noqa: E402
 from privlm.training.head import LabelWordHead, head_losses, label_token_ids  # noqa: E402

@@ -26,8 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from alternating import alternate  # noqa: E402
-from privlm.gradmm import release  # noqa: E402
-from privlm.gradmm.prompt import build_prompt  # noqa: E402
+from privlm.synthesis.gradmm import release  # noqa: E402
+from privlm.synthesis.gradmm.prompt import build_prompt  # noqa: E402
 from privlm.resources import padding  # noqa: E402
 from privlm.resources.datasets import load_dataset  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402

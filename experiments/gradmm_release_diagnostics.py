@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from privlm.evaluation.sampling import per_class_indices
-from privlm.gradmm.config import RELEASES, make_config
-from privlm.gradmm.matching import per_example_matching_loss
-from privlm.gradmm.prompt import Prompt, build_prompt, head_logits
-from privlm.gradmm.release import PrivateFactors, draw_release, factor_class_sums, private_factors, released_rows
+from privlm.experiments.sampling import per_class_indices
+from privlm.synthesis.gradmm.config import RELEASES, make_config
+from privlm.synthesis.gradmm.matching import per_example_matching_loss
+from privlm.synthesis.gradmm.prompt import Prompt, build_prompt, head_logits
+from privlm.synthesis.gradmm.release import PrivateFactors, draw_release, factor_class_sums, private_factors, released_rows
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from privlm.gradmm.filtering import Candidate, few_shot_labels
-from privlm.gradmm.prompt import build_prompt, last_hidden_from_ids
-from privlm.gradmm.release import Release
-from privlm.gradmm.select import match_terms, greedy_match
+from privlm.synthesis.gradmm.filtering import Candidate, few_shot_labels
+from privlm.synthesis.gradmm.prompt import build_prompt, last_hidden_from_ids
+from privlm.synthesis.gradmm.release import Release
+from privlm.synthesis.gradmm.select import match_terms, greedy_match
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 

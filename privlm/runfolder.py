@@ -139,7 +139,7 @@ def epsilon_statement(ledger: Ledger, target: float, delta: float, *, ledger_fil
     """The ε part of the DP sidecar ``sidecar``: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
     ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta``, the
     ``ledger`` itself and ``ledger_file``, the write-ahead ledger it was read from, relative to the sidecar's
-    folder (so a results folder can move): :mod:`privlm.evaluation.grid_privacy` follows it to compose a grid's
+    folder (so a results folder can move): :mod:`privlm.experiments.grid_privacy` follows it to compose a grid's
     cells, each draw once."""
     accounted = ledger.epsilon(delta)
     return {"dp": True, "epsilon": reported_epsilon(target, accounted), "epsilon_target": target,

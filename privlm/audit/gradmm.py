@@ -1,8 +1,8 @@
 """Canaries for GRADMM's release: the per-class noisy sum of clipped LM-head gradients in the released
-rows (:func:`privlm.gradmm.release.draw_release`, one Gaussian mechanism with sensitivity C).
+rows (:func:`privlm.synthesis.gradmm.release.draw_release`, one Gaussian mechanism with sensitivity C).
 
 White-box canaries, as the DP-SGD gradient canaries: canary i is a private example whose factor — the
-final hidden state h_i the release reads (:class:`~privlm.gradmm.release.PrivateFactors`) — is crafted
+final hidden state h_i the release reads (:class:`~privlm.synthesis.gradmm.release.PrivateFactors`) — is crafted
 as ``norm``·C·e_{j_i}, with class y_i = i mod K and hidden coordinate j_i = ⌊i/K⌋ (the tiny Llama is
 built with hidden width ⌈m/K⌉, so every canary of a class has a coordinate of its own). Its gradient in
 the released rows R, g_i = (p_i − e_{y_i})_R h_iᵀ (p_i from the public head), has norm ≈ ``norm``·C and
@@ -27,8 +27,8 @@ import torch
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
 from privlm.audit.scale import Scale
 from privlm.errors import UserError
-from privlm.gradmm.prompt import build_prompt, head_logits
-from privlm.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
+from privlm.synthesis.gradmm.prompt import build_prompt, head_logits
+from privlm.synthesis.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
 from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.resources.tiny import build_tiny_model
 

@@ -36,7 +36,7 @@ from privlm.cli._progress import cli_progress
 from privlm.cli.models import load_with_status
 from privlm.cli.synth import check_privacy_args, show_outcome
 from privlm.errors import UserError
-from privlm.evaluation.finetune_config import preset
+from privlm.lm.finetune_config import preset
 from privlm.names import DEFAULT_MODEL
 from privlm.resources.cache import cache_root
 from privlm.resources.datasets import BUILTIN, DEFAULT_DATASET, load_dataset
@@ -46,7 +46,7 @@ from privlm.synthesis.registry import synth_commands
 DEMO_EPSILON = 4.0
 DEMO_DELTA = 1e-5
 DEFAULT_METHODS = "gradmm"
-DEMO_PRESET = "instruct"  # GRADMM generate-select on instructed candidates (privlm.gradmm.config.PRESETS)
+DEMO_PRESET = "instruct"  # GRADMM generate-select on instructed candidates (privlm.synthesis.gradmm.config.PRESETS)
 # Each method's options in the demo beyond its privlm synth defaults (GRADMM: the instruct preset).
 DEMO_OPTIONS: dict[str, dict[str, Any]] = {"gradmm": {"preset": DEMO_PRESET}}
 COMPARE_ONE = "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies"

@@ -37,8 +37,8 @@ def experiment_command(
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
-    from privlm.evaluation.config import load_config
-    from privlm.evaluation.experiment import Hooks, run_experiment
+    from privlm.experiments.config import load_config
+    from privlm.experiments.runner import Hooks, run_experiment
 
     config = load_config(config_path)
     shard_k_n = parse_shard(shard)

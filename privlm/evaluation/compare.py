@@ -10,8 +10,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune_config import FinetuneConfig
-from privlm.evaluation.scoring import Example
+from privlm.lm.finetune_config import FinetuneConfig
+from privlm.lm.scoring import Example
 
 
 def matched_random_subset(real: Sequence[Example], counts: dict[int, int], seed: int) -> list[Example]:

@@ -7,10 +7,10 @@ from dataclasses import asdict
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.evaluation.finetune import finetune_classifier, select_and_finetune
-from privlm.evaluation.finetune_config import FinetuneConfig
+from privlm.lm.finetune import finetune_classifier, select_and_finetune
+from privlm.lm.finetune_config import FinetuneConfig
 from privlm.evaluation.mia import membership_inference
-from privlm.evaluation.scoring import Example, evaluate_accuracy
+from privlm.lm.scoring import Example, evaluate_accuracy
 
 
 def fit_and_score(

@@ -16,7 +16,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.scoring import Example, option_scores
+from privlm.lm.scoring import Example, option_scores
 
 
 @dataclass(frozen=True)

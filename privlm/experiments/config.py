@@ -11,7 +11,7 @@ Example (``experiments/rotten_tomatoes.toml``)::
     validation_size = 100        # best epoch chosen on this validation subset (omit: last epoch)
     delta = 1e-5
 
-    [finetune]                   # a preset of privlm.evaluation.finetune, plus overrides
+    [finetune]                   # a preset of privlm.lm.finetune, plus overrides
     preset = "smollm2"
 
     [methods.gradmm]
@@ -49,7 +49,7 @@ from typing import Any
 
 from privlm.digest import digest
 from privlm.errors import UserError
-from privlm.evaluation.finetune_config import FinetuneConfig, preset
+from privlm.lm.finetune_config import FinetuneConfig, preset
 from privlm.resources.datasets import DataSpec, data_spec
 from privlm.resources.labels import LabelSpec, as_labels, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.evaluation.scoring import Example
+from privlm.lm.scoring import Example
 
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, object]]) -> None:

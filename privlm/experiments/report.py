@@ -7,7 +7,7 @@ report says whether it beats the best baseline at that n (``full-pool`` is a ref
 and every DP entry of a method with a noise-only control in the grid (a table of the same base method with
 the same parameters plus ``noise_only = true``) is read against that control at the same ε and n: the
 difference is what the private data contributed. "Privacy of the grid" states what publishing every DP
-cell's set together would cost (:mod:`privlm.evaluation.grid_privacy`).
+cell's set together would cost (:mod:`privlm.experiments.grid_privacy`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from privlm.evaluation.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
-from privlm.evaluation.grid_privacy import grid_privacy  # noqa: E402
+from privlm.experiments.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
+from privlm.experiments.grid_privacy import grid_privacy  # noqa: E402
 from privlm.synthesis.registry import get_method  # noqa: E402
 from privlm.atomic import write_text_atomic  # noqa: E402
 

@@ -18,7 +18,7 @@ the whole train split (``"all"``); the membership non-members are as many other 
 validation and test are seeded subsets of their own splits. All cells share them.
 ``DIR/work/private-cache/<shared hash>/`` holds what methods compute once from the private pool for all
 cells (GRADMM's per-example last-layer factors): PRIVATE, as sensitive as the data (``work/`` is never
-published; ``results/*/work/`` is git-ignored).
+published; ``work/`` folders are git-ignored).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from privlm.errors import UserError
-from privlm.evaluation.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
-from privlm.evaluation.coresets import last_token_features
+from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
+from privlm.lm.features import last_token_features
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.atomic import atomic_path, write_text_atomic
 from privlm.runfolder import claim
-from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
-from privlm.evaluation.report import write_report
-from privlm.evaluation.sampling import per_class_indices, subsample
+from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
+from privlm.experiments.report import write_report
+from privlm.experiments.sampling import per_class_indices, subsample
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
 from privlm.synthesis.registry import Method, MethodContext, get_method
@@ -255,7 +255,7 @@ def run_experiment(
 def _pool_features(model: Any, tokenizer: Any, pool: list[Any], path: Path) -> np.ndarray:
     """The pool's last-token features (``len(pool) × d``, float64), computed once per experiment and kept
     at ``path`` — inside ``work/private-cache``: they are a function of the private pool (same protection as
-    the data; never under ``results/`` proper). A cached file of the wrong shape is recomputed."""
+    the data; never in a published results folder). A cached file of the wrong shape is recomputed."""
     if path.exists():
         cached = np.load(path)
         if cached.shape[0] == len(pool):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from privlm.errors import UserError
-from privlm.evaluation.scoring import Example
+from privlm.lm.scoring import Example
 
 
 def per_class_indices(labels: Sequence[int], n_per_class: int, seed: int, exclude: Sequence[int] = ()) -> list[int]:

@@ -1,7 +1,7 @@
 """Fine-tune a causal LM as a label-word classifier (full fine-tuning or LoRA through peft).
 
 The loss of an example (text, y) is the length-normalized cross-entropy of the label word w_y given
-``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) — the negative of the score in :mod:`privlm.evaluation.scoring`, so training and
+``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) — the negative of the score in :mod:`privlm.lm.scoring`, so training and
 scoring see the same tokens. Hyperparameters are fixed per preset, or chosen on a *validation* split
 (best epoch, and best configuration of a small grid); the test split is never looked at here.
 """
@@ -18,9 +18,9 @@ from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.finetune_config import FinetuneConfig
-from privlm.evaluation.prompts import collate, encode_option, pad_token_id
-from privlm.evaluation.scoring import Example, evaluate_accuracy, option_logprobs
+from privlm.lm.finetune_config import FinetuneConfig
+from privlm.lm.prompts import collate, encode_option, pad_token_id
+from privlm.lm.scoring import Example, evaluate_accuracy, option_logprobs
 
 
 @dataclass

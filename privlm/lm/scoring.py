@@ -1,7 +1,7 @@
 """Label-word scoring of a causal LM classifier, and test accuracy with a bootstrap interval.
 
 For a text and each class c, the score is the option log-likelihood of the label word w_c after
-``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) (layout in :mod:`privlm.evaluation.prompts`); with ``normalize=True`` it is the mean
+``template`` filled with the text (:func:`privlm.resources.verbalizers.fill`) (layout in :mod:`privlm.lm.prompts`); with ``normalize=True`` it is the mean
 over the tokens of w_c (length-normalized), else their sum. The predicted label is the argmax.
 """
 
@@ -17,7 +17,7 @@ from scipy import stats
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.prompts import IGNORE_INDEX, EncodedOption, collate, encode_option, pad_token_id
+from privlm.lm.prompts import IGNORE_INDEX, EncodedOption, collate, encode_option, pad_token_id
 
 Example = tuple[str, int]
 

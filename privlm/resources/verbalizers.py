@@ -4,7 +4,7 @@ An example ``(text, label)`` is read as a prompt — the verbalizer's *template*
 by the text — followed by the label's word, e.g. ``"{text} It was "`` gives ``"a fine film It was "`` +
 ``"great"``. :func:`fill` is the one function that builds a prompt: scoring, fine-tuning, private training,
 GRADMM's release, matching and filtering, and the experiment all take their prompts from it. Tokenization
-(moving the prompt's trailing space onto the word) is :mod:`privlm.evaluation.prompts`' concern; here we
+(moving the prompt's trailing space onto the word) is :mod:`privlm.lm.prompts`' concern; here we
 only fix the strings.
 
 Built-in verbalizers (suffix; one word per class, in label order):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from privlm.evaluation.scoring import Example
+    from privlm.lm.scoring import Example
     from privlm.synthesis.command import SynthCommand
 
 PUBLIC = "public: sees no private data"
@@ -44,7 +44,7 @@ class MethodContext:
     sensitive as the pool, never published). A DP method writes its set to :attr:`out` (its
     ``.privacy.json`` sidecar beside it) and keeps its run folders, with their write-ahead ledgers, under
     ``workdir`` or ``private_cache`` only: the experiment composes every draw it finds there
-    (:mod:`privlm.evaluation.grid_privacy`)."""
+    (:mod:`privlm.experiments.grid_privacy`)."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase

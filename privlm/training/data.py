@@ -3,7 +3,7 @@
 Two tasks:
 
 - ``classify``: each labelled example ``(text, y)`` becomes the label-word prompt of
-  :mod:`privlm.evaluation.prompts` (``fill(template, text) <word_y>``, context cut from the left to fit T);
+  :mod:`privlm.lm.prompts` (``fill(template, text) <word_y>``, context cut from the left to fit T);
   only the label-word tokens are targets, so the training loss is the negative of the score that
   test accuracy uses.
 - ``lm``: each text, cut to its first T tokens; every token is a target.
@@ -50,7 +50,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
-from privlm.evaluation.prompts import EncodedOption, collate, encode_option, pad_token_id
+from privlm.lm.prompts import EncodedOption, collate, encode_option, pad_token_id
 from privlm.resources.corpus import Example
 from privlm.resources.datasets import DataSpec, load_dataset
 from privlm.resources.files import jsonl_records

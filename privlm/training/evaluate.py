@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.dpsgd.losses import IGNORE_INDEX, causal_lm_labels, token_losses
-from privlm.evaluation.scoring import accuracy_ci, option_scores
+from privlm.lm.scoring import accuracy_ci, option_scores
 from privlm.training.data import TaskData, encode, make_collate
 
 

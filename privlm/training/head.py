@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.dpsgd.losses import label_word_losses, label_word_targets, model_inputs
 from privlm.errors import UserError
-from privlm.evaluation.prompts import split_prompt
+from privlm.lm.prompts import split_prompt
 from privlm.resources.verbalizers import Verbalizer
 
 
@@ -81,7 +81,7 @@ class LabelWordHead(nn.Module):
         """The frozen model's final hidden state (B, d) at the position predicting each row's label word.
 
         ``examples``: only the first ``examples`` rows are examples (B = ``examples``); the rest are filler
-        rows of a fixed-shape batch (:func:`privlm.evaluation.prompts.collate` with ``rows``), run with the
+        rows of a fixed-shape batch (:func:`privlm.lm.prompts.collate` with ``rows``), run with the
         batch so that its shape is the one asked for, and dropped."""
         return self.features_and_classes(batch, examples)[0]
 

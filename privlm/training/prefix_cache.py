@@ -50,7 +50,7 @@ from torch import Tensor
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.evaluation.prompts import EncodedOption, collate
+from privlm.lm.prompts import EncodedOption, collate
 from privlm.resources.padding import WIDTH_STEP, shape_buckets
 from privlm.training.fingerprint import data_fingerprint, model_fingerprint
 from privlm.training.head import LabelWordHead

@@ -7,8 +7,8 @@ with a large expected batch and many epochs — the trainable dimension is K·d,
 The learning rate, batch and epochs were chosen once, on the ``tweets`` data set (not on BBC News or
 Rotten Tomatoes, whose results are reported): a grid lr ∈ {3e-3, 1e-2, 3e-2} × epochs ∈ {10, 40} ×
 B ∈ {128, 512} at ε = 3 (``mixed``, seed 0, SmolLM2-135M, T = 256), scored on the tweets test split; the
-best, lr 1e-2 / 40 epochs / B = 512 (80.5 %), is the default (``results/bbc_news_v2/recipe.json`` and
-``recipe_selection/``, made by ``results/bbc_news_v2/run.py``). Hyperparameter search on the private
+best, lr 1e-2 / 40 epochs / B = 512 (80.5 %), is the default (the selection grid and its scores are
+published with the BBC News fine-tuning study). Hyperparameter search on the private
 data itself is not free: every run spends ε on it.
 
 ``lm``, and ``classify`` with ``--lora R`` or ``--no-head-only``, keep the earlier defaults (B = 16, one

@@ -25,7 +25,7 @@ from transformers.pytorch_utils import Conv1D
 from privlm.atomic import write_text_atomic
 from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.errors import UserError
-from privlm.evaluation.prompts import check_label_words, pad_token_id
+from privlm.lm.prompts import check_label_words, pad_token_id
 from privlm.resources.datasets import DataSpec
 from privlm.resources.models import load_model
 from privlm.training import prefix_cache

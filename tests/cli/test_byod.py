@@ -12,9 +12,9 @@ import pytest
 from cli_helpers import run
 
 from privlm.errors import UserError
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.prompts import check_label_words, split_prompt
-from privlm.gradmm.prompt import build_prompt, encode_text
+from privlm.experiments.config import parse_config
+from privlm.lm.prompts import check_label_words, split_prompt
+from privlm.synthesis.gradmm.prompt import build_prompt, encode_text
 from privlm.resources.datasets import data_spec, load_dataset
 from privlm.resources.labels import as_labels, with_template
 from privlm.resources.models import load_model

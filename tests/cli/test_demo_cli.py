@@ -11,8 +11,8 @@ import pytest
 from cli_helpers import exit_code
 from privlm.cli import demo as demo_module
 from privlm.cli import main
-from privlm.gradmm import generate
-from privlm.gradmm.filtering import select
+from privlm.synthesis.gradmm import generate
+from privlm.synthesis.gradmm.filtering import select
 from privlm.randomness import SecureRandom
 from privlm.resources.cache import CACHE_ENV
 

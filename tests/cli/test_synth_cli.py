@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from privlm.cli import main
-from privlm.gradmm.pipeline import RunPaths
+from privlm.synthesis.gradmm.pipeline import RunPaths
 
 ROWS = [
     ("the movie was a delight from start to finish", "pos"),
@@ -187,7 +187,7 @@ INSTRUCT = ["--optimizer", "select", "--source", "instruct", "--no-label-filter"
 
 def _instructed_prompts(monkeypatch) -> list[str]:
     """The prompts the public LM answers for instructed candidates, recorded (its answers: fixed texts)."""
-    from privlm.gradmm import generate
+    from privlm.synthesis.gradmm import generate
 
     prompts: list[str] = []
 

@@ -15,7 +15,7 @@ from privlm.dpsgd.losses import (
     label_word_targets,
     token_losses,
 )
-from privlm.evaluation.prompts import EncodedOption, collate
+from privlm.lm.prompts import EncodedOption, collate
 from privlm.resources.tiny import build_tiny_model
 
 

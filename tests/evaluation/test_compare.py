@@ -9,8 +9,8 @@ import pytest
 from privlm.errors import UserError
 from privlm.evaluation.compare import matched_random_subset, sets_vs_random
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune_config import preset
-from privlm.evaluation.scoring import evaluate_accuracy
+from privlm.lm.finetune_config import preset
+from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 
 REAL = [(f"the film is warm number {i}", 1) for i in range(12)] + [(f"the film is dull number {i}", 0) for i in range(9)]

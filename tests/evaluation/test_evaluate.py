@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.evaluation.finetune_config import preset
-from privlm.evaluation.scoring import evaluate_accuracy
+from privlm.lm.finetune_config import preset
+from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "lm"))
 from test_finetune import SUFFIX, TEST, TRAIN, VALID, WORDS  # noqa: E402
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from privlm.evaluation.config import load_config
-from privlm.evaluation.experiment import check_methods
+from privlm.experiments.config import load_config
+from privlm.experiments.runner import check_methods
 
 ROOT = Path(__file__).resolve().parents[2]
 TOMLS = sorted((ROOT / "experiments").glob("*.toml"))

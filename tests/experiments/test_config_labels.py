@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation.config import load_config, parse_config
+from privlm.experiments.config import load_config, parse_config
 from privlm.resources.labels import LabelSpec
 
 ROOT = Path(__file__).resolve().parents[2]

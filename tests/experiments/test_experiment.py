@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation import experiment
-from privlm.evaluation.config import load_config, parse_config
-from privlm.evaluation.experiment import run_experiment
+from privlm.experiments import runner as experiment
+from privlm.experiments.config import load_config, parse_config
+from privlm.experiments.runner import run_experiment
 from privlm.synthesis.registry import METHODS, Method, register_method
 
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.grid_privacy import grid_privacy
-from privlm.evaluation.report import write_report
+from privlm.experiments.config import parse_config
+from privlm.experiments.grid_privacy import grid_privacy
+from privlm.experiments.report import write_report
 from privlm.privacy.events import GaussianRelease, PoissonGaussianStep
 from privlm.privacy.ledger import Ledger, LedgerEntry
 

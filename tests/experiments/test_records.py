@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation.records import ResultsLog, read_training_set, write_jsonl_atomic
+from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 
 NAMES = ["bad", "great"]
 

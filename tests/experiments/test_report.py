@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.report import summarize, verdicts, write_report
+from privlm.experiments.config import parse_config
+from privlm.experiments.report import summarize, verdicts, write_report
 
 
 def row(method: str, n: int, seed: int, accuracy: float, epsilon: float | None = None, n_train: int | None = None) -> dict:
@@ -51,7 +51,7 @@ def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Pat
 
 
 def test_dp_entries_are_read_against_their_noise_only_control() -> None:
-    from privlm.evaluation.report import against_noise
+    from privlm.experiments.report import against_noise
 
     config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "mia": False,
                            "n_per_class": [20], "seeds": [0, 1], "methods": {

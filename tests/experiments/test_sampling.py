@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation.sampling import per_class_indices, subsample
+from privlm.experiments.sampling import per_class_indices, subsample
 
 
 def test_per_class_indices_are_balanced_disjoint_from_exclude_and_seeded() -> None:

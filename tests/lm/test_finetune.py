@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation.finetune import finetune_classifier, select_and_finetune
-from privlm.evaluation.finetune_config import FinetuneConfig, preset
-from privlm.evaluation.scoring import evaluate_accuracy
+from privlm.lm.finetune import finetune_classifier, select_and_finetune
+from privlm.lm.finetune_config import FinetuneConfig, preset
+from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 
 SUFFIX = " It was "

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation import scoring
-from privlm.evaluation.prompts import collate, encode_option, split_prompt
-from privlm.evaluation.scoring import accuracy_ci, evaluate_accuracy, option_scores
+from privlm.lm import scoring
+from privlm.lm.prompts import collate, encode_option, split_prompt
+from privlm.lm.scoring import accuracy_ci, evaluate_accuracy, option_scores
 from privlm.resources.tiny import build_tiny_model
 
 TEXTS = [

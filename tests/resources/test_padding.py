@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from privlm.evaluation.coresets import hidden_features
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.release import private_factors
+from privlm.lm.features import hidden_features
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import private_factors
 from privlm.resources.padding import padded_batch, shape_buckets
 from privlm.resources.tiny import build_tiny_model
 

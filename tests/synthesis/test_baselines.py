@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation import baselines
-from privlm.evaluation.baselines import Sampling, chat_prompt, clean_generation, few_shot, zero_shot
+from privlm.synthesis.generation import baselines
+from privlm.lm.sampling import Sampling
+from privlm.lm.generation import chat_prompt, clean_generation
+from privlm.synthesis.generation.baselines import few_shot, zero_shot
 from privlm.resources.tiny import build_tiny_model
 
 NAMES = ["negative", "positive"]

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation.coresets import herding, hidden_features, k_center_greedy, last_token_features, select_per_class
+from privlm.synthesis.coresets.selection import herding, k_center_greedy, select_per_class
+from privlm.lm.features import hidden_features, last_token_features
 from privlm.resources.tiny import build_tiny_model
 
 
@@ -119,8 +120,7 @@ def test_hidden_features_take_the_backbones_output_width() -> None:
 
 
 def test_selectors_outside_uses_features_pick_the_same_without_them() -> None:
-    from privlm.evaluation.coresets import SELECTORS, USES_FEATURES
-
+    from privlm.synthesis.coresets.selection import SELECTORS, USES_FEATURES
     assert USES_FEATURES <= set(SELECTORS)
     features = np.random.default_rng(0).normal(size=(30, 4))
     labels = [i % 3 for i in range(30)]

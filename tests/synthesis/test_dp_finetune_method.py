@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import privlm.synthesis.dp_finetune.mechanism as dp_finetune
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.experiment import run_experiment
-from privlm.evaluation.grid_privacy import grid_privacy
+from privlm.experiments.config import parse_config
+from privlm.experiments.runner import run_experiment
+from privlm.experiments.grid_privacy import grid_privacy
 
 
 def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, monkeypatch) -> None:

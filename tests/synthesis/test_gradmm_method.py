@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.experiment import run_experiment
-from privlm.evaluation.grid_privacy import grid_privacy
+from privlm.experiments.config import parse_config
+from privlm.experiments.runner import run_experiment
+from privlm.experiments.grid_privacy import grid_privacy
 
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def _write_data(tmp_path: Path) -> Path:
 
 
 def test_the_whole_split_is_read_once_and_the_noise_control_reads_nothing(tmp_path: Path, monkeypatch) -> None:
-    import privlm.gradmm.pipeline as pipeline
+    import privlm.synthesis.gradmm.pipeline as pipeline
 
     passes = []
     real = pipeline.private_factors
@@ -96,7 +96,7 @@ def test_whole_split_pool_needs_mia_off(tmp_path: Path) -> None:
 def test_instructed_cells_of_user_data_answer_the_verbalizers_instruction(tmp_path: Path, monkeypatch) -> None:
     """``source = "instruct"`` without an instruction: the runner gives GRADMM the verbalizer's instructions, as
     it gives zero-shot generation (the generic one for user data, not the movie-review default)."""
-    from privlm.gradmm import generate
+    from privlm.synthesis.gradmm import generate
 
     prompts: list[str] = []
     monkeypatch.setattr(generate, "sample_texts",

@@ -15,7 +15,7 @@ from scipy.stats import norm
 import privlm.randomness as randomness
 import privlm.synthesis.pe.mechanism as pe
 from privlm.errors import UserError
-from privlm.evaluation.baselines import Sampling
+from privlm.lm.sampling import Sampling
 from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.privacy.snapping import snapping_eta
 from privlm.resources.tiny import build_tiny_model

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import privlm.synthesis.pe.mechanism as pe
-from privlm.evaluation.config import parse_config
-from privlm.evaluation.experiment import run_experiment
-from privlm.evaluation.grid_privacy import grid_privacy
+from privlm.experiments.config import parse_config
+from privlm.experiments.runner import run_experiment
+from privlm.experiments.grid_privacy import grid_privacy
 
 
 def _write_data(tmp_path: Path) -> Path:

@@ -37,8 +37,8 @@ def test_loading_the_registry_imports_no_torch() -> None:
 def test_config_methods_take_their_config_fields_but_seed_and_sampling_settings_are_listed_once() -> None:
     from dataclasses import fields
 
-    from privlm.evaluation.generation_config import SAMPLING_PARAMS, Sampling
-    from privlm.gradmm.config import SynthConfig
+    from privlm.lm.sampling import SAMPLING_PARAMS, Sampling
+    from privlm.synthesis.gradmm.config import SynthConfig
     from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
     from privlm.synthesis.pe.config import PEConfig
 

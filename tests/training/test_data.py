@@ -7,7 +7,7 @@ import json
 import pytest
 
 from privlm.errors import UserError
-from privlm.evaluation.prompts import IGNORE_INDEX
+from privlm.lm.prompts import IGNORE_INDEX
 from privlm.resources.tiny import build_tiny_model, tiny_tokenizer
 from privlm.resources.verbalizers import Verbalizer
 from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.evaluation.prompts import pad_token_id
-from privlm.evaluation.scoring import option_scores
+from privlm.lm.prompts import pad_token_id
+from privlm.lm.scoring import option_scores
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
 from privlm.training.data import TaskData, encode, make_collate

@@ -14,7 +14,7 @@ import torch
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.errors import UserError
-from privlm.evaluation.prompts import pad_token_id
+from privlm.lm.prompts import pad_token_id
 from privlm.privacy import Ledger
 from privlm.randomness import SecureRandom
 from privlm.resources.tiny import build_tiny_model

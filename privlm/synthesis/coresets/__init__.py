@@ -1,5 +1,5 @@
 """``random``, ``herding``, ``k-center``: real subsets of the private pool (NON-PRIVATE references), selected
-by :mod:`privlm.evaluation.coresets`; adapters in :mod:`.method`."""
+by :mod:`privlm.synthesis.coresets.selection`; adapters in :mod:`.method`."""
 
 from __future__ import annotations
 

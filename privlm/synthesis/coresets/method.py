@@ -1,4 +1,4 @@
-"""Experiment adapters of the real-data coresets (:func:`privlm.evaluation.coresets.select_per_class`)."""
+"""Experiment adapters of the real-data coresets (:func:`privlm.synthesis.coresets.selection.select_per_class`)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import Any
 
 import numpy as np
 
-from privlm.evaluation.coresets import USES_FEATURES, select_per_class
+from privlm.synthesis.coresets.selection import USES_FEATURES, select_per_class
 from privlm.synthesis.registry import MethodContext
 
 
 def coreset_rows(kind: str, ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` pool examples per class chosen by coreset ``kind`` on the pool's features (computed
-    only for the kinds that use them, :data:`~privlm.evaluation.coresets.USES_FEATURES`)."""
+    only for the kinds that use them, :data:`~privlm.synthesis.coresets.selection.USES_FEATURES`)."""
     labels = [y for _, y in ctx.pool]
     features = ctx.pool_features() if kind in USES_FEATURES else np.empty((len(ctx.pool), 0))
     picks = select_per_class(kind, features, labels, ctx.n_per_class, ctx.seed)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from privlm.errors import UserError
-from privlm.evaluation.generation_config import SAMPLING_PARAMS
+from privlm.lm.sampling import SAMPLING_PARAMS
 
 if TYPE_CHECKING:
     from privlm.training.loop import TrainConfig

@@ -5,9 +5,9 @@ DP-SGD (privlm's engine and training loop: Poisson sampling, per-sample clipping
 norms by default, the randomized-clipping PLD accountant, the write-ahead ledger, checkpoints and exact
 resume) fine-tunes LoRA adapters on the last blocks of the public model on "public class prompt + text"
 for every private example — the prompt is the zero-shot instruction of the example's class in the chat
-template (:func:`privlm.evaluation.baselines.chat_prompt`), and only the text tokens (and the end-of-turn
+template (:func:`privlm.lm.generation.chat_prompt`), and only the text tokens (and the end-of-turn
 token) are targets. Then ``n`` texts per class are sampled from the trained model with the same public
-prompts (:func:`privlm.evaluation.baselines.zero_shot`).
+prompts (:func:`privlm.synthesis.generation.baselines.zero_shot`).
 
 **Guarantee**: the adapters (and the DP losses) are the training run's (ε, δ)-DP release under
 add/remove-one adjacency (labels are part of the record, as in every privlm method); sampling from them
@@ -40,9 +40,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.gradmm.release import model_fingerprint
-from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, zero_shot
-from privlm.evaluation.prompts import EncodedOption
+from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.lm.sampling import Sampling
+from privlm.lm.generation import chat_prompt, class_instructions
+from privlm.synthesis.generation.baselines import zero_shot
+from privlm.lm.prompts import EncodedOption
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import (
     LEDGER, LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold, sidecar_path,

@@ -1,9 +1,9 @@
 """``zero-shot`` (public instructions only) and ``few-shot`` (private examples in every prompt):
-generation baselines of :mod:`privlm.evaluation.baselines`, adapters in :mod:`.method`."""
+generation baselines of :mod:`privlm.synthesis.generation.baselines`, adapters in :mod:`.method`."""
 
 from __future__ import annotations
 
-from privlm.evaluation.generation_config import SAMPLING_PARAMS
+from privlm.lm.sampling import SAMPLING_PARAMS
 from privlm.synthesis.registry import NON_PRIVATE, PUBLIC, Method, register_method
 
 GENERATION_PARAMS = frozenset({"instructions", *SAMPLING_PARAMS})

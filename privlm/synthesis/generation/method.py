@@ -1,10 +1,12 @@
-"""Experiment adapters of the generation baselines (:mod:`privlm.evaluation.baselines`)."""
+"""Experiment adapters of the generation baselines (:mod:`privlm.synthesis.generation.baselines`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from privlm.evaluation.baselines import Sampling, few_shot, zero_shot
+from privlm.lm.sampling import Sampling
+
+from privlm.synthesis.generation.baselines import few_shot, zero_shot
 from privlm.synthesis.registry import MethodContext
 
 

@@ -1,8 +1,11 @@
-"""``gradmm``: GRADMM's DP synthetic text (core in :mod:`privlm.gradmm`, experiment adapter in :mod:`.method`)."""
+"""``gradmm``: GRADMM's DP synthetic text — the DP release of the per-class last-layer gradient (:mod:`.release`),
+closed-form matching (:mod:`.matching`), ADMM and generate-select (:mod:`.admm`, :mod:`.select`), projection,
+filtering and the resumable pipeline (:mod:`.pipeline`); experiment adapter in :mod:`.method`, command in
+:mod:`.command`."""
 
 from __future__ import annotations
 
-from privlm.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.config import SynthConfig
 from privlm.synthesis.command import SynthCommand
 from privlm.synthesis.gradmm.command import OPTIONS, PLAN
 from privlm.synthesis.registry import Method, config_params, register_method
@@ -17,6 +20,6 @@ register_method(
         params=config_params(SynthConfig, "preset"),
         summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
         synth="gradmm",
-        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.gradmm.pipeline:RunPaths", plan=PLAN),
+        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.synthesis.gradmm.pipeline:RunPaths", plan=PLAN),
     ),
 )

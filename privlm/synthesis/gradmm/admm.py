@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from privlm.gradmm.projection import Projector
+from privlm.synthesis.gradmm.projection import Projector
 
 
 @dataclass(frozen=True)

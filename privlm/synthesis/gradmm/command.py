@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from privlm.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES
+from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES
 from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, private_examples, public_label_names
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ OPTIONS = (
 
 def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
     """Check a GRADMM run (settings, output folder, private rows) before any model is loaded; the run."""
-    from privlm.gradmm.config import make_config
-    from privlm.gradmm.pipeline import RunPaths
+    from privlm.synthesis.gradmm.config import make_config
+    from privlm.synthesis.gradmm.pipeline import RunPaths
 
     request.check_output()
     options = dict(request.options)
@@ -56,9 +56,9 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
         load_private = load_private().copy  # a cut larger than a class, or bad rows, are refused before anything is written
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
-        from privlm.gradmm.generate import batches_per_class
-        from privlm.gradmm.pipeline import run_synthesis
-        from privlm.gradmm.prompt import build_prompt
+        from privlm.synthesis.gradmm.generate import batches_per_class
+        from privlm.synthesis.gradmm.pipeline import run_synthesis
+        from privlm.synthesis.gradmm.prompt import build_prompt
 
         start = time.perf_counter()
         model.requires_grad_(False)

@@ -38,7 +38,7 @@ class SynthConfig:
     class_context: bool = False  # start and project each class after its own public demonstrations only
     seed: int = 0
     release: str = "full"  # released rows of the LM-head gradient: "label-rows" (presets) or "full" (all V)
-    optimizer: str = "admm"  # "admm" (the paper's) or "select" (generate-select, privlm.gradmm.select)
+    optimizer: str = "admm"  # "admm" (the paper's) or "select" (generate-select, privlm.synthesis.gradmm.select)
     noise_only: bool = False  # the noise-only control: a release of pure noise at the same σ and C, no data read
     contrastive: bool = False  # select: own class's cosine minus the best other class's (select.select_matching)
     # select's public candidates: "sample" (word-like tokens sampled after the public demonstrations, ADMM's

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
+from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 
 # Written for privlm (public): demonstrations per label word.
 PUBLIC_FEW_SHOT: dict[str, tuple[str, ...]] = {

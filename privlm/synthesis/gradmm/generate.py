@@ -2,7 +2,7 @@
 generate–select: word-like samples or the public LM's answers to a class instruction), then filtering
 and selection.
 
-The wall: every function here takes the :class:`~privlm.gradmm.release.Release` and public inputs
+The wall: every function here takes the :class:`~privlm.synthesis.gradmm.release.Release` and public inputs
 (model, tokenizer, settings, seeds) only — there is no parameter through which private data could
 enter, so whatever they return is post-processing of the DP release. ADMM starts from text sampled
 from the public LM (word-like tokens, seeded), never from a statistic of the private data. Each batch is seeded by
@@ -23,16 +23,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.digest import digest
-from privlm.evaluation.baselines import Sampling, chat_prompt, class_instructions, sample_texts
-from privlm.gradmm.admm import run_admm
+from privlm.lm.sampling import Sampling
+from privlm.lm.generation import chat_prompt, class_instructions, sample_texts
+from privlm.synthesis.gradmm.admm import run_admm
 from privlm.atomic import json_once, write_text_atomic
-from privlm.gradmm.config import SynthConfig
-from privlm.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
-from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
-from privlm.gradmm.projection import Projector
-from privlm.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds, last_hidden_from_ids
-from privlm.gradmm.release import Release, model_fingerprint
-from privlm.gradmm.select import select_matching
+from privlm.synthesis.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
+from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
+from privlm.synthesis.gradmm.projection import Projector
+from privlm.synthesis.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds, last_hidden_from_ids
+from privlm.synthesis.gradmm.release import Release, model_fingerprint
+from privlm.synthesis.gradmm.select import select_matching
 from privlm.resources.verbalizers import format_instructions
 
 StepCallback = Callable[[int, int, float], None]
@@ -83,7 +84,7 @@ def make_objective(
 
 def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label: int | None = None) -> tuple[int, ...]:
     """What the LM conditions on when projecting and sampling: the document prefix followed by our
-    public few-shot demonstrations (:func:`~privlm.gradmm.filtering.few_shot_context`), so the
+    public few-shot demonstrations (:func:`~privlm.synthesis.gradmm.filtering.few_shot_context`), so the
     decoded text reads like the task's domain — with ``label``, only that class's demonstrations, so it
     also reads like the class. Public; the matching itself sees ``prefix + text + suffix``."""
     demos = tokenizer.encode(few_shot_context(prompt, only=label), add_special_tokens=False)
@@ -138,7 +139,7 @@ def generate_batch(
 ) -> list[Candidate]:
     """One batch of ``config.batch`` candidates for class ``label``, each with its matching loss against
     ``release.targets[label]``: a seeded public sample optimized by ADMM (``optimizer = "admm"``), or public
-    candidates kept as they are (``"select"``: :func:`~privlm.gradmm.select.select_matching` chooses among
+    candidates kept as they are (``"select"``: :func:`~privlm.synthesis.gradmm.select.select_matching` chooses among
     them later) — word-like samples (``source = "sample"``) or instructed answers (``"instruct"``, kept in
     ``public_dir`` when given, so cells that differ only in their release share them)."""
     prompt = release.prompt

@@ -1,4 +1,4 @@
-"""The ``gradmm`` experiment method: DP synthetic text from :mod:`privlm.gradmm`, one run per cell.
+"""The ``gradmm`` experiment method: DP synthetic text from :mod:`privlm.synthesis.gradmm`, one run per cell.
 
 The private pool enters only through GRADMM's DP release (``load_private``); generation and
 filtering see the release alone. The run lives in the cell's ``workdir`` and is always resumed:
@@ -6,7 +6,7 @@ a saved release is reused, never redrawn, so an interrupted experiment does not 
 The pool's last-layer factors are computed once per experiment and kept in ``ctx.private_cache``
 (private); each cell's release is then their clipped sum plus its own fresh noise.
 Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``) and any
-:class:`privlm.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
+:class:`privlm.synthesis.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
 (e.g. ``[methods."gradmm@noise"]``) is the noise-only control: pure noise at the cell's σ and C, no
 private data read, ε spent 0.
 Instructed public candidates (``source = "instruct"``) depend on the model, instruction, batch size and
@@ -21,10 +21,10 @@ from typing import Any
 
 from privlm.digest import digest
 from privlm.synthesis.registry import MethodContext
-from privlm.gradmm.config import make_config
-from privlm.gradmm.pipeline import run_synthesis
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.release import model_fingerprint
+from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.pipeline import run_synthesis
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import model_fingerprint
 
 
 def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:

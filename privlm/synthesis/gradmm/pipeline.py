@@ -36,14 +36,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.atomic import write_text_atomic
-from privlm.gradmm.config import SynthConfig
-from privlm.gradmm.filtering import Candidate
-from privlm.gradmm.generate import StepCallback, instructions_for, synthesize
-from privlm.gradmm.prompt import Prompt
+from privlm.synthesis.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.generate import StepCallback, instructions_for, synthesize
+from privlm.synthesis.gradmm.prompt import Prompt
 from privlm.runfolder import (
     RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead,
 )
-from privlm.gradmm.release import (
+from privlm.synthesis.gradmm.release import (
     PrivateFactors,
     Release,
     draw_release,

@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from privlm.gradmm.filtering import Candidate
-from privlm.gradmm.matching import residuals
-from privlm.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
+from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.matching import residuals
+from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.atomic import atomic_path
 from privlm.digest import digest
-from privlm.gradmm.release import Release, model_fingerprint
+from privlm.synthesis.gradmm.release import Release, model_fingerprint
 
 
 @torch.no_grad()
@@ -131,7 +131,7 @@ def select_matching(
     ``contrastive``: maximize the class's cosine minus the best other class's (each set's gradient taken
     with that class's label against that class's target; each cosine weighted by its target's norm, see
     :func:`greedy_match` — on the whole Rotten Tomatoes train split the classes' clipped sums differ in
-    norm by 1.7 %, ``results/rotten_tomatoes_full/release_diagnostics.json``),
+    norm by 1.7 %, measured without noise),
     the class-discriminative part of the release
     (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
     cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen.

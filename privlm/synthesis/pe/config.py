@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from privlm.errors import UserError
-from privlm.evaluation.generation_config import Sampling
+from privlm.lm.sampling import Sampling
 
 
 DEFAULT_VARIATION = (

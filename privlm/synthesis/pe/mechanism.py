@@ -1,7 +1,7 @@
 """Private Evolution for text (Aug-PE; Xie et al., ICML 2024): DP synthetic text without training.
 
 Per class, a population of M public candidates (zero-shot samples of the public LM,
-:func:`privlm.evaluation.baselines.zero_shot`) evolves for T iterations. In iteration t every private
+:func:`privlm.synthesis.generation.baselines.zero_shot`) evolves for T iterations. In iteration t every private
 example votes once, for its nearest candidate of its own class (mean-pooled final hidden states of the
 public model, unit-normalized, Euclidean nearest neighbour computed per row, :func:`nearest_candidates`), and the vote histogram of
 all classes together is released with Gaussian noise. The ⌈M/(1+V)⌉ candidates with the most noisy votes
@@ -50,9 +50,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path, json_once, write_text_atomic
 from privlm.errors import UserError
-from privlm.gradmm.release import model_fingerprint
-from privlm.evaluation.baselines import chat_prompt, sample_many, zero_shot
-from privlm.evaluation.coresets import hidden_features
+from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.lm.generation import chat_prompt, sample_many
+from privlm.synthesis.generation.baselines import zero_shot
+from privlm.lm.features import hidden_features
 from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry

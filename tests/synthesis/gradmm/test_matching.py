@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from privlm.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
-from privlm.gradmm.prompt import head_logits, head_weight, last_hidden_from_embeds
+from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
+from privlm.synthesis.gradmm.prompt import head_logits, head_weight, last_hidden_from_embeds
 from privlm.resources.tiny import build_tiny_model
 
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.gradmm import generate
-from privlm.gradmm.config import make_config
+from privlm.synthesis.gradmm import generate
+from privlm.synthesis.gradmm.config import make_config
 from privlm.privacy.calibration import gaussian_releases_epsilon
-from privlm.gradmm.filtering import Candidate
-from privlm.gradmm.pipeline import RunPaths, run_synthesis
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.select import candidate_factors, greedy_match
+from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.select import candidate_factors, greedy_match
 from privlm.resources.datasets import BUILTIN
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import generic_verbalizer
@@ -223,7 +223,7 @@ def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeyp
 
 
 def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors(lm, tmp_path, monkeypatch) -> None:
-    from privlm.gradmm import select as select_module
+    from privlm.synthesis.gradmm import select as select_module
 
     model, tokenizer, prompt = lm
     cands = [Candidate(ids=tuple(tokenizer.encode(t, add_special_tokens=False)), text=t, label=0, match_loss=0.0)

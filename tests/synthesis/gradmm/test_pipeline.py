@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import privlm.gradmm.generate as generate
+import privlm.synthesis.gradmm.generate as generate
 import privlm.randomness as randomness
 from privlm.errors import UserError
-from privlm.gradmm.config import make_config
-from privlm.gradmm.pipeline import RunPaths, run_synthesis
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.release import clipped_class_sums
+from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import clipped_class_sums
 from privlm.resources.tiny import build_tiny_model
 
 PRIVATE = [

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privlm.gradmm.projection import Projector, word_like_token_ids
+from privlm.synthesis.gradmm.projection import Projector, word_like_token_ids
 from privlm.resources.tiny import build_tiny_model
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.gradmm.prompt import build_prompt, encode_text
-from privlm.gradmm.release import (
+from privlm.synthesis.gradmm.prompt import build_prompt, encode_text
+from privlm.synthesis.gradmm.release import (
     Release,
     clipped_class_sums,
     draw_release,
@@ -163,7 +163,7 @@ def test_a_neighbouring_data_set_moves_the_sums_by_at_most_c(release: str) -> No
 def test_an_example_with_a_non_finite_hidden_state_is_left_out_of_the_clipped_sums(bad: float) -> None:
     """One private example whose hidden state overflowed: the clipped sums are those of the others (a NaN would
     otherwise make its class's released target NaN — a data-dependent, unnoised output)."""
-    from privlm.gradmm.release import PrivateFactors, factor_class_sums
+    from privlm.synthesis.gradmm.release import PrivateFactors, factor_class_sums
 
     model, tokenizer = build_tiny_model("tiny-llama", seed=2, dtype=torch.float64)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
@@ -209,7 +209,7 @@ def test_label_row_release_is_small_and_says_so(tmp_path) -> None:
 
 
 def test_a_whole_split_sized_signal_is_not_cut_by_snapping_and_its_slack_is_counted() -> None:
-    from privlm.gradmm.release import add_gaussian_noise, clamp_bits
+    from privlm.synthesis.gradmm.release import add_gaussian_noise, clamp_bits
     from privlm.privacy.snapping import grid
 
     sums = torch.zeros(2, 2, 576)

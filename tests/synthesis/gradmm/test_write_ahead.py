@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import privlm.gradmm.release as release_module
-from privlm.gradmm.config import make_config
-from privlm.gradmm.pipeline import RunPaths, run_synthesis
-from privlm.gradmm.prompt import build_prompt
-from privlm.gradmm.release import release_noise_multiplier
+import privlm.synthesis.gradmm.release as release_module
+from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import release_noise_multiplier
 from privlm.privacy import Ledger
 from privlm.privacy.events import GaussianRelease
 from privlm.resources.tiny import build_tiny_model

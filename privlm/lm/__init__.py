@@ -1,0 +1,3 @@
+"""LM primitives below training and synthesis: prompt layout and label words (:mod:`.prompts`), option
+scoring (:mod:`.scoring`), sampling settings and seeded generation (:mod:`.sampling`, :mod:`.generation`),
+hidden-state features (:mod:`.features`) and label-word fine-tuning (:mod:`.finetune`)."""

@@ -1,0 +1,113 @@
+"""Sampling text from a causal LM: chat prompts, seeded batched sampling, cleaning, class instructions.
+
+Public-side primitives shared by the generation baselines, GRADMM's instructed candidates, Private
+Evolution and DP fine-tune-then-generate. Sampling is seeded: same seed, same texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import UserError
+from privlm.lm.prompts import pad_token_id
+from privlm.lm.sampling import Sampling
+
+DEFAULT_INSTRUCTION = "Write one short {label_name} movie review sentence."
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, instruction: str) -> str:
+    """The instruction as a user turn of the chat template (with the assistant's opening), else plain."""
+    if tokenizer.chat_template:
+        messages = [{"role": "user", "content": instruction}]
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return instruction + "\n"
+
+
+def clean_generation(text: str) -> str:
+    """First non-empty line, without list markers or surrounding quotes."""
+    for line in text.splitlines():
+        line = line.strip().removeprefix("- ").strip().strip('"').strip()
+        if line:
+            return line
+    return ""
+
+
+def sample_texts(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, n: int, seed: int, sampling: Sampling
+) -> list[str]:
+    """``n`` non-empty cleaned continuations of ``prompt``; resamples empty ones up to ``max_rounds`` times.
+
+    Uses ``torch.manual_seed(seed + round)`` inside a forked RNG, so the caller's RNG is untouched.
+    """
+    return sample_many(model, tokenizer, [prompt], n, seed, sampling)[0]
+
+
+def sample_many(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    per_prompt: int,
+    seed: int,
+    sampling: Sampling,
+    batch_size: int = 48,
+) -> list[list[str]]:
+    """``per_prompt`` non-empty cleaned continuations of each prompt, generated for ≈ ``batch_size``
+    sequences at a time (prompts left-padded to a common length); empty ones are resampled up to
+    ``max_rounds`` times.
+
+    Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
+    in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`."""
+    encoded = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
+    context = model.config.max_position_embeddings
+    longest = max((len(ids) for ids in encoded), default=0)
+    if longest + sampling.max_new_tokens > context:
+        raise UserError(
+            f"prompt of {longest} tokens + {sampling.max_new_tokens} new tokens exceeds the model's context of {context}"
+        )
+    pad = pad_token_id(tokenizer)
+    step = max(1, batch_size // per_prompt)
+    texts: list[list[str]] = [[] for _ in prompts]
+    for first in range(0, len(prompts), step):
+        chunk = range(first, min(first + step, len(prompts)))
+        for round_ in range(sampling.max_rounds):
+            todo = [j for j in chunk if len(texts[j]) < per_prompt]
+            if not todo:
+                break
+            width, count = max(len(encoded[j]) for j in todo), max(per_prompt - len(texts[j]) for j in todo)
+            ids = torch.tensor([[pad] * (width - len(encoded[j])) + encoded[j] for j in todo])
+            mask = torch.tensor([[0] * (width - len(encoded[j])) + [1] * len(encoded[j]) for j in todo])
+            with torch.random.fork_rng(devices=[]), torch.inference_mode():
+                torch.manual_seed(seed + round_ + 7919 * first)
+                out = model.generate(
+                    ids,
+                    attention_mask=mask,
+                    do_sample=True,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=0,
+                    max_new_tokens=sampling.max_new_tokens,
+                    num_return_sequences=count,
+                    pad_token_id=pad,
+                )
+            decoded = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+            for i, j in enumerate(todo):
+                cleaned = [t for t in map(clean_generation, decoded[i * count : (i + 1) * count]) if t]
+                texts[j].extend(cleaned[: per_prompt - len(texts[j])])
+        for j in chunk:
+            if len(texts[j]) < per_prompt:
+                raise UserError(
+                    f"the model gave only {len(texts[j])} non-empty texts out of {per_prompt} for prompt {prompts[j][:60]!r}"
+                )
+    return texts
+
+
+def class_instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:
+    """The public instruction of each class: ``instructions``, or the default with each class name."""
+    if instructions is None:
+        return [DEFAULT_INSTRUCTION.format(label_name=name) for name in label_names]
+    if len(instructions) != len(label_names):
+        raise UserError(f"{len(instructions)} instructions for {len(label_names)} classes")
+    return list(instructions)
