@@ -1,0 +1,102 @@
+"""The committed statement of what all studies cost together in privacy (``experiments/privacy_across_studies.py``):
+it is what the script computes from the committed files now, every DP results row is counted exactly once, and
+per data set the PLD composition lies between the largest single release and basic composition."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "privacy_across_studies.py"
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("privacy_across_studies", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def result(script: ModuleType) -> dict[str, Any]:
+    computed: dict[str, Any] = script.statement(ROOT)
+    return computed
+
+
+def _tracked() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+def _dp_rows() -> tuple[list[str], set[str]]:
+    """Every DP results row of the committed files, found independently of the script (rows of experiment grids
+    with an ε, DP ``privlm train`` summaries, DP sidecars), and those of noise-only controls."""
+    found, noise_only = [], set()
+    for path in _tracked():
+        if path.startswith(("results/audit/", "results/benchmarks/")):
+            continue
+        if path.endswith("/results.jsonl"):
+            folder = path.rsplit("/", 1)[0]
+            for line in (ROOT / path).read_text().splitlines():
+                row = json.loads(line)
+                if row["epsilon"] is None:
+                    continue
+                found.append(f"{path}#{row['cell']}")
+                config = json.loads((ROOT / folder / "configs" / f"{row['config_hash']}.json").read_text())
+                method = next(m for m in config["methods"] if m["name"] == row["method"])
+                if method["params"].get("noise_only"):
+                    noise_only.add(found[-1])
+        elif path.endswith(".json"):
+            data = json.loads((ROOT / path).read_text())
+            if isinstance(data, dict) and ((data.get("private") is True and "sample_rate" in data)
+                                           or (path.endswith(".privacy.json") and data.get("dp") is True)):
+                found.append(path)
+    return found, noise_only
+
+
+def test_the_committed_statement_is_what_the_script_computes_now(script: ModuleType, result: dict[str, Any]) -> None:
+    on_disk = json.loads((ROOT / script.JSON_OUT).read_text(encoding="utf-8"))
+    assert on_disk == result, f"stale: rerun {SCRIPT.relative_to(ROOT)}"
+    assert (ROOT / script.MARKDOWN_OUT).read_text(encoding="utf-8") == script.render_markdown(result)
+
+
+def test_every_dp_results_row_is_counted_exactly_once(script: ModuleType, result: dict[str, Any]) -> None:
+    found, noise_only = _dp_rows()
+    assert len(found) > 100 and noise_only, "the scan found too little: it would pass vacuously"
+    counted = [row for release in result["releases"] for row in release["rows"]]
+    set_aside = [row for entry in result["excluded"] if entry["reason"] == script.NOISE_ONLY for row in entry["rows"]]
+    assert set(set_aside) == noise_only
+    assert Counter(counted + set_aside) == Counter(found)  # each DP row once: in one release, or a noise-only control
+
+
+def test_pld_lies_between_the_largest_release_and_basic_composition(result: dict[str, Any]) -> None:
+    assert {entry["data"] for entry in result["data_sets"]} >= {"rotten-tomatoes", "bbc-news"}
+    for entry in result["data_sets"]:
+        releases = [r for r in result["releases"] if r["data"] == entry["data"]]
+        assert len(releases) == entry["releases"] > 1
+        assert entry["dp_cells"] == sum(len(r["rows"]) for r in releases)
+        assert entry["basic"]["epsilon"] == pytest.approx(sum(r["epsilon"] for r in releases), rel=1e-6)
+        assert entry["basic"]["delta"] == pytest.approx(sum(r["delta"] for r in releases), rel=1e-6)
+        pld, largest = entry["pld"], max(r["epsilon"] for r in releases)
+        assert largest == entry["largest_release_epsilon"]
+        assert largest < pld["epsilon"] <= entry["basic"]["epsilon"], entry["data"]
+        assert pld["delta"] <= entry["basic"]["delta"]
+        assert pld["rebuilt_releases"] == sum(r["rebuilt"] for r in releases)
+
+
+def test_the_audit_and_each_noise_only_or_no_dp_reason_is_named(script: ModuleType, result: dict[str, Any]) -> None:
+    reasons = {(entry["study"], entry["reason"]) for entry in result["excluded"]}
+    assert ("audit", script.EXCLUDED_FOLDERS["audit"]) in reasons
+    assert {reason for _, reason in reasons} >= {script.NO_DP, script.NOISE_ONLY}
