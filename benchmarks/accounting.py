@@ -1,6 +1,6 @@
 """Accounting benchmark: ε after 10,000 DP-SGD steps, exact vs randomized clipping, side by side.
 
-Run:  .venv/bin/python benchmarks/accounting.py [--out results/benchmarks/accounting.json]
+Run:  .venv/bin/python benchmarks/accounting.py [--out benchmarks/results/accounting.json]
 
 Setting: σ = 1.0, q = 0.01, 10,000 steps, δ = 1e-5 (100 epochs). Every accountant starts cold
 (caches cleared). Also reported: dp-accounting's own PLD accountant and prv-accountant on the exact run
@@ -122,7 +122,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/accounting.json"),
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/accounting.json"),
                         help="JSON output (PNG written next to it)")
     args = parser.parse_args()
     results = run()

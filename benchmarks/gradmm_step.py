@@ -1,6 +1,6 @@
 """One GRADMM ADMM inner step: closed-form matching loss vs autograd double backward, side by side.
 
-    python benchmarks/gradmm_step.py --out results/benchmarks/gradmm_step.json
+    python benchmarks/gradmm_step.py --out benchmarks/results/gradmm_step.json
 
 The step is the production x-step of :func:`privlm.synthesis.gradmm.admm.run_admm` on one batch (default
 10 sequences × 32 synthetic tokens, inside the rotten-tomatoes prompt): objective, ADMM penalty,

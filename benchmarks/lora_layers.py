@@ -1,6 +1,6 @@
 """One DP-SGD step with LoRA on every decoder block vs only on the last N (``privlm train --lora-layers``).
 
-    python benchmarks/lora_layers.py --out results/benchmarks/lora_layers.json
+    python benchmarks/lora_layers.py --out benchmarks/results/lora_layers.json
 
 The step is the production private step: :class:`privlm.dpsgd.engine.PrivacyEngine` (``mixed`` norms,
 book-keeping, σ = 1), micro-batches of 8, on SmolLM2-135M with LoRA rank 4 built by

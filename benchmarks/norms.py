@@ -17,7 +17,7 @@ Opacus 1.6 refuses tied parameters under ghost clipping, so ``opacus-ghost`` run
 untied embeddings and its ratios are against a non-private run of that untied model (``nonprivate-untied``).
 Speed is only ever compared within one run (the machine may be shared).
 
-    python benchmarks/norms.py [--quick] --out results/benchmarks/norms.json   # also writes norms.png
+    python benchmarks/norms.py [--quick] --out benchmarks/results/norms.json   # also writes norms.png
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """One private epoch with the frozen model's features cached vs computed every step, and vs the LoRA path.
 
-    python benchmarks/prefix_cache.py --out results/benchmarks/prefix_cache.json
+    python benchmarks/prefix_cache.py --out benchmarks/results/prefix_cache.json
 
 Three ways to train a classifier privately on the same BBC News articles (``--examples`` of the train
 split, T = ``--length``, SmolLM2-135M, ``mixed`` norms, σ = 1, expected batch N/4 so an epoch is 4
 Poisson steps, micro-batches of 8, one torch thread), each one epoch of :func:`privlm.training.loop.train_loop`:
 
 - ``lora-top2``: LoRA r = 4 on the last 2 decoder blocks, label-word objective (the path of
-  ``results/bbc_news``, before this change);
+  ``research/dp_finetune_bbc_lora``, before this change);
 - ``head uncached``: the label-word head, features recomputed through the frozen model every step;
 - ``head cached``: the label-word head on features computed once (:mod:`privlm.training.prefix_cache`).
 

@@ -1,6 +1,6 @@
 """Private-pass benchmark: GRADMM's per-example factors on SmolLM2, width buckets vs one full width, side by side.
 
-Run:  .venv/bin/python benchmarks/private_pass.py [--examples 256] [--out results/benchmarks/private_pass.json]
+Run:  .venv/bin/python benchmarks/private_pass.py [--examples 256] [--out benchmarks/results/private_pass.json]
 
 Both layouts compute every private row in a batch of a public shape (``privlm.resources.padding``): ``full``
 pads every row to the longest possible prompt (prefix + 48 text tokens + suffix, the demo preset's
@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/private_pass.json"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/private_pass.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = load_model("smollm2-135m")

@@ -14,7 +14,7 @@
    3σ, 4σ, 5σ and 6σ against the normal law (expected count, and the z-score of the observed count), the
    largest |z|, and the same for ``torch.randn`` in float32 (whose 24-bit uniforms cannot pass ≈ 5.8σ).
 
-    python benchmarks/secure_noise.py --out results/benchmarks/secure_noise.json   # also writes .png
+    python benchmarks/secure_noise.py --out benchmarks/results/secure_noise.json   # also writes .png
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 GRADMM and PE never release the private set's size N (under add/remove adjacency an exact N reveals
 membership); DP-SGD accounts with N public, which its sidecars state. This scans what is committed
-under ``results/``: privacy sidecars for count keys, and saved console logs for a progress line that
+under ``research/``: privacy sidecars for count keys, and saved console logs for a progress line that
 counts the private examples or a printed N.
 """
 
@@ -19,7 +19,7 @@ LOG_PATTERNS = (re.compile(r"private examples\)\s*[━ ]*\s\d[\d,]*/"), re.compi
 
 
 def _tracked(suffix: str) -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(["git", "ls-files", "research"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return [ROOT / p for p in listed.split() if p.endswith(suffix)]
 
 

@@ -1,4 +1,4 @@
-"""The committed statement of what all studies cost together in privacy (``experiments/privacy_across_studies.py``):
+"""The committed statement of what all studies cost together in privacy (``research/privacy_across_studies.py``):
 it is what the script computes from the committed files now, every DP results row is counted exactly once, and
 per data set the PLD composition lies between the largest single release and basic composition."""
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "privacy_across_studies.py"
+SCRIPT = ROOT / "research" / "privacy_across_studies.py"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def result(script: ModuleType) -> dict[str, Any]:
 
 
 def _tracked() -> list[str]:
-    listed = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True)
+    listed = subprocess.run(["git", "ls-files", "research"], cwd=ROOT, capture_output=True, text=True, check=True)
     return listed.stdout.split()
 
 
@@ -45,7 +45,7 @@ def _dp_rows() -> tuple[list[str], set[str]]:
     with an ε, DP ``privlm train`` summaries, DP sidecars), and those of noise-only controls."""
     found, noise_only = [], set()
     for path in _tracked():
-        if path.startswith(("results/audit/", "results/benchmarks/")):
+        if path.startswith(("research/audit/", "benchmarks/results/")):
             continue
         if path.endswith("/results.jsonl"):
             folder = path.rsplit("/", 1)[0]

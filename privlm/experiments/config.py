@@ -1,6 +1,6 @@
 """Experiment configuration (TOML) and its grid of cells: methods × ε × n per class × seeds.
 
-Example (``experiments/rotten_tomatoes.toml``)::
+Example (``research/synthetic_pool50/config.toml``)::
 
     model = "smollm2-135m"
     dataset = "rotten-tomatoes"  # or "jsonl:PATH" / "csv:PATH" with labels = [...] (below)

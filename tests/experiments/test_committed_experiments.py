@@ -13,25 +13,25 @@ from privlm.experiments.config import load_config
 from privlm.experiments.runner import check_methods
 
 ROOT = Path(__file__).resolve().parents[2]
-TOMLS = sorted((ROOT / "experiments").glob("*.toml"))
+TOMLS = sorted((ROOT / "research").glob("*/config.toml"))
 
 
 def test_the_experiments_folder_has_configurations() -> None:
     assert len(TOMLS) >= 4
 
 
-@pytest.mark.parametrize("toml", TOMLS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("toml", TOMLS, ids=lambda p: p.parent.name)
 def test_a_committed_experiment_passes_the_checks_before_its_first_cell(toml: Path) -> None:
     check_methods(load_config(toml))
 
 
-WITH_RESULTS = [t for t in TOMLS if (ROOT / "results" / t.stem / "results.jsonl").exists()]
+WITH_RESULTS = [t for t in TOMLS if (t.parent / "results.jsonl").exists()]
 
 
-@pytest.mark.parametrize("toml", WITH_RESULTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("toml", WITH_RESULTS, ids=lambda p: p.parent.name)
 def test_committed_rows_keep_their_configuration_hashes(toml: Path) -> None:
     config = load_config(toml)
-    results = ROOT / "results" / toml.stem / "results.jsonl"
+    results = toml.parent / "results.jsonl"
     names = {spec.name for spec in config.methods}
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     hashed = [r for r in rows if r["method"] in names and "method_hash" in r]

@@ -40,6 +40,6 @@ def test_user_data_without_labels_is_refused_and_bad_labels_name_the_key() -> No
 
 
 def test_a_configuration_without_labels_keeps_its_committed_hash() -> None:
-    config = load_config(ROOT / "experiments" / "rotten_tomatoes.toml")
+    config = load_config(ROOT / "research" / "synthetic_pool50" / "config.toml")
     assert "labels" not in config.to_dict()
-    assert config.hash == json.loads((ROOT / "results" / "rotten_tomatoes" / "config.json").read_text())["hash"]
+    assert config.hash == json.loads((ROOT / "research" / "synthetic_pool50" / "config.json").read_text())["hash"]

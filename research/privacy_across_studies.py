@@ -1,0 +1,558 @@
+"""What every committed study under ``research/`` costs in privacy together, per private data set.
+
+    .venv/bin/python research/privacy_across_studies.py
+    # writes research/privacy_across_studies.json (every release) and research/privacy_across_studies.md
+
+Each study states at most its own grid's ε, but several studies draw DP releases from the same records (the
+seeded train split of one data set), and whoever publishes all of them pays their composition. This script
+reads the committed files only (``git ls-files research``), finds every DP release, groups the releases by the
+data set they read (a release on a subset, a pool of 50 per class or a ``--max-train`` cut, reads the same
+records and is grouped with the rest) and states per data set:
+
+* **basic composition**: Σ ε_i at Σ δ_i over the releases' stated (ε_i, δ_i), valid for any mechanisms;
+* **PLD composition** with privlm's accountant, the way :mod:`privlm.evaluation.grid_privacy` composes ledgers
+  (``Ledger(entries).epsilon(δ)``), of every release whose events can be rebuilt from committed files, at the
+  smallest δ among them, plus basic composition of the others: (ε_PLD + Σ ε_j, δ + Σ δ_j).
+
+Where the events come from:
+
+* ``privlm train`` summaries (``<cell>.json`` with ``private``, ``sample_rate`` and ``steps``): the committed
+  ledger ``runs/<cell>/privacy.json`` beside the summary if there is one, else the summary's fields: steps
+  × ``PoissonGaussianStep(q, accounted σ, clipping, probes, snapped)``, the clipping kind being the norm mode
+  for randomized modes and exact otherwise (as :class:`privlm.dpsgd.engine.PrivacyEngine` books it), the
+  probes read from the stored command, and one snapped coordinate per step when the run released a DP loss
+  (its accounted σ is then below the drawn one).
+* Privacy sidecars (``*.privacy.json`` with ``dp``): their ledger. Their data set is the sidecar's
+  ``private_data`` or the console log beside it.
+* Experiment grids (``results.jsonl`` with ``configs/<hash>.json``): a row holds ε and δ only. A GRADMM cell
+  is one Gaussian release and a PE cell T releases of one σ (``iterations``), and those (ε, δ) fix a
+  dominating event: T Gaussians of multiplier σ compose exactly to one of σ/√T, and one that is (ε, δ)-DP has
+  σ/√T ≥ σ(ε, δ), the exact analytic multiplier (:func:`privlm.privacy.gaussian_noise_multiplier`). The rebuilt
+  event carries the release's snapped coordinates (for GRADMM's label-row release, the count in the demo
+  sidecar of the same release; for a PE histogram, K·M bins at clamp 2¹⁶), so the snapping slack is counted
+  as well. dp-finetune-gen's DP-SGD runs are not rebuilt: their σ is in no committed file (the run folders
+  stay in the ignored ``work/``) and is no closed-form function of (ε, δ), so they enter at their stated ε.
+  They train once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of one run are
+  one release.
+
+Checks, all towards counting more: a DP-SGD run's events must give its stated ε again, else it is not
+rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by construction: the exact σ(ε, δ), a
+pessimistic PLD and a non-negative snapping slack); a study whose README or report states the composition of
+as many DP cells as it holds is checked against that statement, and if the rebuilt composition is smaller
+(draws the rows do not show), every release of that study falls back to its stated ε. Draws superseded by
+a rerun whose results a committed README still quotes are releases too (:data:`SUPERSEDED`).
+
+Counting rules: seeds and repeats of a cell are separate releases; seeded runs (``--seed``: the noise is
+reproducible, so as committed they guarantee nothing) are counted at the ε of the mechanism they ran, which
+is what a user running them unseeded on private data spends. Not counted, and listed with the reason: no-DP
+cells (NOT private), noise-only controls (they read no private data), and the folders in
+:data:`EXCLUDED_FOLDERS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from privlm.privacy import GaussianRelease, Ledger, LedgerEntry, PoissonGaussianStep, event_from_dict
+from privlm.privacy import gaussian_noise_multiplier
+from privlm.privacy.events import CLIPPING_KINDS, Clipping
+from privlm.privacy.snapping import MAX_CLAMP_BITS, snapped_coordinates
+from privlm.resources.datasets import BUILTIN
+from privlm.synthesis.pe.config import PEConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+JSON_OUT = Path("research/privacy_across_studies.json")
+MARKDOWN_OUT = Path("research/privacy_across_studies.md")
+
+EXCLUDED_FOLDERS = {
+    "audit": "privacy audits: seeded runs of each mechanism on crafted canaries, not a release of any data set",
+    "benchmarks": "speed, memory and accounting benchmarks: no release of any data set",
+}
+NO_DP = "no DP (ε none): NOT private, and not a DP release to compose"
+NOISE_ONLY = "noise-only control: the same pipeline on pure noise, it reads no private data"
+LABEL_ROW_SIDECAR = Path("research/demo_output/instruct/synthetic.privacy.json")
+UNSNAPPED_GRIDS = {
+    "synthetic_pool50": "its GRADMM releases were drawn before privlm snapped any (its README: 'not snapped'), "
+                       "so their ledgers and stated ε carry no snapping slack",
+}
+REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
+DIGITS = 7  # significant digits of the numbers written
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """Draws a rerun replaced in ``study``'s rows whose results its README still quotes (``quote``): the
+    ``method`` cells at ``per_class`` and ``epsilon`` for ``seeds``, with the study's current parameters."""
+
+    study: str
+    method: str
+    per_class: int
+    epsilon: float
+    seeds: tuple[int, ...]
+    quote: str
+
+
+SUPERSEDED = (
+    Superseded("synthetic_methods", "pe", 20, 1.0, (0, 1, 2), "where the first run gave 73.7 / 79.7 / 74.7"),
+    Superseded("synthetic_methods", "pe", 100, 1.0, (0, 1, 2), "they were 74.0 / 78.7 / 79.3 at n = 100, ε = 1"),
+)
+STATED_TOTAL = re.compile(
+    r"\b(\d+) (?:finished )?DP cells\b(?:(?!DP cells).){0,300}?(?:cost at most|compose to|composed to) "
+    r"ε ([=≈]) (\d+(?:\.\d+)?) at δ = (\d+(?:\.\d+)?(?:e-?\d+)?)")
+DEMO_LOG = re.compile(r"model (\S+):.*?private data (\S+) \((\w+) split, ([^)]*)\)", re.S)
+
+
+@dataclass
+class Release:
+    """One DP release of ``records`` of ``data``'s ``split``: its stated (ε, δ), the results rows it accounts
+    for (none for a superseded draw), and the ledger entries rebuilt from committed files (``entries``; None
+    where they cannot be, and ``source`` says why)."""
+
+    study: str
+    name: str
+    data: str
+    split: str
+    records: str
+    mechanism: str
+    epsilon: float
+    delta: float
+    rows: list[str]
+    entries: tuple[LedgerEntry, ...] | None
+    source: str
+    seeded: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (numbers rounded to :data:`DIGITS` significant digits)."""
+        return {"study": self.study, "name": self.name, "data": self.data, "split": self.split,
+                "records": self.records, "mechanism": self.mechanism, "epsilon": _num(self.epsilon),
+                "delta": _num(self.delta), "rows": self.rows, "rebuilt": self.entries is not None,
+                "source": self.source, "seeded": self.seeded,
+                "events": None if self.entries is None else [entry.to_dict() for entry in self.entries]}
+
+
+@dataclass
+class Scan:
+    """What the readers found: releases, excluded rows by (study, reason), and the committed files."""
+
+    root: Path
+    files: frozenset[str]
+    releases: list[Release] = field(default_factory=list)
+    excluded: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def json(self, path: str) -> Any:
+        """The committed JSON file ``path`` (relative to the root)."""
+        return json.loads((self.root / path).read_text(encoding="utf-8"))
+
+    def text(self, path: str) -> str:
+        """The committed text file ``path`` (relative to the root)."""
+        return (self.root / path).read_text(encoding="utf-8")
+
+    def exclude(self, study: str, reason: str, row: str) -> None:
+        """Set ``row`` of ``study`` aside for ``reason``."""
+        self.excluded[(study, reason)].append(row)
+
+
+def committed_files(root: Path) -> frozenset[str]:
+    """Paths (relative to ``root``) of the files git tracks under ``research/``, less those of
+    :data:`EXCLUDED_FOLDERS`."""
+    listed = subprocess.run(["git", "ls-files", "-z", "research"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout
+    return frozenset(path for path in listed.split("\0") if path and study_of(path) not in EXCLUDED_FOLDERS)
+
+
+def study_of(path: str) -> str:
+    """The study a committed file belongs to: its folder directly under ``research/``."""
+    return path.split("/")[1]
+
+
+def statement(root: Path = ROOT) -> dict[str, Any]:
+    """The whole statement (what ``research/privacy_across_studies.json`` holds), from the committed files."""
+    scan = Scan(root, committed_files(root))
+    read_experiment_grids(scan)
+    read_superseded(scan)
+    read_train_summaries(scan)
+    read_sidecars(scan)
+    studies = [_study_entry(scan, study, data) for study, data in
+               sorted({(r.study, r.data) for r in scan.releases})]
+    data_sets = [_data_set_entry(data, [r for r in scan.releases if r.data == data])
+                 for data in sorted({r.data for r in scan.releases})]
+    folders = sorted({study_of(path) for path in scan.files if path.count("/") > 1})
+    excluded = [{"study": study, "reason": reason, "rows": sorted(rows)}
+                for (study, reason), rows in sorted(scan.excluded.items())]
+    excluded += [{"study": name, "reason": reason, "rows": []} for name, reason in sorted(EXCLUDED_FOLDERS.items())
+                 if (root / "research" / name).is_dir()]
+    with_releases = {r.study for r in scan.releases}
+    return {
+        "about": ("Every DP release of the committed studies, grouped by the private data it read, with basic "
+                  "and PLD composition per data set; written by research/privacy_across_studies.py."),
+        "data_sets": data_sets,
+        "studies": studies,
+        "studies_without_dp_releases": [name for name in folders if name not in with_releases],
+        "excluded": excluded,
+        "releases": [release.to_dict() for release in scan.releases],
+    }
+
+
+# --- readers -------------------------------------------------------------------------------------------
+
+
+def read_experiment_grids(scan: Scan) -> None:
+    """Releases of every ``results.jsonl`` row of an experiment grid (module docstring)."""
+    for path in sorted(p for p in scan.files if p.endswith("/results.jsonl")):
+        folder, study = path.rsplit("/", 1)[0], study_of(path)
+        shared: dict[tuple[Any, ...], Release] = {}
+        for line in scan.text(path).splitlines():
+            row = json.loads(line)
+            name = f"{path}#{row['cell']}"
+            config = scan.json(f"{folder}/configs/{row['config_hash']}.json")
+            params = next(m for m in config["methods"] if m["name"] == row["method"])["params"]
+            if row["epsilon"] is None:
+                scan.exclude(study, NO_DP, name)
+                continue
+            if params.get("noise_only"):
+                scan.exclude(study, NOISE_ONLY, name)
+                continue
+            kind = row["method"].split("@")[0]
+            epsilon = max(row["epsilon"], row.get("epsilon_spent") or 0.0)
+            if kind == "dp-finetune-gen":
+                key = (row["method"], row["method_hash"], row["epsilon"], row["seed"])
+                if key in shared:  # the same training run serves every n of an (ε, seed)
+                    shared[key].rows.append(name)
+                    shared[key].epsilon = max(shared[key].epsilon, epsilon)
+                    continue
+                shared[key] = release = _grid_release(
+                    study, f"{row['method']}_seed{row['seed']}_eps{row['epsilon']:g} (one training run)", config,
+                    "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model", epsilon, row["delta"],
+                    [name])
+                release.source = ("not rebuilt: its σ is in no committed file, the run folder with its ledger "
+                                  "staying in the ignored work/; counted at its stated ε")
+            elif kind == "gradmm":
+                release = _grid_release(study, row["cell"], config, "GRADMM: one Gaussian release of the per-class "
+                                        "clipped gradient sums", epsilon, row["delta"], [name])
+                release.entries, release.source = _gradmm_entries(scan, study, config, release)
+            elif kind == "pe":
+                release = _grid_release(study, row["cell"], config, "Private Evolution: T noisy vote histograms, "
+                                        "each one Gaussian release", epsilon, row["delta"], [name])
+                release.entries, release.source = _pe_entries(config, params, row["n_per_class"], release)
+            else:
+                raise ValueError(f"{name}: a DP row of method {row['method']!r}, which this script cannot account")
+            scan.releases.append(release)
+
+
+def read_superseded(scan: Scan) -> None:
+    """The draws of :data:`SUPERSEDED`, rebuilt like the study's current cells; each quote must still be in
+    the study's README (else the list is stale and must be revisited)."""
+    for old in SUPERSEDED:
+        readme = f"research/{old.study}/README.md"
+        if old.quote not in " ".join(scan.text(readme).split()):
+            raise ValueError(f"{readme} no longer quotes {old.quote!r}: revisit SUPERSEDED")
+        config = scan.json(f"research/{old.study}/config.json")
+        params = next(m for m in config["methods"] if m["name"] == old.method)["params"]
+        for seed in old.seeds:
+            release = _grid_release(old.study, f"{old.method}_n{old.per_class}_seed{seed}_eps{old.epsilon:g} (first "
+                                    "run, superseded)", config, f"Private Evolution, a run superseded by the "
+                                    f"committed rows; {readme} still quotes its results ('{old.quote}')",
+                                    old.epsilon, config["delta"], [])
+            release.entries, release.source = _pe_entries(config, params, old.per_class, release)
+            scan.releases.append(release)
+
+
+def _grid_release(study: str, cell: str, config: dict[str, Any], mechanism: str, epsilon: float, delta: float,
+                  rows: list[str]) -> Release:
+    """A release of an experiment grid's private pool (not rebuilt yet)."""
+    pool = config["pool_per_class"]
+    return Release(study, f"{study}/{cell}", config["dataset"], f"train split, seed {config['data_seed']}",
+                   "the whole split" if pool == "all" else f"a pool of {pool} per class", mechanism, epsilon, delta,
+                   rows, None, "")
+
+
+def read_train_summaries(scan: Scan) -> None:
+    """Releases of the ``privlm train --json`` summaries (module docstring)."""
+    summaries = {}
+    for path in sorted(p for p in scan.files if p.endswith(".json")):
+        data = scan.json(path)
+        if isinstance(data, dict) and {"private", "sample_rate", "steps", "epsilon", "data"} <= set(data):
+            summaries[path] = data
+    largest: dict[str, int] = defaultdict(int)
+    for data in summaries.values():
+        largest[data["data"]] = max(largest[data["data"]], data["n_train"])
+    for path, data in summaries.items():
+        study = study_of(path)
+        if not data["private"]:
+            scan.exclude(study, NO_DP, path)
+            continue
+        whole = data["n_train"] == largest[data["data"]]
+        release = Release(study, path.removeprefix("research/").removesuffix(".json"), data["data"],
+                          "train split, seed 0",
+                          "the whole split" if whole else f"a subset, its first {data['n_train']} examples",
+                          f"DP-SGD training ({data['norm_mode']} norms), {data['steps']} steps",
+                          data["epsilon"], data["delta"], [path], None, "",
+                          seeded=data.get("private_release") is False)
+        ledger = f"{path.rsplit('/', 1)[0]}/runs/{Path(path).stem}/privacy.json"
+        if ledger in scan.files:
+            release.entries = Ledger.load(scan.root / ledger).entries
+            release.source = f"the committed ledger {ledger}"
+        else:
+            release.entries, release.source = _dpsgd_entries(data)
+        own = None if release.entries is None else _epsilon(release.entries, release.delta)
+        if own is not None and own < release.epsilon - REBUILD_TOLERANCE:
+            release.source = (f"not rebuilt: the events read ({release.source}) give ε = {own:.6g}, below the "
+                              f"stated {release.epsilon:.6g}; counted at its stated ε")
+            release.entries = None
+        scan.releases.append(release)
+
+
+def read_sidecars(scan: Scan) -> None:
+    """Releases of the DP privacy sidecars (``*.privacy.json``): their ledgers."""
+    for path in sorted(p for p in scan.files if p.endswith(".privacy.json")):
+        sidecar = scan.json(path)
+        if not sidecar.get("dp"):
+            scan.exclude(study_of(path), NO_DP, path)
+            continue
+        folder = path.rsplit("/", 1)[0]
+        model, data, split, records = _demo_log(scan, folder)
+        if sidecar.get("private_data", data) != data:
+            raise ValueError(f"{path} names private data {sidecar['private_data']!r}, its log {data!r}")
+        entries = tuple(LedgerEntry.from_dict(item) if "event" in item else LedgerEntry(event_from_dict(item))
+                        for item in sidecar["ledger"])
+        scan.releases.append(Release(
+            study_of(path), path.removeprefix("research/").removesuffix(".privacy.json"), data,
+            f"{split} split, seed 0", "the whole split" if records == "all per class" else records,
+            f"GRADMM on {model}: {sidecar['mechanism']}",
+            max(sidecar["epsilon"], sidecar.get("epsilon_accounted", 0.0)), sidecar["delta"], [path], entries,
+            f"the ledger in {path}"))
+
+
+# --- rebuilding events -----------------------------------------------------------------------------------
+
+
+def _gradmm_entries(scan: Scan, study: str, config: dict[str, Any],
+                    release: Release) -> tuple[tuple[LedgerEntry, ...] | None, str]:
+    """One Gaussian release at the stated (ε, δ) with its snapped coordinates (module docstring)."""
+    if study in UNSNAPPED_GRIDS:
+        snapped, why = 0, UNSNAPPED_GRIDS[study]
+    else:
+        sidecar = scan.json(str(LABEL_ROW_SIDECAR))
+        model, data, _, _ = _demo_log(scan, str(LABEL_ROW_SIDECAR.parent))
+        if (model, data) != (config["model"], config["dataset"]) or "released_rows" not in sidecar:
+            return None, (f"not rebuilt: the snapped count of a label-row release of {config['model']} on "
+                          f"{config['dataset']} is in no committed sidecar; counted at its stated ε")
+        snapped = max(LedgerEntry.from_dict(item).event.snapped for item in sidecar["ledger"])
+        why = (f"the label-row release's {snapped} weighted snapped coordinates, as in {LABEL_ROW_SIDECAR} "
+               "(an upper bound for releases drawn before snapping)")
+    sigma = gaussian_noise_multiplier(release.epsilon, release.delta)
+    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, "rebuilt GRADMM release")
+    return (entry,), f"rebuilt: one Gaussian release of σ(ε, δ) = {sigma:.6g}; snapping: {why}"
+
+
+def _pe_entries(config: dict[str, Any], params: dict[str, Any], per_class: int,
+                release: Release) -> tuple[tuple[LedgerEntry, ...], str]:
+    """T Gaussian releases of σ(ε, δ)·√T, each snapping the K·M bins of a histogram at clamp 2¹⁶."""
+    pe = PEConfig(**params)
+    bins = len(BUILTIN[config["dataset"]][1].label_words) * pe.candidates(per_class)
+    sigma = gaussian_noise_multiplier(release.epsilon, release.delta) * math.sqrt(pe.iterations)
+    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped_coordinates(bins, MAX_CLAMP_BITS)), pe.iterations,
+                        "rebuilt PE histograms")
+    return (entry,), (f"rebuilt: T = {pe.iterations} Gaussian releases of σ(ε, δ)·√T = {sigma:.6g}, "
+                      f"each snapping {bins} bins at clamp 2^{MAX_CLAMP_BITS}")
+
+
+def _dpsgd_entries(summary: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
+    """The steps of a ``privlm train`` run from its summary's fields (module docstring)."""
+    sigma = summary.get("accounted_noise_multiplier") or summary["noise_multiplier"]
+    clipping: Clipping = summary["norm_mode"] if summary["norm_mode"] in CLIPPING_KINDS else "exact"
+    given = re.search(r"--probes (\d+)", summary.get("command", ""))
+    if clipping != "exact" and given is None:
+        return None, "not rebuilt: the number of probes is in no committed file; counted at its stated ε"
+    probes = None if clipping == "exact" or given is None else int(given.group(1))
+    snapped = int(sigma < summary["noise_multiplier"])  # a DP loss was released: one snapped value per step
+    event = PoissonGaussianStep(summary["sample_rate"], sigma, clipping, probes, snapped)
+    return ((LedgerEntry(event, summary["steps"], "rebuilt steps"),),
+            f"rebuilt from the summary: {summary['steps']} steps of q = {summary['sample_rate']:.6g}, accounted "
+            f"σ = {sigma:.6g}, {clipping} clipping" + ("" if probes is None else f", {probes} probes")
+            + (", DP loss snapped" if snapped else ""))
+
+
+def _demo_log(scan: Scan, folder: str) -> tuple[str, str, str, str]:
+    """(model, data set, split, which records) from the console log of ``privlm demo`` in ``folder``."""
+    logs = sorted(p for p in scan.files if p.startswith(folder + "/") and p.count("/") == folder.count("/") + 1
+                  and p.endswith(".log"))
+    for log in logs:
+        found = DEMO_LOG.search(scan.text(log))
+        if found:
+            return found.group(1), found.group(2), found.group(3), found.group(4)
+    raise ValueError(f"{folder}: no committed console log names the private data of its sidecar")
+
+
+# --- composition ---------------------------------------------------------------------------------------
+
+_EPSILONS: dict[tuple[tuple[Any, ...], float], float] = {}
+
+
+def _epsilon(entries: Sequence[LedgerEntry], delta: float) -> float:
+    """PLD ε at ``delta`` of ``entries`` composed (privlm's ledger accountant), memoized."""
+    key = (tuple((entry.event, entry.count) for entry in entries), delta)
+    if key not in _EPSILONS:
+        _EPSILONS[key] = Ledger(list(entries)).epsilon(delta)
+    return _EPSILONS[key]
+
+
+def compose(releases: Sequence[Release]) -> dict[str, Any]:
+    """Basic composition of all ``releases`` and PLD composition of the rebuilt ones (plus basic of the rest)."""
+    rebuilt = [r for r in releases if r.entries is not None]
+    rest = [r for r in releases if r.entries is None]
+    delta = min((r.delta for r in rebuilt), default=0.0)
+    pld = _epsilon([entry for r in rebuilt for entry in r.entries or ()], delta) if rebuilt else 0.0
+    return {
+        "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
+        "pld": {"epsilon": _num(pld + sum(r.epsilon for r in rest)), "delta": _num(delta + sum(r.delta for r in rest)),
+                "rebuilt_releases": len(rebuilt), "pld_epsilon": _num(pld), "pld_delta": _num(delta),
+                "releases_at_stated_epsilon": len(rest)},
+    }
+
+
+def _study_entry(scan: Scan, study: str, data: str) -> dict[str, Any]:
+    """One study's releases of ``data`` with their basic composition, and the grid totals its README and
+    report state, each checked against the study's own composition when it covers as many DP cells as the
+    committed rows hold; a statement that composition falls short of sends every release of the study to its
+    stated ε (draws the rows do not show)."""
+    releases = [r for r in scan.releases if (r.study, r.data) == (study, data)]
+    cells = sum(len(r.rows) for r in releases)
+    stated = []
+    for name in ("README.md", "report.md"):
+        path = f"research/{study}/{name}"
+        if path not in scan.files:
+            continue
+        text = " ".join(scan.text(path).replace("**", "").split())
+        for found in STATED_TOTAL.finditer(text):
+            decimals = len(found[3].partition(".")[2])
+            entry: dict[str, Any] = {"file": path, "dp_cells": int(found[1]), "epsilon": float(found[3]),
+                                     "approximate": found[2] == "≈", "delta": float(found[4]),
+                                     "rounding": 0.5 * 10.0 ** -decimals}
+            if entry["dp_cells"] != cells:
+                entry["check"] = f"not compared: it covers {entry['dp_cells']} DP cells, the committed rows {cells}"
+            else:
+                ours = compose(releases)["pld"]
+                entry["composed_here"] = {"epsilon": ours["epsilon"], "delta": ours["delta"]}
+                short = ours["epsilon"] < entry["epsilon"] - entry["rounding"]
+                entry["check"] = ("the composition rebuilt here is below it: every release of the study counts "
+                                  "at its stated ε" if short else "consistent: the composition here is not below it")
+                for release in releases if short else ():
+                    release.entries = None
+                    release.source = f"not rebuilt: {path} states more than the rebuilt events give"
+            stated.append(entry)
+    return {"study": study, "data": data, "dp_cells": cells, "releases": len(releases),
+            "rebuilt": sum(r.entries is not None for r in releases),
+            "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
+            "stated_totals": stated, "not_rebuilt": sorted({r.source for r in releases if r.entries is None})}
+
+
+def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
+    """One data set: its studies, releases and both compositions, and which releases were not rebuilt."""
+    studies = sorted({r.study for r in releases})
+    not_rebuilt: dict[tuple[str, str, str], int] = defaultdict(int)
+    for release in releases:
+        if release.entries is None:
+            not_rebuilt[(release.study, release.mechanism, release.source)] += 1
+    return {"data": data, "studies": studies, "dp_cells": sum(len(r.rows) for r in releases),
+            "releases": len(releases), "seeded_releases": sum(r.seeded for r in releases),
+            "superseded_releases": sum(not r.rows for r in releases),
+            "splits": sorted({r.split for r in releases}), "records": sorted({r.records for r in releases}),
+            "largest_release_epsilon": _num(max(r.epsilon for r in releases)), **compose(releases),
+            "not_rebuilt": [{"study": study, "mechanism": mechanism, "releases": count, "reason": reason}
+                            for (study, mechanism, reason), count in sorted(not_rebuilt.items())]}
+
+
+def _num(value: float) -> float:
+    return float(f"{value:.{DIGITS}g}")
+
+
+def _up(epsilon: float) -> str:
+    """ε rounded up to two decimals, so the printed number is never below the composed one."""
+    return f"{math.ceil(epsilon * 100 - 1e-9) / 100:.2f}"
+
+
+# --- output --------------------------------------------------------------------------------------------
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The short Markdown statement (``research/privacy_across_studies.md``) of ``result``."""
+    lines = [
+        "# What all committed studies cost together in privacy, per private data set",
+        "",
+        "These data sets are public stand-ins for private data, so publishing these studies leaks nothing real. "
+        "The numbers show what a user who published every study on their own private data would have spent, "
+        "which is why a user should plan one budget per data set, not per study.",
+        "",
+        "Each study states at most its own grid's ε (ε rounded up here). Here every DP release of every "
+        "committed study is composed with the others that read the same data set (a release on a subset reads "
+        "the same records). Written by "
+        f"`research/privacy_across_studies.py` from the committed files; `{JSON_OUT.name}` lists every "
+        "release, its events and what was excluded.",
+        "",
+        "| data set | studies | DP cells | releases | ε, basic composition (δ) | ε, PLD where rebuilt (δ) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for entry in result["data_sets"]:
+        pld = entry["pld"]
+        how = (f"PLD of all {pld['rebuilt_releases']}" if not pld["releases_at_stated_epsilon"] else
+               f"PLD of {pld['rebuilt_releases']} ({_up(pld['pld_epsilon'])} at δ = {pld['pld_delta']:.3g}) + basic "
+               f"of the {pld['releases_at_stated_epsilon']} not rebuilt")
+        lines.append(f"| {entry['data']} | {', '.join(entry['studies'])} | {entry['dp_cells']} | {entry['releases']} | "
+                     f"{_up(entry['basic']['epsilon'])} ({entry['basic']['delta']:.3g}) | "
+                     f"**{_up(pld['epsilon'])}** ({pld['delta']:.3g}): {how} |")
+    lines.append("")
+    for entry in result["data_sets"]:
+        missing = "; ".join(f"{m['releases']} {m['mechanism'].split(':')[0]} releases of {m['study']} "
+                            f"({m['reason'].removeprefix('not rebuilt: ')})" for m in entry["not_rebuilt"])
+        superseded = (f" Counted too: {entry['superseded_releases']} draws that a rerun superseded and whose results "
+                      "a README still quotes." if entry["superseded_releases"] else "")
+        lines.append(f"- **{entry['data']}** ({'; '.join(entry['splits'])}), releases on "
+                     f"{'; '.join(entry['records'])}. Rebuilt for PLD: "
+                     f"{'every release' if not missing else 'all but ' + missing}.{superseded}")
+    seeded = sum(entry["seeded_releases"] for entry in result["data_sets"])
+    releases = sum(entry["releases"] for entry in result["data_sets"])
+    counts = {reason: sum(len(e["rows"]) for e in result["excluded"] if e["reason"] == reason)
+              for reason in (NO_DP, NOISE_ONLY)}
+    folders = "; ".join(f"`{e['study']}/` ({e['reason']})" for e in result["excluded"] if not e["rows"])
+    empty = ", ".join(f"`{name}/`" for name in result["studies_without_dp_releases"])
+    lines += [
+        "",
+        "How: basic composition (Σ ε at Σ δ of the stated guarantees) holds for any mechanisms. PLD composes, with "
+        "privlm's accountant, the events read from committed ledgers, sidecars and cell summaries or, for GRADMM "
+        "and PE cells that state only (ε, δ), the Gaussian releases that dominate them (snapping slack included), "
+        "at the smallest δ among them; releases that cannot be rebuilt are added at their stated (ε, δ). Seeds and "
+        "repeats are separate releases; a training run shared by several cells is one.",
+        "",
+        f"Seeded runs ({seeded} of the {releases} releases: their noise is reproducible from the seed, so as "
+        "committed they guarantee nothing) count at the ε of the mechanism they ran, which is what an unseeded "
+        f"run spends. Not counted: {counts[NO_DP]} no-DP cells (NOT private), {counts[NOISE_ONLY]} noise-only "
+        f"controls (they read no private data), {folders}. {empty} hold no DP release.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Write the JSON and Markdown statements under ``--root`` (default: this repository)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: %(default)s)")
+    root = parser.parse_args(argv).root
+    result = statement(root)
+    (root / JSON_OUT).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (root / MARKDOWN_OUT).write_text(render_markdown(result), encoding="utf-8")
+    for entry in result["data_sets"]:
+        print(f"{entry['data']}: {entry['releases']} releases, basic ε = {entry['basic']['epsilon']:.2f}, "
+              f"PLD ε = {entry['pld']['epsilon']:.2f} at δ = {entry['pld']['delta']:.2g}")
+
+
+if __name__ == "__main__":
+    main()
