@@ -48,7 +48,6 @@ from typing import Any
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms
 
-
 KEY_BYTES = 32
 _CHUNK = 1 << 16  # values per keystream chunk: 512 KiB buffers stay in cache (measured faster than 2**18, 2**20)
 _MANTISSA = (1 << 53) - 1

@@ -27,10 +27,10 @@ import torch
 from privlm.audit.outcome import CanaryOutcome, inclusion_bits
 from privlm.audit.scale import Scale
 from privlm.errors import UserError
-from privlm.synthesis.gradmm.prompt import build_prompt, head_logits
-from privlm.synthesis.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
 from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.gradmm.prompt import build_prompt, head_logits
+from privlm.synthesis.gradmm.release import PrivateFactors, draw_release, per_sample_factors, released_rows
 
 LABEL_WORDS = ("bad", "great")
 ALIGN = 8  # the tiny Llama's hidden width: 4 attention heads of even width (RoPE)

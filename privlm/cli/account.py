@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,14 +18,14 @@ def account(
     sample_rate: float = typer.Option(..., "--sample-rate", help="Poisson sampling rate q in (0, 1]."),
     steps: int = typer.Option(..., "--steps", help="Number of DP-SGD steps."),
     delta: float = typer.Option(..., "--delta", help="Target δ in (0, 1)."),
-    noise_multiplier: Optional[float] = typer.Option(
+    noise_multiplier: float | None = typer.Option(
         None, "--noise-multiplier", help="σ (noise std / clipping norm): print ε."
     ),
-    target_epsilon: Optional[float] = typer.Option(None, "--target-epsilon", help="Target ε: print the calibrated σ."),
-    clipping: Optional[str] = typer.Option(
+    target_epsilon: float | None = typer.Option(None, "--target-epsilon", help="Target ε: print the calibrated σ."),
+    clipping: str | None = typer.Option(
         None, "--clipping", help="exact | hutchinson | hutchpp (default: all three side by side)."
     ),
-    probes: Optional[int] = typer.Option(
+    probes: int | None = typer.Option(
         None, "--probes", help=f"Probes k (hutchinson) or m (hutchpp, accounted as k = m // 3); default {DEFAULT_PROBES}."
     ),
     method: str = typer.Option("pld", "--method", help="pld (default) or rdp (exact clipping only)."),
@@ -38,7 +37,11 @@ def account(
     from privlm.privacy.calibration import calibrate_noise_multiplier, dpsgd_epsilon
     from privlm.privacy.events import CLIPPING_KINDS, PoissonGaussianStep
     from privlm.privacy.validation import (
-        check_count, check_delta, check_epsilon, check_noise_multiplier, check_sample_rate,
+        check_count,
+        check_delta,
+        check_epsilon,
+        check_noise_multiplier,
+        check_sample_rate,
     )
 
     check_sample_rate(sample_rate, "--sample-rate")
@@ -110,13 +113,13 @@ def _json_number(value: float) -> float | str:
 
 def _print_table(
     results: dict[str, float],
-    chosen_probes: dict[str, Optional[int]],
+    chosen_probes: dict[str, int | None],
     key: str,
     sample_rate: float,
     steps: int,
     delta: float,
-    noise_multiplier: Optional[float],
-    target_epsilon: Optional[float],
+    noise_multiplier: float | None,
+    target_epsilon: float | None,
 ) -> None:
     from privlm.privacy.events import PoissonGaussianStep
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,7 +15,7 @@ _MECHANISM_HELP = "Comma-separated: " + ", ".join(
     f"{m.name} ({m.summary})" for m in MECHANISMS.values()) + "."
 
 
-def _names(text: Optional[str]) -> Optional[list[str]]:
+def _names(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
@@ -29,19 +28,19 @@ def _numbers(text: str, option: str) -> list[float]:
 
 def audit(
     mechanisms: str = typer.Option(",".join(default_names()), "--mechanisms", help=_MECHANISM_HELP),
-    modes: Optional[str] = typer.Option(
+    modes: str | None = typer.Option(
         None, "--modes", help="Norm modes (exact, mixed, hutchinson, hutchpp), GRADMM rows (label-rows, full) or PE's histograms; default: all of each mechanism."
     ),
     epsilons: str = typer.Option("1,4,8", "--epsilons", help="Target ε values, comma-separated."),
     delta: float = typer.Option(1e-5, "--delta", help="δ of the claim and of the bound."),
-    canaries: Optional[int] = typer.Option(None, "--canaries", help="Canaries per DP-SGD cell (default 1000; --quick 200)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="DP-SGD steps per cell (default 50; --quick 10)."),
-    canary_norm: Optional[float] = typer.Option(
+    canaries: int | None = typer.Option(None, "--canaries", help="Canaries per DP-SGD cell (default 1000; --quick 200)."),
+    steps: int | None = typer.Option(None, "--steps", help="DP-SGD steps per cell (default 50; --quick 10)."),
+    canary_norm: float | None = typer.Option(
         None, "--canary-norm", help="Norm of the white-box gradient canaries in units of C (>= 1; default 2)."
     ),
     quick: bool = typer.Option(False, "--quick", help="Small cells (seconds each): a smoke audit."),
     seed: int = typer.Option(0, "--seed", help="Seed of canaries and of the (non-private) audit runs."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results folder (audit.json, README.md, lower_bound.png, cells/)."),
+    out: Path | None = typer.Option(None, "--out", help="Results folder (audit.json, README.md, lower_bound.png, cells/)."),
     json_output: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
 ) -> None:
     """Audit privlm's mechanisms: insert canaries, run once, and report a lower bound on ε next to the

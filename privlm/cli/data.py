@@ -6,7 +6,16 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, TRAIN_FILE, VALIDATION_FILE, console, print_json, public_classes
+from privlm.cli._common import (
+    LABELS,
+    TEMPLATE,
+    TEST_FILE,
+    TRAIN_FILE,
+    VALIDATION_FILE,
+    console,
+    print_json,
+    public_classes,
+)
 from privlm.resources.datasets import data_spec, dataset_names, load_dataset
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)

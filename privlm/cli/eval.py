@@ -8,7 +8,16 @@ import time
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, VALIDATION_FILE, console, err_console, print_json, public_classes
+from privlm.cli._common import (
+    LABELS,
+    TEMPLATE,
+    TEST_FILE,
+    VALIDATION_FILE,
+    console,
+    err_console,
+    print_json,
+    public_classes,
+)
 from privlm.lm.finetune_config import PRESETS, preset
 from privlm.names import DEFAULT_MODEL
 
@@ -37,8 +46,8 @@ def eval_command(
 ) -> None:
     """Fine-tune MODEL on the training set (label-word loss) and score it on every row of the test set."""
     from privlm.evaluation.evaluate import fit_and_score
-    from privlm.lm.prompts import check_label_words
     from privlm.experiments.sampling import subsample
+    from privlm.lm.prompts import check_label_words
     from privlm.resources.datasets import data_spec, load_dataset
     from privlm.resources.models import load_model
 

@@ -10,8 +10,8 @@ accumulated before the noise is added (once per logical step).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence, Sized
-from typing import Any, Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler

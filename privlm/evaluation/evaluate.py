@@ -7,9 +7,9 @@ from dataclasses import asdict
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.evaluation.mia import membership_inference
 from privlm.lm.finetune import finetune_classifier, select_and_finetune
 from privlm.lm.finetune_config import FinetuneConfig
-from privlm.evaluation.mia import membership_inference
 from privlm.lm.scoring import Example, evaluate_accuracy
 
 

@@ -28,10 +28,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from privlm.atomic import write_text_atomic  # noqa: E402
 from privlm.experiments.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
 from privlm.experiments.grid_privacy import grid_privacy  # noqa: E402
 from privlm.synthesis.registry import get_method  # noqa: E402
-from privlm.atomic import write_text_atomic  # noqa: E402
 
 
 def _label(method: str, epsilon: float | None, takes_epsilon: bool) -> str:

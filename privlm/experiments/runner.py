@@ -35,17 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from privlm.errors import UserError
-from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
-from privlm.lm.features import last_token_features
-from privlm.evaluation.evaluate import fit_and_score
 from privlm.atomic import atomic_path, write_text_atomic
-from privlm.runfolder import claim
+from privlm.errors import UserError
+from privlm.evaluation.evaluate import fit_and_score
+from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
+from privlm.lm.features import last_token_features
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
+from privlm.runfolder import claim
 from privlm.synthesis.registry import Method, MethodContext, get_method
 
 

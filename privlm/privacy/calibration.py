@@ -10,7 +10,7 @@ a fine PLD grid, σ is first located on a 1e-3 grid and then re-bracketed and se
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from privlm.errors import UserError
 from privlm.privacy.accountant import DEFAULT_DISCRETIZATION, Method, PrivacyAccountant

@@ -23,7 +23,7 @@ round-trip through plain dicts (:meth:`to_dict`, :func:`event_from_dict`) for th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from privlm.errors import UserError
 from privlm.privacy.validation import check_count, check_noise_multiplier, check_sample_rate
@@ -112,7 +112,7 @@ def check_snapped(value: Any) -> None:
         raise UserError(f"snapped must be an integer >= 0 (coordinates), got {value!r}")
 
 
-Event = Union[PoissonGaussianStep, GaussianRelease]
+Event = PoissonGaussianStep | GaussianRelease
 _KINDS: dict[str, type[PoissonGaussianStep | GaussianRelease]] = {
     cls.kind: cls for cls in (PoissonGaussianStep, GaussianRelease)
 }

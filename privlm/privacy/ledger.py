@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
@@ -53,7 +54,7 @@ class LedgerEntry:
         return {"event": self.event.to_dict(), "count": self.count, "label": self.label}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "LedgerEntry":
+    def from_dict(cls, data: Any) -> LedgerEntry:
         """Inverse of :meth:`to_dict`; raises :class:`UserError` on malformed input."""
         if not isinstance(data, dict) or "event" not in data or set(data) - {"event", "count", "label"}:
             raise UserError(f"malformed ledger entry {data!r}")
@@ -96,7 +97,7 @@ class Ledger:
         """Releases recorded in all (the sum of the entries' counts: a training ledger's steps)."""
         return sum(entry.count for entry in self._entries)
 
-    def prefix(self, count: int) -> "Ledger":
+    def prefix(self, count: int) -> Ledger:
         """The ledger of the first ``count`` releases (an entry cut in two keeps its event and is labelled
         ``steps a-b``): a checkpoint's ledger, when the run's own ledger is already ahead of it."""
         if count == self.count:
@@ -146,7 +147,7 @@ class Ledger:
         write_text_atomic(path, text)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Ledger":
+    def load(cls, path: str | os.PathLike[str]) -> Ledger:
         """Read a ledger written by :meth:`save`; :class:`UserError` names the file and the problem."""
         path = Path(path)
         try:

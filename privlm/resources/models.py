@@ -19,9 +19,9 @@ from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.names import DEFAULT_MODEL, MODEL_NAMES, TINY_MODELS  # noqa: F401  (MODEL_NAMES re-exported)
 from privlm.resources import smollm2
 from privlm.resources.online import hub_reachable
-from privlm.names import DEFAULT_MODEL, MODEL_NAMES, TINY_MODELS  # noqa: F401  (MODEL_NAMES re-exported)
 from privlm.resources.tiny import build_tiny_model
 
 

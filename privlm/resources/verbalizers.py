@@ -32,7 +32,6 @@ from string import Formatter
 
 from privlm.errors import UserError
 
-
 TEXT = "{text}"
 INSTRUCTION_FIELDS = ("label_name", "label_word", "prompt")
 
@@ -64,7 +63,7 @@ def check_instruction(instruction: str, source: str = "--instruction") -> str:
     try:
         names = {name for _, name, _, _ in Formatter().parse(instruction) if name is not None}
     except ValueError as exc:
-        raise UserError(f"{source} {instruction!r} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}")
+        raise UserError(f"{source} {instruction!r} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from exc
     unknown = sorted(names - set(INSTRUCTION_FIELDS))
     if unknown:
         raise UserError(f"{source} {instruction!r} has the unknown field {{{unknown[0]}}}; "

@@ -51,13 +51,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.lm.prompts import EncodedOption, collate, encode_option, pad_token_id
+from privlm.names import TASKS
 from privlm.resources.corpus import Example
 from privlm.resources.datasets import DataSpec, load_dataset
 from privlm.resources.files import jsonl_records
 from privlm.resources.splits import per_row_split
-from privlm.names import TASKS
 from privlm.resources.verbalizers import Verbalizer
-
 
 
 @dataclass(frozen=True)

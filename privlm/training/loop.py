@@ -60,11 +60,10 @@ from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
 from privlm.errors import UserError
-from privlm.randomness import RunStreams
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
 from privlm.privacy.validation import check_delta, check_epsilon
+from privlm.randomness import RunStreams
 from privlm.training import checkpoint as ckpt
-from privlm.training.fingerprint import fingerprints as run_fingerprints
 from privlm.training.distributed import (
     DistContext,
     all_reduce_clipped_sums,
@@ -77,6 +76,7 @@ from privlm.training.distributed import (
     shard_of,
     shared_streams,
 )
+from privlm.training.fingerprint import fingerprints as run_fingerprints
 
 RESUME_INSENSITIVE = ("checkpoint_every", "log_every")
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 

@@ -89,7 +89,7 @@ def _mean(values: list[float]) -> float | None:
 class _BudgetCallback(TrainerCallback):
     """Collects each step's released DP loss; stops training when the next step would exceed the budget."""
 
-    def __init__(self, trainer: "PrivateTrainer") -> None:
+    def __init__(self, trainer: PrivateTrainer) -> None:
         self.trainer = trainer
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:

@@ -2,12 +2,12 @@
 
 from privlm.dpsgd.norms import conv1d, embedding, layernorm, linear, rmsnorm  # noqa: F401  (registration)
 from privlm.dpsgd.norms.factors import (
-    ParameterOperator,
     RANDOMIZED_MODES,
     DenseFactor,
     Factor,
     NormMode,
     OuterFactor,
+    ParameterOperator,
     sq_norms,
     weighted_sum,
 )

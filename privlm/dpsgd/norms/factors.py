@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Literal, Union
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -120,7 +120,7 @@ class DenseFactor:
         return torch.tensordot(c.to(per_sample.dtype), per_sample, dims=1)
 
 
-Factor = Union[OuterFactor, DenseFactor]
+Factor = OuterFactor | DenseFactor
 ProbeSource = Callable[[int, torch.dtype, torch.device], Tensor]
 """``draw(columns, dtype, device)``: this parameter's N(0, 1) probe matrix (rows × columns) for the step."""
 

@@ -3,9 +3,9 @@ experiment adapter in :mod:`.method`."""
 
 from __future__ import annotations
 
-from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.command import SynthCommand
 from privlm.synthesis.dp_finetune.command import OPTIONS, PLAN
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(

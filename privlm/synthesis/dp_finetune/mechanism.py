@@ -40,20 +40,27 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.synthesis.gradmm.release import model_fingerprint
-from privlm.lm.sampling import Sampling
 from privlm.lm.generation import chat_prompt, class_instructions
-from privlm.synthesis.generation.baselines import zero_shot
 from privlm.lm.prompts import EncodedOption
+from privlm.lm.sampling import Sampling
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import (
-    LEDGER, LOCK, MANIFEST, RunFolder, check_or_write_settings, epsilon_statement, hold, sidecar_path,
+    LEDGER,
+    LOCK,
+    MANIFEST,
+    RunFolder,
+    check_or_write_settings,
+    epsilon_statement,
+    hold,
+    sidecar_path,
 )
+from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+from privlm.synthesis.generation.baselines import zero_shot
+from privlm.synthesis.gradmm.release import model_fingerprint
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
-from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 
 
 @dataclass(frozen=True)

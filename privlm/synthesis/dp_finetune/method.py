@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from privlm.errors import UserError
 from privlm.digest import digest
-from privlm.synthesis.registry import MethodContext
+from privlm.errors import UserError
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
+from privlm.synthesis.registry import MethodContext
 
 
 def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.lm.sampling import Sampling
-
 from privlm.synthesis.generation.baselines import few_shot, zero_shot
 from privlm.synthesis.registry import MethodContext
 

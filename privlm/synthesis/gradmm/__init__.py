@@ -5,9 +5,9 @@ filtering and the resumable pipeline (:mod:`.pipeline`); experiment adapter in :
 
 from __future__ import annotations
 
-from privlm.synthesis.gradmm.config import SynthConfig
 from privlm.synthesis.command import SynthCommand
 from privlm.synthesis.gradmm.command import OPTIONS, PLAN
+from privlm.synthesis.gradmm.config import SynthConfig
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(

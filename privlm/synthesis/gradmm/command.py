@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES
 from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, private_examples, public_label_names
+from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -21,20 +21,26 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.errors import UserError
-from privlm.digest import digest
-from privlm.lm.sampling import Sampling
-from privlm.lm.generation import chat_prompt, class_instructions, sample_texts
-from privlm.synthesis.gradmm.admm import run_admm
 from privlm.atomic import json_once, write_text_atomic
+from privlm.digest import digest
+from privlm.errors import UserError
+from privlm.lm.generation import chat_prompt, class_instructions, sample_texts
+from privlm.lm.sampling import Sampling
+from privlm.resources.verbalizers import format_instructions
+from privlm.synthesis.gradmm.admm import run_admm
 from privlm.synthesis.gradmm.config import SynthConfig
 from privlm.synthesis.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.synthesis.gradmm.projection import Projector
-from privlm.synthesis.gradmm.prompt import Prompt, head_logits, head_weight, last_hidden_from_embeds, last_hidden_from_ids
+from privlm.synthesis.gradmm.prompt import (
+    Prompt,
+    head_logits,
+    head_weight,
+    last_hidden_from_embeds,
+    last_hidden_from_ids,
+)
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
 from privlm.synthesis.gradmm.select import select_matching
-from privlm.resources.verbalizers import format_instructions
 
 StepCallback = Callable[[int, int, float], None]
 

@@ -20,11 +20,11 @@ import copy
 from typing import Any
 
 from privlm.digest import digest
-from privlm.synthesis.registry import MethodContext
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.pipeline import run_synthesis
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.synthesis.registry import MethodContext
 
 
 def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:

@@ -34,15 +34,21 @@ from pathlib import Path
 import torch.distributed as dist
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.errors import UserError
 from privlm.atomic import write_text_atomic
+from privlm.errors import UserError
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.runfolder import (
+    RunFolder,
+    check_or_write_settings,
+    epsilon_statement,
+    hold,
+    write_ahead,
+)
 from privlm.synthesis.gradmm.config import SynthConfig
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.generate import StepCallback, instructions_for, synthesize
 from privlm.synthesis.gradmm.prompt import Prompt
-from privlm.runfolder import (
-    RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead,
-)
 from privlm.synthesis.gradmm.release import (
     PrivateFactors,
     Release,
@@ -52,8 +58,6 @@ from privlm.synthesis.gradmm.release import (
     release_snapped,
     released_rows,
 )
-from privlm.privacy.events import GaussianRelease
-from privlm.privacy.ledger import Ledger, LedgerEntry
 
 
 @dataclass(frozen=True)

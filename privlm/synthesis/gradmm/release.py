@@ -45,12 +45,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
-from privlm.synthesis.gradmm.config import RELEASES
-from privlm.synthesis.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.snapping import CLAMP_BITS, MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
 from privlm.resources.padding import shape_buckets
+from privlm.synthesis.gradmm.config import RELEASES
+from privlm.synthesis.gradmm.prompt import Prompt, encode_text, head_logits, head_weight, last_hidden_from_ids
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from privlm.atomic import atomic_path
+from privlm.digest import digest
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.matching import residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
-from privlm.atomic import atomic_path
-from privlm.digest import digest
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
 
 

@@ -3,9 +3,9 @@ experiment adapter in :mod:`.method`."""
 
 from __future__ import annotations
 
-from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.command import SynthCommand
 from privlm.synthesis.pe.command import OPTIONS, PLAN
+from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(

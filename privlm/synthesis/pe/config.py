@@ -9,7 +9,6 @@ from typing import Any
 from privlm.errors import UserError
 from privlm.lm.sampling import Sampling
 
-
 DEFAULT_VARIATION = (
     'Here is a {label_name} movie review sentence: "{text}"\n'
     "Write a new {label_name} movie review sentence that says the same in other words. Reply with the sentence only."

@@ -50,19 +50,24 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import atomic_path, json_once, write_text_atomic
 from privlm.errors import UserError
-from privlm.synthesis.gradmm.release import model_fingerprint
-from privlm.lm.generation import chat_prompt, sample_many
-from privlm.synthesis.generation.baselines import zero_shot
 from privlm.lm.features import hidden_features
+from privlm.lm.generation import chat_prompt, sample_many
 from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.randomness import SecureRandom
 from privlm.runfolder import (
-    RunFolder, check_or_write_settings, epsilon_statement, hold, write_ahead,
+    RunFolder,
+    check_or_write_settings,
+    epsilon_statement,
+    hold,
+    write_ahead,
 )
+from privlm.synthesis.generation.baselines import zero_shot
+from privlm.synthesis.gradmm.release import model_fingerprint
 from privlm.synthesis.pe.config import PEConfig
+
 
 def histogram_snapped(n_classes: int, candidates: int) -> int:
     """The ``snapped`` count of one histogram's event: K·M bins at clamp 2¹⁶σ."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.digest import digest
-from privlm.synthesis.registry import MethodContext
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import run_pe
+from privlm.synthesis.registry import MethodContext
 
 
 def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
