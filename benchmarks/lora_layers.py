@@ -24,9 +24,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from torch.utils.data import DataLoader  # noqa: E402
 
-from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
 from privlm.dpsgd.engine import PrivacyEngine  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.run import with_lora  # noqa: E402

@@ -31,8 +31,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-
 from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
+
 from privlm.dpsgd.losses import label_word_lm_losses  # noqa: E402
 from privlm.lm.prompts import pad_token_id  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402

@@ -24,13 +24,13 @@ import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
 from alternating import alternate  # noqa: E402
-from privlm.synthesis.gradmm import release  # noqa: E402
-from privlm.synthesis.gradmm.prompt import build_prompt  # noqa: E402
+
 from privlm.resources import padding  # noqa: E402
 from privlm.resources.datasets import load_dataset  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
+from privlm.synthesis.gradmm import release  # noqa: E402
+from privlm.synthesis.gradmm.prompt import build_prompt  # noqa: E402
 
 MAX_TOKENS = 48  # the demo preset's max_private_tokens
 

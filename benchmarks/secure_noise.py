@@ -31,9 +31,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from norms import TorchRandom, _batch, smollm2_shaped  # noqa: E402  (benchmarks/norms.py)
 from scipy import stats  # noqa: E402
 
-from norms import TorchRandom, _batch, smollm2_shaped  # noqa: E402  (benchmarks/norms.py)
 from privlm.atomic import atomic_path, write_text_atomic  # noqa: E402
 from privlm.dpsgd.clipping import PerSampleClipper  # noqa: E402
 from privlm.dpsgd.losses import causal_lm_losses  # noqa: E402
@@ -60,7 +60,7 @@ def draw_cost(n: int, repeats: int) -> dict:
     secure, torch_rng = SecureRandom.from_os(), torch.Generator().manual_seed(0)
     times = {"secure": [], "torch": []}
     for step in range(1, repeats + 1):
-        times["secure"].append(_cpu_seconds(lambda: secure.normal((n,), (step, 0))))
+        times["secure"].append(_cpu_seconds(lambda step=step: secure.normal((n,), (step, 0))))
         times["torch"].append(_cpu_seconds(lambda: torch.randn(n, generator=torch_rng)))
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"params": n, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
@@ -81,7 +81,7 @@ def in_step(seq_len: int, steps: int, layers: int = 3) -> dict:
     times = {name: [] for name in runners}
     for index in range(steps + 1):
         for name, (clipper, opt) in runners.items():
-            def step() -> None:
+            def step(opt: DPOptimizer = opt, clipper: PerSampleClipper = clipper) -> None:
                 opt.zero_grad()
                 clipper.clipped_backward(batch)
                 opt.step()

@@ -5,7 +5,6 @@ Also seeded OS noise keys, for deterministic audits of the mechanisms that draw 
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

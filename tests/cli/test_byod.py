@@ -14,11 +14,11 @@ from cli_helpers import run
 from privlm.errors import UserError
 from privlm.experiments.config import parse_config
 from privlm.lm.prompts import check_label_words, split_prompt
-from privlm.synthesis.gradmm.prompt import build_prompt, encode_text
 from privlm.resources.datasets import data_spec, load_dataset
 from privlm.resources.labels import as_labels, with_template
 from privlm.resources.models import load_model
 from privlm.resources.verbalizers import Verbalizer
+from privlm.synthesis.gradmm.prompt import build_prompt, encode_text
 from privlm.training.data import load_task_data
 
 README = Path(__file__).resolve().parents[2] / "README.md"

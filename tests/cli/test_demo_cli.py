@@ -7,14 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import exit_code
+
 from privlm.cli import demo as demo_module
 from privlm.cli import main
-from privlm.synthesis.gradmm import generate
-from privlm.synthesis.gradmm.filtering import select
 from privlm.randomness import SecureRandom
 from privlm.resources.cache import CACHE_ENV
+from privlm.synthesis.gradmm import generate
+from privlm.synthesis.gradmm.filtering import select
 
 
 @pytest.fixture

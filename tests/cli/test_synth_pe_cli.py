@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import exit_code
 
 ROWS = [("a warm and funny film", "pos"), ("slow and dull", "neg"), ("great fun", "pos"), ("a bad, boring film", "neg")]
@@ -76,7 +75,6 @@ def test_pe_and_dp_finetune_take_the_datas_own_class_instructions(tmp_path: Path
     from types import SimpleNamespace
 
     from privlm.progress import SILENT
-
     from privlm.synthesis.command import SynthRequest
     from privlm.synthesis.registry import synth_commands
 

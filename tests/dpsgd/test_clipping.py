@@ -10,8 +10,8 @@ from privlm.dpsgd.clipping import PerSampleClipper, clip_factors
 from privlm.dpsgd.engine import PrivateModel
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.errors import UserError
-from privlm.resources.tiny import build_tiny_model
 from privlm.randomness import SecureRandom
+from privlm.resources.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

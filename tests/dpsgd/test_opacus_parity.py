@@ -17,8 +17,6 @@ from privlm.dpsgd.losses import IGNORE_INDEX, token_losses
 from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.randomness import SecureRandom
 
-
-
 VOCAB, DIM, B, T, C = 40, 8, 4, 6, 0.5
 
 

@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from privlm.errors import UserError
+from privlm.evaluation.mia import attack_from_losses, example_losses, membership_inference
 from privlm.lm.finetune import finetune_classifier
 from privlm.lm.finetune_config import preset
-from privlm.evaluation.mia import attack_from_losses, example_losses, membership_inference
 from privlm.lm.scoring import option_scores
 from privlm.resources.tiny import build_tiny_model
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-
 from privlm.experiments.config import parse_config
 from privlm.experiments.report import summarize, verdicts, write_report
 

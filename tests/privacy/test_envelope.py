@@ -79,8 +79,8 @@ def test_envelope_dominates_every_spectrum() -> None:
     for k in PROBES:
         for w in spectra:
             samples = _sample(w, k, N_SAMPLES, rng)
-            found = _violations(samples, lambda x: envelope_cdf(x, k), n_checks)
-            found += _tail_violations(samples, lambda p: chi2.ppf(p, k) / k, n_checks)
+            found = _violations(samples, lambda x, k=k: envelope_cdf(x, k), n_checks)
+            found += _tail_violations(samples, lambda p, k=k: chi2.ppf(p, k) / k, n_checks)
             if found:
                 failures.append((k, np.round(np.sort(w)[::-1][:4], 3).tolist(), len(w), found))
     assert not failures, failures[:5]
@@ -92,8 +92,8 @@ def test_checks_reject_a_wrong_envelope() -> None:
     n_checks = 200 * len(PROBES) * (1 + len(TAIL_LEVELS))
     for k in PROBES:
         samples = _sample(np.array([1.0]), k, N_SAMPLES, rng)
-        wrong_cdf = lambda x: np.where(x < 1, chi2.cdf(2 * k * np.clip(x, 0, None), 2 * k), 1.0)  # noqa: E731
-        wrong_quantile = lambda p: chi2.ppf(p, 2 * k) / (2 * k)  # noqa: E731
+        wrong_cdf = lambda x, k=k: np.where(x < 1, chi2.cdf(2 * k * np.clip(x, 0, None), 2 * k), 1.0)  # noqa: E731
+        wrong_quantile = lambda p, k=k: chi2.ppf(p, 2 * k) / (2 * k)  # noqa: E731
         assert _violations(samples, wrong_cdf, n_checks) or _tail_violations(samples, wrong_quantile, n_checks)
 
 

@@ -14,8 +14,8 @@ from scipy.stats import chi2
 
 from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.calibration import dpsgd_epsilon
-from privlm.privacy.events import PoissonGaussianStep
 from privlm.privacy.envelope import sensitivity_survival
+from privlm.privacy.events import PoissonGaussianStep
 from privlm.privacy.randomized import (
     COARSE_RATIO,
     FINE_MASS,
@@ -95,7 +95,7 @@ def _integrated_delta(eps: float, q: float, sigma: float, k: int) -> float:
     δ_s is the closed form checked against dp-accounting above; nothing of the binning is used."""
     worst = 0.0
     for adjacency in ADJACENCY:
-        def delta_s(s: float) -> float:
+        def delta_s(s: float, adjacency: str = adjacency) -> float:
             return float(subsampled_gaussian_delta(np.array([eps]), s, sigma, q, adjacency)[0])
 
         atom = chi2.sf(k, k) * delta_s(1.0)

@@ -10,9 +10,9 @@ import torch
 from huggingface_hub import constants
 
 from privlm.errors import UserError
+from privlm.names import TINY_MODELS
 from privlm.resources import online
 from privlm.resources.models import MODEL_NAMES, cache_path, count_parameters, describe_model, is_cached, load_model
-from privlm.names import TINY_MODELS
 from privlm.resources.tiny import build_tiny_model
 
 

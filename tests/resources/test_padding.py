@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from privlm.lm.features import hidden_features
-from privlm.synthesis.gradmm.prompt import build_prompt
-from privlm.synthesis.gradmm.release import private_factors
 from privlm.resources.padding import padded_batch, shape_buckets
 from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import private_factors
 
 TEXTS = [f"review {i}: " + "very " * (i % 7) + ("good" if i % 2 else "bad") + " film" * (i % 3) for i in range(37)]
 INSERTED = "an added example, long enough to move the batch boundaries " * 2

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.synthesis.generation import baselines
-from privlm.lm.sampling import Sampling
 from privlm.lm.generation import chat_prompt, clean_generation
-from privlm.synthesis.generation.baselines import few_shot, zero_shot
+from privlm.lm.sampling import Sampling
 from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.generation import baselines
+from privlm.synthesis.generation.baselines import few_shot, zero_shot
 
 NAMES = ["negative", "positive"]
 POOL = [(f"bad {i}", 0) for i in range(5)] + [(f"good {i}", 1) for i in range(4)]

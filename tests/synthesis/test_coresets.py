@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.synthesis.coresets.selection import herding, k_center_greedy, select_per_class
 from privlm.lm.features import hidden_features, last_token_features
 from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.coresets.selection import herding, k_center_greedy, select_per_class
 
 
 def brute_herding(x: np.ndarray, k: int) -> list[int]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import privlm.synthesis.dp_finetune.mechanism as dp_finetune
 from privlm.experiments.config import parse_config
-from privlm.experiments.runner import run_experiment
 from privlm.experiments.grid_privacy import grid_privacy
+from privlm.experiments.runner import run_experiment
 
 
 def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, monkeypatch) -> None:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from privlm.experiments.config import parse_config
-from privlm.experiments.runner import run_experiment
 from privlm.experiments.grid_privacy import grid_privacy
+from privlm.experiments.runner import run_experiment
 
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:

@@ -22,7 +22,12 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import (
-    PEPaths, histogram_snapped, nearest_candidates, noise_multiplier, run_pe, vote_counts,
+    PEPaths,
+    histogram_snapped,
+    nearest_candidates,
+    noise_multiplier,
+    run_pe,
+    vote_counts,
 )
 
 NAMES = ["negative", "positive"]

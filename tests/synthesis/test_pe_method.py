@@ -7,8 +7,8 @@ from pathlib import Path
 
 import privlm.synthesis.pe.mechanism as pe
 from privlm.experiments.config import parse_config
-from privlm.experiments.runner import run_experiment
 from privlm.experiments.grid_privacy import grid_privacy
+from privlm.experiments.runner import run_experiment
 
 
 def _write_data(tmp_path: Path) -> Path:

@@ -38,8 +38,8 @@ def test_config_methods_take_their_config_fields_but_seed_and_sampling_settings_
     from dataclasses import fields
 
     from privlm.lm.sampling import SAMPLING_PARAMS, Sampling
-    from privlm.synthesis.gradmm.config import SynthConfig
     from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
+    from privlm.synthesis.gradmm.config import SynthConfig
     from privlm.synthesis.pe.config import PEConfig
 
     for name, config, extra in (("pe", PEConfig, set()), ("dp-finetune-gen", DPFinetuneConfig, set()),

@@ -134,7 +134,7 @@ def test_cached_training_equals_uncached_training_step_for_step(tmp_path, privat
         rows, collate = (_cached(tmp_path, head, tokenizer), collate_cached) if use_cache else (train, make_collate(tokenizer))
         run = prepare(head, rows, collate, config, loss_fn=head_losses)
         seen = []
-        result = train_loop(run, on_progress=lambda *_: seen.append(head.rows.weight.detach().clone()))
+        result = train_loop(run, on_progress=lambda *_, seen=seen, head=head: seen.append(head.rows.weight.detach().clone()))
         weights.append(seen)
         assert result.steps == 9
     start = _head()[0].rows.weight

@@ -10,9 +10,9 @@ import re
 import pytest
 import torch
 
+from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
-from privlm.dpsgd.losses import label_word_lm_losses
 from privlm.training.head import label_token_ids
 from privlm.training.loop import TrainConfig
 from privlm.training.run import set_up, top_block_linears, with_lora

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 import privlm.synthesis.gradmm.generate as generate
-from privlm.synthesis.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_shot_context, select
-from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_shot_context, select
 from privlm.synthesis.gradmm.pipeline import run_synthesis
+from privlm.synthesis.gradmm.prompt import build_prompt
 
 PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
            ("I loved every minute of it", 1), ("one of the worst films of the year", 0)]

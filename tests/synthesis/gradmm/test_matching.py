@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.synthesis.gradmm.prompt import head_logits, head_weight, last_hidden_from_embeds
-from privlm.resources.tiny import build_tiny_model
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])

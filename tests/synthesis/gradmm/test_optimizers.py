@@ -14,16 +14,16 @@ import pytest
 import torch
 
 from privlm.errors import UserError
+from privlm.privacy.calibration import gaussian_releases_epsilon
+from privlm.resources.datasets import BUILTIN
+from privlm.resources.tiny import build_tiny_model
+from privlm.resources.verbalizers import generic_verbalizer
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
-from privlm.privacy.calibration import gaussian_releases_epsilon
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.select import candidate_factors, greedy_match
-from privlm.resources.datasets import BUILTIN
-from privlm.resources.tiny import build_tiny_model
-from privlm.resources.verbalizers import generic_verbalizer
 
 PRIVATE = [
     ("the movie was a delight from start to finish", 1),
@@ -150,7 +150,7 @@ def test_contrastive_greedy_match_equals_greedy_on_explicit_vectors() -> None:
     cos = torch.nn.functional.cosine_similarity
     chosen, totals = [], torch.zeros(2, 6, dtype=torch.float64)
     for _ in range(4):
-        def score(j: int) -> float:
+        def score(j: int, totals: torch.Tensor = totals) -> float:
             return float(cos(totals[0] + own[j], targets[0], dim=0) - cos(totals[1] + other[j], targets[1], dim=0))
         chosen.append(max((j for j in range(10) if j not in chosen), key=score))
         totals = totals + torch.stack([own[chosen[-1]], other[chosen[-1]]])

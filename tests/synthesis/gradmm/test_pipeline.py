@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import privlm.synthesis.gradmm.generate as generate
 import privlm.randomness as randomness
+import privlm.synthesis.gradmm.generate as generate
 from privlm.errors import UserError
+from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import clipped_class_sums
-from privlm.resources.tiny import build_tiny_model
 
 PRIVATE = [
     ("the movie was a delight from start to finish", 1),

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privlm.synthesis.gradmm.projection import Projector, word_like_token_ids
 from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.gradmm.projection import Projector, word_like_token_ids
 
 
 def test_word_like_tokens() -> None:

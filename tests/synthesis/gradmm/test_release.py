@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from privlm.errors import UserError
+from privlm.privacy.calibration import gaussian_releases_epsilon
+from privlm.privacy.gaussian import gaussian_noise_multiplier
+from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.prompt import build_prompt, encode_text
 from privlm.synthesis.gradmm.release import (
     Release,
@@ -17,9 +20,6 @@ from privlm.synthesis.gradmm.release import (
     release_noise_multiplier,
     released_rows,
 )
-from privlm.privacy.calibration import gaussian_releases_epsilon
-from privlm.privacy.gaussian import gaussian_noise_multiplier
-from privlm.resources.tiny import build_tiny_model
 
 EXAMPLES = [
     ("the movie was a delight from start to finish", 1),
@@ -209,8 +209,8 @@ def test_label_row_release_is_small_and_says_so(tmp_path) -> None:
 
 
 def test_a_whole_split_sized_signal_is_not_cut_by_snapping_and_its_slack_is_counted() -> None:
-    from privlm.synthesis.gradmm.release import add_gaussian_noise, clamp_bits
     from privlm.privacy.snapping import grid
+    from privlm.synthesis.gradmm.release import add_gaussian_noise, clamp_bits
 
     sums = torch.zeros(2, 2, 576)
     sums[:, :, :8] = 4000.0  # a class sum of 4,000 clipped examples can reach n·C in a coordinate

@@ -8,9 +8,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import add_gaussian_noise, clipped_class_sums
-from privlm.resources.tiny import build_tiny_model
 
 EXAMPLES = [(f"the film was {w}", i % 2) for i, w in enumerate(["good", "bad", "slow", "warm", "dull", "great", "long"])]
 

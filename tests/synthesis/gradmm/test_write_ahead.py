@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 import privlm.synthesis.gradmm.release as release_module
+from privlm.privacy import Ledger
+from privlm.privacy.events import GaussianRelease
+from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import release_noise_multiplier
-from privlm.privacy import Ledger
-from privlm.privacy.events import GaussianRelease
-from privlm.resources.tiny import build_tiny_model
 
 PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
            ("warm, funny and moving", 1), ("the acting is wooden", 0)]
