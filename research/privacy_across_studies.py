@@ -62,8 +62,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privlm.privacy import GaussianRelease, Ledger, LedgerEntry, PoissonGaussianStep, event_from_dict
-from privlm.privacy import gaussian_noise_multiplier
+from privlm.privacy import (
+    GaussianRelease,
+    Ledger,
+    LedgerEntry,
+    PoissonGaussianStep,
+    event_from_dict,
+    gaussian_noise_multiplier,
+)
 from privlm.privacy.events import CLIPPING_KINDS, Clipping
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snapped_coordinates
 from privlm.resources.datasets import BUILTIN

@@ -34,14 +34,14 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
 from privlm.experiments.sampling import per_class_indices
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import load_model
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.generate import batch_seed, make_objective, projection_context
 from privlm.synthesis.gradmm.matching import per_example_matching_loss
 from privlm.synthesis.gradmm.projection import Projector
 from privlm.synthesis.gradmm.prompt import build_prompt, encode_text, head_logits, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import draw_release, private_factors
-from privlm.resources.datasets import load_dataset
-from privlm.resources.models import load_model
 
 
 def target_structure(targets: torch.Tensor, label_tokens: tuple[int, ...]) -> dict:

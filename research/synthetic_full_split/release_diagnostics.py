@@ -34,12 +34,18 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
 from privlm.experiments.sampling import per_class_indices
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import load_model
 from privlm.synthesis.gradmm.config import RELEASES, make_config
 from privlm.synthesis.gradmm.matching import per_example_matching_loss
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt, head_logits
-from privlm.synthesis.gradmm.release import PrivateFactors, draw_release, factor_class_sums, private_factors, released_rows
-from privlm.resources.datasets import load_dataset
-from privlm.resources.models import load_model
+from privlm.synthesis.gradmm.release import (
+    PrivateFactors,
+    draw_release,
+    factor_class_sums,
+    private_factors,
+    released_rows,
+)
 
 EPSILONS = (4.0, 1.0)
 DELTA = 1e-5

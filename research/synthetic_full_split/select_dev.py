@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import load_model
 from privlm.synthesis.gradmm.filtering import Candidate, few_shot_labels
 from privlm.synthesis.gradmm.prompt import build_prompt, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import Release
-from privlm.synthesis.gradmm.select import match_terms, greedy_match
-from privlm.resources.datasets import load_dataset
-from privlm.resources.models import load_model
+from privlm.synthesis.gradmm.select import greedy_match, match_terms
 
 ROOT = Path("research/synthetic_full_split/work")
 
@@ -93,7 +93,7 @@ def main() -> None:
                 picks_set += [int(idx[j]) for j in greedy_match(gram, inner, args.n)]
                 picks_set_own += [int(idx[j]) for j in greedy_match(gram[:1], inner[:1], args.n)]
                 cos = inner / gram.diagonal(dim1=1, dim2=2).sqrt() / torch.stack(
-                    [release.targets[l].double().norm() for l in labs])[:, None]
+                    [release.targets[lab].double().norm() for lab in labs])[:, None]
                 contrast = (cos[0] - cos[1]).numpy()
                 picks_rank += [int(idx[j]) for j in np.argsort(-contrast, kind="stable")[: args.n]]
                 margin = (proj[idx] - mid) * (1 if k == 1 else -1)
