@@ -1,4 +1,4 @@
-"""Does GRADMM's DP release carry the private data's signal? (issue 13)
+"""Does GRADMM's DP release carry the private data's signal?
 
     OMP_NUM_THREADS=1 python research/synthetic_full_split/release_diagnostics.py \
         --out research/synthetic_full_split/release_diagnostics.json

@@ -1,4 +1,4 @@
-"""Development screen for generate-select on instructed candidates (issue 13): which selection rule turns
+"""Development screen for generate-select on instructed candidates: which selection rule turns
 the DP release into a better training set? Validation split only — never the test split.
 
     OMP_NUM_THREADS=1 python research/synthetic_full_split/select_dev.py --cell gradmm@instruct_n20_seed0_eps1 \
