@@ -16,7 +16,7 @@ Stages: (1) the recipe (lr, epochs, B) chosen once on ``tweets`` (not a reported
 ``hutchinson`` vs ``hutchpp`` (32 probes), seeds 0-2; (3) Rotten Tomatoes, whole train split, ε = 3
 ``mixed`` / ``hutchinson`` / non-private, seeds 0-2; (4) BBC News T = 1024 (long context), ε = 3
 ``hutchinson`` and ``mixed``, seed 0; (5) Rotten Tomatoes at ε = 1 and ε = 4, ``hutchinson`` k = 32, seeds 0-2
-(the "DP fine-tuning directly" reference of issue 15's table).
+(the "DP fine-tuning directly" reference of the synthetic-text methods table, research/synthetic_methods).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Why GRADMM's text barely depends on the gradient matching at CPU scale (issue 6 ablation follow-up).
+"""Why GRADMM's text barely depends on the gradient matching at CPU scale (a follow-up to the GRADMM ablations).
 
     python research/gradmm_ablation/diagnostics.py --out research/gradmm_ablation/diagnostics.json
 

@@ -4,7 +4,7 @@
         --out research/synthetic_full_split/release_diagnostics.json
 
 SmolLM2-135M, Rotten Tomatoes (data seed 0), the demo preset's ``max_private_tokens`` (48), C = 1,
-δ = 1e-5. For each release kind (``label-rows``, ``full``) and private set (the issue-6 pool of 50 per
+δ = 1e-5. For each release kind (``label-rows``, ``full``) and private set (the synthetic_pool50 pool of 50 per
 class; the whole train split):
 
 1. **Signal vs noise** — per class, the norm of the clipped sum (the signal, ≤ n·C) and the public noise

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 grid in order of importance (each stage resumes; finished cells are never rerun):
+# The full-split grid in order of importance (each stage resumes; finished cells are never rerun):
 # generate-select on instructed candidates at ε = 1 against its noise control and zero-shot (n = 20, then 100),
 # no-DP, ε = 4, the herding reference, the own-class objective at n = 100, ADMM (CPU cut: n <= 20), then the
 # earlier word-like-candidate cells and the rest (the full-split reference last: hours on one core).

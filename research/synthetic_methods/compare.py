@@ -1,7 +1,7 @@
-"""Issue 15's table: PE and DP fine-tune-then-generate (this folder) beside GRADMM, its noise-only control,
+"""The methods table: PE and DP fine-tune-then-generate (this folder) beside GRADMM, its noise-only control,
 zero-shot generation and real-data references (research/synthetic_full_split, same model, data, splits and
 fine-tuning): test accuracy mean ± sd over the finished seeds, and the mean wall time of making the set.
-Last row: DP fine-tuning directly on all 8,453 private sentences (research/dp_finetune_rotten_tomatoes, issue 14's
+Last row: DP fine-tuning directly on all 8,453 private sentences (research/dp_finetune_rotten_tomatoes, that study's
 head-only recipe, `hutchinson` k = 32), re-scored from its saved predictions on the same 300 test sentences
 the grid uses (the seeded subset of the same test split), the reference a synthetic set tries to approach.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 15 grid in order of importance (each stage resumes; finished cells are never rerun): PE at ε = 1 and
-# n = 100 (the issue's target cell), then ε = 4 at n = 100, then n = 20, then anything left. dp-finetune-gen's
+# The methods grid in order of importance (each stage resumes; finished cells are never rerun): PE at ε = 1 and
+# n = 100 (the target cell), then ε = 4 at n = 100, then n = 20, then anything left. dp-finetune-gen's
 # n = 100 cells reuse the n = 20 cells' training runs when both run in one work folder.
 # Usage: [CODE=DIR] [WAIT_FOR=PID] OMP_NUM_THREADS=1 nohup research/synthetic_methods/run.sh \
 #          >> logs/rotten_tomatoes_pe.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)

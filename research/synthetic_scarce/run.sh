@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's data-scarce regime (50 private examples per class, n = 10), most telling cells first: the best
+# The data-scarce regime (50 private examples per class, n = 10), most telling cells first: the best
 # optimizer against its noise control and without DP, then the word-like select cells, then ADMM.
 # Usage: [CODE=DIR] [WAIT_FOR=PID] OMP_NUM_THREADS=1 nohup research/synthetic_scarce/run.sh \
 #          >> logs/rotten_tomatoes_scarce.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)

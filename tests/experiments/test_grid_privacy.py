@@ -142,7 +142,7 @@ def test_draws_of_cells_set_aside_count_and_seeded_draws_leave_the_epsilon_unsta
 def test_sidecars_from_before_ledger_entries_had_counts_are_read(tmp_path: Path) -> None:
     work = tmp_path / "work"
     _ledger(work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE))
-    _sidecar(work, "gradmm_n5_seed0_eps1", [RELEASE.to_dict()])  # a bare event, as session-4 sidecars hold
+    _sidecar(work, "gradmm_n5_seed0_eps1", [RELEASE.to_dict()])  # a bare event, as sidecars written before ledger entries had counts hold
     found = grid_privacy(tmp_path, [_row("gradmm_n5_seed0_eps1", 1.0)], DELTA)
     assert found.unaccounted == () and found.epsilon == pytest.approx(Ledger([LedgerEntry(RELEASE)]).epsilon(DELTA))
 
