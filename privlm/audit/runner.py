@@ -85,14 +85,15 @@ def key(cell: Cell, scale: Scale, delta: float, seed: int) -> str:
     return cell_key(asdict(cell), _scale_read(cell, scale), delta, seed, MECHANISMS[cell.mechanism].module)
 
 
-def audit_cell(cell: Cell, scale: Scale, delta: float, seed: int) -> dict:
-    """Run the cell's mechanism once: its record (cell, key, accounted ε, scores and inclusion bits, the
-    run's public settings, wall time of building the canaries, the run and the scoring)."""
+def audit_cell(cell: Cell, scale: Scale, delta: float, seed: int, cell_key: str | None = None) -> dict:
+    """Run the cell's mechanism once: its record (cell, key — ``cell_key`` if the caller computed it —,
+    accounted ε, scores and inclusion bits, the run's public settings, wall time of building the canaries,
+    the run and the scoring)."""
     start = time.perf_counter()
     outcome = MECHANISMS[cell.mechanism].run()(cell.mode, cell.epsilon, scale, delta, seed)
     return {
         **asdict(cell),
-        "key": key(cell, scale, delta, seed),
+        "key": cell_key or key(cell, scale, delta, seed),
         "accounted_epsilon": outcome.accounted_epsilon,
         "delta": delta,
         "seed": seed,
@@ -146,9 +147,10 @@ def run_grid(
     records = []
     for cell in cells:
         path = None if cache is None else cache / f"{cell.name}.json"
-        record = _cached(path, key(cell, scale, delta, seed))
+        expected = key(cell, scale, delta, seed)
+        record = _cached(path, expected)
         if record is None:
-            record = audit_cell(cell, scale, delta, seed)
+            record = audit_cell(cell, scale, delta, seed, expected)
             if path is not None:
                 with atomic_path(path) as tmp:
                     tmp.write_text(json.dumps(record, sort_keys=True))

@@ -135,7 +135,6 @@ def demo(
         "name": data,
         **public_sizes(data, dataset),
         "verbalizer": dataset.verbalizer.to_dict(),
-        "private_examples_per_class": None,
     }
     steps = plan(names)
     if not as_json:

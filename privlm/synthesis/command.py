@@ -97,6 +97,15 @@ class SynthRequest:
         if not self.out.parent.is_dir():
             raise UserError(f"output folder {self.out.parent} does not exist")
 
+    def private_loader(self, workdir: Path) -> Callable[[], list[tuple[str, int]]]:
+        """The loader of the private examples for a run kept in ``workdir``: a run already there is refused
+        unless ``resume``; the rows are read now (bad rows or a cut larger than a class refused before
+        anything is written) unless a resume may reuse a saved release without them."""
+        if workdir.exists() and not self.resume:
+            raise UserError(f"{workdir} holds a run for {self.out}; pass --resume to continue or reuse it, or remove it")
+        load = private_examples(self.data, self.private_per_class, self.labels)
+        return load().copy if self.private_per_class is not None or not self.resume else load
+
     def settings(self) -> dict[str, Any]:
         """The public settings a run binds to its folder (checked on resume)."""
         return {"model": self.model_name, "data": str(self.data), "private_per_class": self.private_per_class}

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, private_examples, public_label_names
+from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, public_label_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,11 +33,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     label_names, verbalizer = public_label_names(request)
     config = DPFinetuneConfig(**{"instructions": verbalizer.instructions(label_names), **request.options})
     workdir = DPFinetunePaths(request.out).workdir
-    if workdir.exists() and not request.resume:
-        raise UserError(f"{workdir} holds a run for {request.out}; pass --resume to continue or reuse it, or remove it")
-    load_private = private_examples(request.data, request.private_per_class, request.labels)
-    if request.private_per_class is not None or not request.resume:  # bad rows or a cut larger than a class: refused now
-        load_private = load_private().copy
+    load_private = request.private_loader(workdir)
     epsilon, delta = request.epsilon, request.delta
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:

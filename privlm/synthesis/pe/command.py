@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, private_examples, public_label_names
+from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, public_label_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -24,7 +24,6 @@ OPTIONS = (
 
 def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
     """Check a PE run before any model is loaded or anything written; the run."""
-    from privlm.errors import UserError
     from privlm.synthesis.pe.config import PEConfig
     from privlm.synthesis.pe.mechanism import PEPaths, run_pe
 
@@ -32,11 +31,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     label_names, verbalizer = public_label_names(request)
     # the data's own class instructions (public: verbalizer + label names), as the experiment runner gives them
     config = PEConfig(**{"instructions": verbalizer.instructions(label_names), **request.options})
-    if PEPaths(request.out).workdir.exists() and not request.resume:
-        raise UserError(f"{PEPaths(request.out).workdir} holds a run for {request.out}; pass --resume to continue or reuse it, or remove it")
-    load_private = private_examples(request.data, request.private_per_class, request.labels)
-    if request.private_per_class is not None or not request.resume:  # bad rows or a cut larger than a class: refused now
-        load_private = load_private().copy
+    load_private = request.private_loader(PEPaths(request.out).workdir)
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         start = time.perf_counter()
