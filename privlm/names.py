@@ -5,7 +5,10 @@ Standard library only: ``privlm --help`` reads these without importing torch or 
 
 from __future__ import annotations
 
-NORM_MODES: tuple[str, ...] = ("exact", "ghost", "mixed", "hutchinson", "hutchpp")
+from privlm.norm_modes import NORM_MODES
+
+__all__ = ["DEFAULT_MODEL", "MODEL_NAMES", "NORM_MODES", "TASKS", "TINY_MODELS"]
+
 TASKS: tuple[str, ...] = ("classify", "lm")
 DEFAULT_MODEL = "smollm2-135m"
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-gpt2")

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from privlm.norm_modes import CLIPPING_KINDS
 from privlm.privacy import (
     GaussianRelease,
     Ledger,
@@ -70,7 +71,7 @@ from privlm.privacy import (
     event_from_dict,
     gaussian_noise_multiplier,
 )
-from privlm.privacy.events import CLIPPING_KINDS, Clipping
+from privlm.privacy.events import Clipping
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snapped_coordinates
 from privlm.resources.datasets import BUILTIN
 from privlm.synthesis.pe.config import PEConfig

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from privlm.errors import UserError
+from privlm.norm_modes import AUDITED_MODES
 
-DPSGD_MODES = ("exact", "mixed", "hutchinson", "hutchpp")
+DPSGD_MODES = AUDITED_MODES
 _DPSGD_FIELDS = ("canaries", "steps", "sample_rate", "physical_batch_size", "probes")
 
 

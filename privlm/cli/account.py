@@ -33,9 +33,10 @@ def account(
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Print ε for a DP-SGD run (Poisson rate, σ, steps), or the smallest σ reaching --target-epsilon."""
+    from privlm.norm_modes import CLIPPING_KINDS, clipping_spec
     from privlm.privacy.accountant import DEFAULT_DISCRETIZATION
     from privlm.privacy.calibration import calibrate_noise_multiplier, dpsgd_epsilon
-    from privlm.privacy.events import CLIPPING_KINDS, PoissonGaussianStep
+    from privlm.privacy.events import PoissonGaussianStep
     from privlm.privacy.validation import (
         check_count,
         check_delta,
@@ -55,8 +56,8 @@ def account(
         check_epsilon(target_epsilon, "--target-epsilon")
     if probes is not None:
         check_count(probes, "--probes")
-    if clipping is not None and clipping not in CLIPPING_KINDS:
-        raise UserError(f"--clipping must be one of {', '.join(CLIPPING_KINDS)}, got {clipping!r}")
+    if clipping is not None:
+        clipping_spec(clipping, "--clipping")
     if clipping == "exact" and probes is not None:
         raise UserError(f"--probes {probes} does not apply to --clipping exact")
     if method not in ("pld", "rdp"):

@@ -43,8 +43,9 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
-from privlm.dpsgd.norms import NORM_MODES, Factor, sq_norms, weighted_sum
+from privlm.dpsgd.norms import Factor, sq_norms, weighted_sum
 from privlm.errors import UserError
+from privlm.norm_modes import norm_mode as norm_mode_spec
 from privlm.randomness import SecureRandom
 
 LossFn = Callable[[nn.Module, Any], Tensor]
@@ -91,8 +92,7 @@ class PerSampleClipper:
         randomness: SecureRandom | None = None,
         loss_bound: float | None = None,
     ) -> None:
-        if norm_mode not in NORM_MODES:
-            raise ValueError(f"norm_mode must be one of {NORM_MODES}, got {norm_mode!r}")
+        norm_mode_spec(norm_mode)
         if max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.model = model

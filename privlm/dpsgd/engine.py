@@ -36,10 +36,12 @@ from torch.utils.data import DataLoader
 from privlm.dpsgd.clipping import ClipStats, LossFn, PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import Reduction, causal_lm_losses
-from privlm.dpsgd.norms import NORM_MODES, RANDOMIZED_MODES, NormMode
+from privlm.dpsgd.norms import NormMode
 from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.dpsgd.sampling import physical_batches, poisson_loader
 from privlm.errors import UserError
+from privlm.norm_modes import check_probes
+from privlm.norm_modes import norm_mode as norm_mode_spec
 from privlm.privacy import PoissonGaussianStep, PrivacyAccountant, calibrate_noise_multiplier
 from privlm.privacy.accountant import Method
 from privlm.privacy.events import Clipping
@@ -92,11 +94,8 @@ class PrivacyEngine:
         seed: int | None = None,
         streams: RunStreams | None = None,
     ) -> None:
-        if norm_mode not in NORM_MODES:
-            raise UserError(f"norm_mode must be one of {', '.join(NORM_MODES)}, got {norm_mode!r}")
-        minimum = 3 if norm_mode == "hutchpp" else 1
-        if not isinstance(probes, int) or probes < minimum:
-            raise UserError(f"probes must be an integer >= {minimum} for norm_mode {norm_mode!r}, got {probes!r}")
+        self._mode = norm_mode_spec(norm_mode)
+        check_probes(norm_mode, probes)
         self.norm_mode = norm_mode
         self.probes = probes
         self.bookkeeping = bookkeeping
@@ -111,7 +110,7 @@ class PrivacyEngine:
     @property
     def clipping_kind(self) -> Clipping:
         """The accountant's clipping kind for this norm mode."""
-        return self.norm_mode if self.norm_mode in RANDOMIZED_MODES else "exact"
+        return self._mode.clipping
 
     @property
     def private_release(self) -> bool:

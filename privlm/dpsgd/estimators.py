@@ -20,6 +20,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from privlm.norm_modes import check_probes, norm_mode
+
 
 class SampleOperator(Protocol):
     """Per-sample matrices ``M_i`` (rows × cols) as a linear operator over a batch."""
@@ -36,17 +38,13 @@ class SampleOperator(Protocol):
 
 
 def probe_columns(mode: str, probes: int) -> int:
-    """Columns of the N(0, 1) matrix an estimator consumes: k for ``hutchinson``, the ⌊m/3⌋ sketch and
-    m − 2⌊m/3⌋ tail columns for ``hutchpp``."""
-    if mode == "hutchinson":
-        if probes < 1:
-            raise ValueError(f"hutchinson needs k >= 1 probes, got {probes}")
-        return probes
-    if mode == "hutchpp":
-        if probes < 3:
-            raise ValueError(f"hutchpp needs m >= 3 probes, got {probes}")
-        return probes - probes // 3
-    raise ValueError(f"{mode!r} is not a randomized norm mode")
+    """Columns of the N(0, 1) matrix a randomized mode consumes (its registry entry's
+    ``probe_columns``): k for ``hutchinson``, the ⌊m/3⌋ sketch and m − 2⌊m/3⌋ tail columns for
+    ``hutchpp``. Raises ``ValueError`` for an exact mode or too few probes."""
+    spec = norm_mode(mode)
+    if spec.probe_columns is None:
+        raise ValueError(f"{mode!r} is not a randomized norm mode")
+    return spec.probe_columns(check_probes(mode, probes))
 
 
 def hutchinson(op: SampleOperator, probes: Tensor) -> Tensor:

@@ -21,11 +21,11 @@ Public API (import from ``privlm.privacy``):
 Adjacency is add/remove-one everywhere. Every bad input raises :class:`privlm.errors.UserError`.
 """
 
+from privlm.norm_modes import CLIPPING_KINDS
 from privlm.privacy.accountant import Accountant, PrivacyAccountant
 from privlm.privacy.calibration import calibrate_noise_multiplier, dpsgd_epsilon
 from privlm.privacy.envelope import envelope_cdf
 from privlm.privacy.events import (
-    CLIPPING_KINDS,
     Event,
     GaussianRelease,
     PoissonGaussianStep,

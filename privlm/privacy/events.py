@@ -23,13 +23,14 @@ round-trip through plain dicts (:meth:`to_dict`, :func:`event_from_dict`) for th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from privlm.errors import UserError
+from privlm.norm_modes import RANDOMIZED_MODES, check_probes, clipping_spec
 from privlm.privacy.validation import check_count, check_noise_multiplier, check_sample_rate
 
-Clipping = Literal["exact", "hutchinson", "hutchpp"]
-CLIPPING_KINDS: tuple[str, ...] = ("exact", "hutchinson", "hutchpp")
+Clipping = str
+"""A name in :data:`CLIPPING_KINDS`: ``"exact"`` or a randomized norm mode (:mod:`privlm.norm_modes`)."""
 
 
 def hutchinson_probes(clipping: str, probes: int) -> int:
@@ -37,12 +38,12 @@ def hutchinson_probes(clipping: str, probes: int) -> int:
 
     Hutchinson with k probes is itself; Hutch++ with m probes is, conditionally on its sketch, an exact
     trace of the head plus Hutchinson with ⌊m/3⌋ probes on the deflated tail, so k = ⌊m/3⌋ (conservative).
+    Each randomized mode's rule is its registry entry's ``envelope_probes``.
     """
-    if clipping == "hutchinson":
-        return probes
-    if clipping == "hutchpp":
-        return probes // 3
-    raise UserError(f"clipping {clipping!r} has no probes; expected 'hutchinson' or 'hutchpp'")
+    envelope = clipping_spec(clipping).envelope_probes
+    if envelope is None:
+        raise UserError(f"clipping {clipping!r} has no probes; expected one of {', '.join(RANDOMIZED_MODES)}")
+    return envelope(probes)
 
 
 @dataclass(frozen=True)
@@ -61,17 +62,15 @@ class PoissonGaussianStep:
         check_sample_rate(self.sample_rate)
         check_noise_multiplier(self.noise_multiplier)
         check_snapped(self.snapped)
-        if self.clipping not in CLIPPING_KINDS:
-            raise UserError(f"clipping must be one of {', '.join(CLIPPING_KINDS)}, got {self.clipping!r}")
-        if self.clipping == "exact":
+        spec = clipping_spec(self.clipping)
+        if not spec.randomized:
             if self.probes is not None:
-                raise UserError(f"probes only apply to hutchinson/hutchpp clipping, got probes={self.probes!r}")
+                raise UserError(f"probes only apply to {'/'.join(RANDOMIZED_MODES)} clipping, got probes={self.probes!r}")
             return
         if self.probes is None:
             raise UserError(f"{self.clipping} clipping needs the number of probes")
         check_count(self.probes, "probes")
-        if self.clipping == "hutchpp" and self.probes < 3:
-            raise UserError(f"hutchpp needs probes >= 3 (k = floor(m/3) >= 1), got probes={self.probes}")
+        check_probes(self.clipping, self.probes)
 
     @property
     def randomized(self) -> bool:

@@ -57,9 +57,9 @@ from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
-from privlm.dpsgd.norms import NORM_MODES
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
 from privlm.errors import UserError
+from privlm.norm_modes import norm_mode as norm_mode_spec
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
 from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.randomness import RunStreams
@@ -135,8 +135,7 @@ class TrainConfig:
             if not self.loss_noise_fraction >= 0:
                 raise UserError(f"--loss-noise-fraction must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}")
             self.loss_release()  # validates the bound
-        if self.norm_mode not in NORM_MODES:
-            raise UserError(f"--norm-mode must be one of {', '.join(NORM_MODES)}, got {self.norm_mode!r}")
+        norm_mode_spec(self.norm_mode, "--norm-mode")
         for name in ("batch_size", "checkpoint_every", "log_every", "max_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

@@ -2,7 +2,6 @@
 
 from privlm.dpsgd.norms import conv1d, embedding, layernorm, linear, rmsnorm  # noqa: F401  (registration)
 from privlm.dpsgd.norms.factors import (
-    RANDOMIZED_MODES,
     DenseFactor,
     Factor,
     NormMode,
@@ -12,7 +11,7 @@ from privlm.dpsgd.norms.factors import (
     weighted_sum,
 )
 from privlm.dpsgd.norms.registry import HANDLERS, LayerHandler, handler_for, register
-from privlm.names import NORM_MODES
+from privlm.norm_modes import NORM_MODES, RANDOMIZED_MODES
 
 __all__ = [
     "HANDLERS",

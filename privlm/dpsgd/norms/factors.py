@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from privlm.dpsgd import estimators
+from privlm.norm_modes import norm_mode
 
-NormMode = Literal["exact", "ghost", "mixed", "hutchinson", "hutchpp"]
-RandomizedMode = Literal["hutchinson", "hutchpp"]
-RANDOMIZED_MODES: tuple[RandomizedMode, ...] = ("hutchinson", "hutchpp")
+NormMode = str
+"""A name in :data:`privlm.norm_modes.NORM_MODES`."""
 
 
 def _tensor_sum(tensors: Iterable[Tensor]) -> Tensor:
@@ -171,29 +170,73 @@ def _ghost(factors: list[OuterFactor]) -> Tensor:
     return _tensor_sum(terms())
 
 
+DenseEstimator = Callable[[list[OuterFactor], int, ProbeSource], Tensor]
+"""``estimate(factors, probes, draw)``: per-sample squared norms (B,) of one dense parameter's gradient
+(the sum of its uses), ``draw`` called only by randomized estimators."""
+
+ESTIMATORS: dict[str, DenseEstimator] = {}
+
+
+def norm_estimator(name: str) -> Callable[[DenseEstimator], DenseEstimator]:
+    """Register the dense-parameter estimator of norm mode ``name`` (a name of
+    :data:`privlm.norm_modes.NORM_MODES`, whose spec says how many probe columns it draws)."""
+    norm_mode(name)
+
+    def register(estimate: DenseEstimator) -> DenseEstimator:
+        ESTIMATORS[name] = estimate
+        return estimate
+
+    return register
+
+
+@norm_estimator("exact")
+def _exact(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor:
+    return _exact_dense(factors)
+
+
+@norm_estimator("ghost")
+def _ghost_mode(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor:
+    return _ghost(factors)
+
+
+@norm_estimator("mixed")
+def _mixed(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor:
+    """Ghost when its T×T Gram matrices are smaller than the instantiated gradient (2T² < rows·cols)."""
+    tokens = max(f.right.shape[1] for f in factors)
+    if 2 * tokens * tokens < factors[0].rows * factors[0].cols:
+        return _ghost(factors)
+    return _exact_dense(factors)
+
+
+def _probe_matrix(mode: str, factors: list[OuterFactor], probes: int, draw: ProbeSource) -> tuple[ParameterOperator, Tensor]:
+    op = ParameterOperator(factors)
+    return op, draw(estimators.probe_columns(mode, probes), op.dtype, op.device)
+
+
+@norm_estimator("hutchinson")
+def _hutchinson(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor:
+    op, matrix = _probe_matrix("hutchinson", factors, probes, draw)
+    return estimators.hutchinson(op, matrix)
+
+
+@norm_estimator("hutchpp")
+def _hutchpp(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor:
+    op, matrix = _probe_matrix("hutchpp", factors, probes, draw)
+    return estimators.hutchpp(op, probes, matrix)
+
+
 def outer_sq_norms(factors: list[OuterFactor], mode: str, probes: int, draw: ProbeSource) -> Tensor:
     """Per-sample squared norm (B,) of the sum of the uses of one parameter, in ``mode``.
 
-    Untied embeddings are always exact (sparse rows, O(T·d)). ``mixed`` picks ghost when 2T² < rows·cols.
-    ``hutchinson``/``hutchpp`` are unbiased estimates with ``probes`` probes, the matrix from ``draw``
-    (called only in those modes)."""
+    Untied embeddings are always exact (sparse rows, O(T·d)) except in ``ghost``; other parameters go
+    to the mode's registered estimator (:data:`ESTIMATORS`). ``hutchinson``/``hutchpp`` are unbiased
+    estimates with ``probes`` probes, the matrix from ``draw`` (called only in those modes)."""
     sparse = all(f.onehot for f in factors)
     if sparse and mode != "ghost":
         return _exact_sparse(factors)
-    if mode == "mixed":
-        tokens = max(f.right.shape[1] for f in factors)
-        mode = "ghost" if 2 * tokens * tokens < factors[0].rows * factors[0].cols else "exact"
-    if mode == "exact":
-        return _exact_dense(factors)
-    if mode == "ghost":
-        return _ghost(factors)
-    if mode not in ("hutchinson", "hutchpp"):
+    if mode not in ESTIMATORS:
         raise ValueError(f"unknown norm mode {mode!r}")
-    op = ParameterOperator(factors)
-    matrix = draw(estimators.probe_columns(mode, probes), op.dtype, op.device)
-    if mode == "hutchinson":
-        return estimators.hutchinson(op, matrix)
-    return estimators.hutchpp(op, probes, matrix)
+    return ESTIMATORS[mode](factors, probes, draw)
 
 
 def _at_least_float32(factor: Factor) -> Factor:
