@@ -31,7 +31,7 @@ def main() -> None:
                                  use_cpu=True)
         trainer = PrivateTrainer(
             model=model, args=args, train_dataset=train,
-            privacy=PrivacyArguments(target_epsilon=3.0, delta=1e-5, norm_mode="hutchinson"),  # privlm
+            privacy=PrivacyArguments(epsilon=3.0, delta=1e-5, norm_mode="hutchinson"),  # privlm
         )
         trainer.train()
         print(f"{trainer.state.global_step} private steps, ε = {trainer.epsilon():.3f} at δ = 1e-5")

@@ -81,7 +81,8 @@ class GradientCanaries:
         zero loss), then the ordinary random-token rows."""
         rows, cols = self.grid()
         scale = self.canary_norm * settings.max_grad_norm
-        offset = 0.0 if settings.loss_release is None else settings.loss_release.bound
+        release = settings.loss_release()
+        offset = 0.0 if release is None else release.bound
         gen = torch.Generator().manual_seed(seed)
         blank = torch.zeros(self.seq_len, dtype=torch.long)
         first = null_mask(self.seq_len)  # canaries' LM input: one token (masked out of the loss)

@@ -19,9 +19,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from privlm.audit.scale import Scale
-from privlm.dpsgd.engine import PrivacyEngine
 from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.sampling import poisson_loader
+from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
 
 
@@ -37,30 +37,26 @@ class PrivateRun:
     steps: int
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """The public settings of the audited run. σ is calibrated to ``target_epsilon`` unless
-    ``noise_multiplier`` is given (then the claim is whatever the accountant makes of that σ)."""
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(DPSGDSettings):
+    """The public settings of the audited run: the shared DP-SGD settings plus the Poisson
+    ``sample_rate`` and the number of ``steps``. σ is calibrated to ``epsilon`` unless
+    ``noise_multiplier`` is given (then the claim is whatever the accountant makes of that σ). Audit runs
+    are seeded (default seed 0) and release no loss unless ``loss_noise_fraction`` > 0."""
 
-    norm_mode: str
-    target_epsilon: float | None
-    delta: float
     sample_rate: float
     steps: int
-    probes: int = 32
-    max_grad_norm: float = 1.0
-    physical_batch_size: int | None = None
-    loss_release: LossRelease | None = None
-    seed: int = 0
-    noise_multiplier: float | None = None
+    seed: int | None = 0
+    loss_noise_fraction: float = 0.0
 
 
 def cell_settings(mode: str, epsilon: float, scale: Scale, delta: float, seed: int,
                   loss_release: LossRelease | None = None) -> RunSettings:
     """The :class:`RunSettings` of a DP-SGD audit cell: norm ``mode``, target ε, and the DP-SGD fields of ``scale``."""
+    loss = {} if loss_release is None else {"loss_bound": loss_release.bound, "loss_noise_fraction": loss_release.fraction}
     return RunSettings(
-        norm_mode=mode, target_epsilon=epsilon, delta=delta, sample_rate=scale.sample_rate, steps=scale.steps,
-        probes=scale.probes, physical_batch_size=scale.physical_batch_size, loss_release=loss_release, seed=seed,
+        norm_mode=mode, epsilon=epsilon, delta=delta, sample_rate=scale.sample_rate, steps=scale.steps,
+        probes=scale.probes, physical_batch_size=scale.physical_batch_size, seed=seed, **loss,
     )
 
 
@@ -87,20 +83,10 @@ def train_private(
     batch_size = max(1, round(settings.sample_rate * len(examples)))
     loader = DataLoader(list(examples), batch_size=batch_size)
     steps_per_epoch = math.ceil(len(examples) / batch_size)
-    engine = PrivacyEngine(norm_mode=settings.norm_mode, probes=settings.probes, seed=settings.seed)
-    private, optimizer, _ = engine.make_private(
-        model,
-        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0),
-        loader,
-        max_grad_norm=settings.max_grad_norm,
-        noise_multiplier=settings.noise_multiplier,
-        target_epsilon=None if settings.noise_multiplier is not None else settings.target_epsilon,
-        delta=settings.delta,
-        epochs=settings.steps / steps_per_epoch,
-        max_physical_batch_size=settings.physical_batch_size,
-        loss_fn=loss_fn,
-        loss_release=settings.loss_release,
-    )
+    engine = settings.privacy_engine()
+    sgd = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    private, optimizer, _ = settings.make_private(engine, model, sgd, loader, epochs=settings.steps / steps_per_epoch,
+                                                  loss_fn=loss_fn)
     # One Poisson sampler over all T steps (one pass), on the engine's sampler key.
     poisson = poisson_loader(list(examples), engine.event.sample_rate, settings.steps, engine.streams.sampler)
     try:

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -55,13 +55,11 @@ from torch.utils.data import DataLoader
 from privlm.atomic import write_text_atomic
 from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
-from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
+from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
-from privlm.norm_modes import norm_mode as norm_mode_spec
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
-from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.randomness import RunStreams
 from privlm.training import checkpoint as ckpt
 from privlm.training.distributed import (
@@ -81,61 +79,43 @@ from privlm.training.fingerprint import fingerprints as run_fingerprints
 RESUME_INSENSITIVE = ("checkpoint_every", "log_every")
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Settings of one training run.
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(DPSGDSettings):
+    """Settings of one training run: the DP-SGD settings (:class:`~privlm.dpsgd.settings.DPSGDSettings`:
+    ε or σ, δ, clip, norm mode, randomness, DP loss) plus the task, model and schedule.
 
-    Private runs give ``epsilon`` (σ calibrated for the planned steps) or ``noise_multiplier`` (σ as
-    given; with ``epsilon`` too, training stops when the budget is spent). ``private=False`` trains
-    without clipping or noise (a non-private baseline; nothing is accounted). ``batch_size`` is the
-    *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the micro-batches.
-    ``seed`` makes sampling, probes and noise reproducible — whoever knows it can remove the noise, so
-    a seeded run is *not* a private release (its outputs say ``"private_release": false``); ``None``
-    (the default) draws three independent 256-bit keys from the OS (:mod:`privlm.randomness`). ``loss_bound`` L and ``loss_noise_fraction`` α
-    set the DP loss release (:class:`~privlm.dpsgd.loss_release.LossRelease`; α = 0 switches it off);
-    the defaults L = 10 nats (mean token loss; ln of a 50k vocabulary is 10.8) and α = 0.2 cost σ a
-    factor √1.04 ≈ 1.02 in the accounting. ``head_only`` (classify): train only the label-word rows of the
-    output layer (:mod:`privlm.training.head`); ``cache``: the dtype its frozen features are cached in
-    once per example (:mod:`privlm.training.prefix_cache`), None to recompute them every step."""
+    ``private=False`` trains without clipping or noise (a non-private baseline; nothing is accounted).
+    ``batch_size`` is the *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the
+    micro-batches. ``head_only`` (classify): train only the label-word rows of the output layer
+    (:mod:`privlm.training.head`); ``cache``: the dtype its frozen features are cached in once per
+    example (:mod:`privlm.training.prefix_cache`), None to recompute them every step. Messages name
+    each field as ``privlm train`` spells it (``--epsilon``, ``--clip``, ...)."""
 
     task: str = "classify"
-    epsilon: float | None = None
-    delta: float = 1e-5
-    noise_multiplier: float | None = None
     private: bool = True
-    norm_mode: str = "mixed"
-    probes: int = 32
-    bookkeeping: bool = True
     max_length: int = 128
     batch_size: int = 16
     epochs: float = 1.0
     lr: float = 1e-3
-    max_grad_norm: float = 1.0
-    physical_batch_size: int | None = None
     lora: int = 0
     lora_layers: int | None = None
     head_only: bool = False
     cache: str | None = "bfloat16"
-    seed: int | None = None
-    accountant: str = "pld"
-    loss_bound: float = 10.0
-    loss_noise_fraction: float = 0.2
     checkpoint_every: int = 50
     log_every: int = 10
 
+    OPTION_NAMES: ClassVar[dict[str, str]] = {
+        "epsilon": "--epsilon", "delta": "--delta", "max_grad_norm": "--clip", "norm_mode": "--norm-mode",
+        "probes": "--probes", "accountant": "--accountant", "physical_batch_size": "--physical-batch-size",
+        "loss_noise_fraction": "--loss-noise-fraction",
+    }
+
+    @property
+    def is_private(self) -> bool:
+        return self.private
+
     def __post_init__(self) -> None:
-        if self.private:
-            if self.epsilon is None and self.noise_multiplier is None:
-                raise UserError("a private run needs --epsilon (or a noise multiplier)")
-            if self.epsilon is not None:
-                check_epsilon(self.epsilon, "--epsilon")
-            check_delta(self.delta, "--delta")
-            if self.noise_multiplier is not None and not self.noise_multiplier > 0:
-                raise UserError(f"noise multiplier must be > 0, got {self.noise_multiplier}")
-            if not self.loss_noise_fraction >= 0:
-                raise UserError(f"--loss-noise-fraction must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}")
-            self.loss_release()  # validates the bound
-        norm_mode_spec(self.norm_mode, "--norm-mode")
+        super().__post_init__()
         for name in ("batch_size", "checkpoint_every", "log_every", "max_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -148,10 +128,6 @@ class TrainConfig:
                 f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
                 f"(got {self.epochs}, {self.lr}, {self.max_grad_norm}, {self.lora})"
             )
-
-    def loss_release(self) -> LossRelease | None:
-        """The DP loss release of a private run (None when switched off or not private)."""
-        return LossRelease.optional(self.loss_bound, self.loss_noise_fraction) if self.private else None
 
     def resume_key(self) -> dict[str, Any]:
         """The settings a resumed run must share with the interrupted one."""
@@ -226,15 +202,9 @@ def prepare(
     loader = DataLoader(rows, batch_size=config.batch_size, collate_fn=collate)
     engine = private_model = event = None
     if config.private:
-        engine = PrivacyEngine(config.norm_mode, config.probes, config.bookkeeping, config.accountant, streams=streams)
-        private_model, optimizer, private_loader = engine.make_private(
-            module, optimizer, loader,
-            max_grad_norm=config.max_grad_norm, noise_multiplier=config.noise_multiplier,
-            target_epsilon=None if config.noise_multiplier is not None else config.epsilon,
-            delta=config.delta, epochs=config.epochs,
-            max_physical_batch_size=config.physical_batch_size, loss_fn=loss_fn,
-            loss_release=config.loss_release(),
-        )
+        engine = config.privacy_engine(streams)
+        private_model, optimizer, private_loader = config.make_private(engine, module, optimizer, loader,
+                                                                       epochs=config.epochs, loss_fn=loss_fn)
         sample_rate = private_loader.batch_sampler.sample_rate
         event = engine.event
     else:

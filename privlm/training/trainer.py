@@ -3,7 +3,7 @@
     from privlm.training.trainer import PrivacyArguments, PrivateTrainer      # added line 1
     trainer = PrivateTrainer(                                                  # was: Trainer(
         model=model, args=args, train_dataset=train, data_collator=collate,
-        privacy=PrivacyArguments(target_epsilon=3.0, delta=1e-5),              # added line 2
+        privacy=PrivacyArguments(epsilon=3.0, delta=1e-5),              # added line 2
     )
     trainer.train()
     trainer.epsilon()                                                          # ε spent so far
@@ -13,7 +13,7 @@ What changes inside the Trainer: the training data loader is the DP-SGD engine's
 training step clips per-sample gradients (:meth:`PrivateModel.clipped_backward`) instead of
 ``loss.backward()``; the optimizer is the engine's :class:`DPOptimizer` (noise once per step, then the
 Trainer's own optimizer, learning-rate schedule and logging); the Trainer's global-norm clipping is
-switched off (per-sample clipping replaces it). σ is calibrated from ``target_epsilon`` for the steps
+switched off (per-sample clipping replaces it). σ is calibrated from ``epsilon`` for the steps
 the Trainer will take, and training stops before a step that would exceed the budget.
 
 Logs: the Trainer's plain ``loss`` / ``train_loss`` (statistics of the private batches) are removed;
@@ -49,36 +49,21 @@ from transformers.trainer_utils import TrainOutput
 
 from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
-from privlm.dpsgd.loss_release import LossRelease
+from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
 from privlm.privacy import Ledger
 from privlm.training.loop import steps_within_budget
 
 
-@dataclass(frozen=True)
-class PrivacyArguments:
-    """DP-SGD settings of a :class:`PrivateTrainer`: give ``target_epsilon`` (σ calibrated) or
-    ``noise_multiplier`` (with ``target_epsilon`` too, training stops when the budget is spent).
-    ``loss_bound`` / ``loss_noise_fraction``: the DP loss release (L, α; α = 0: no loss logged)."""
+@dataclass(frozen=True, kw_only=True)
+class PrivacyArguments(DPSGDSettings):
+    """DP-SGD settings of a :class:`PrivateTrainer`: the shared
+    :class:`~privlm.dpsgd.settings.DPSGDSettings` (give ``epsilon`` — σ calibrated — or
+    ``noise_multiplier``; with both, training stops when the budget is spent), plus the per-example
+    ``loss_fn`` (default: the causal-LM token loss) and its ``loss_reduction`` over tokens."""
 
-    target_epsilon: float | None = None
-    delta: float = 1e-5
-    noise_multiplier: float | None = None
-    max_grad_norm: float = 1.0
-    norm_mode: str = "mixed"
-    probes: int = 32
-    bookkeeping: bool = True
-    accountant: str = "pld"
-    physical_batch_size: int | None = None
     loss_fn: LossFn | None = None
     loss_reduction: str = "mean"
-    seed: int | None = None
-    loss_bound: float = 10.0
-    loss_noise_fraction: float = 0.2
-
-    def loss_release(self) -> LossRelease | None:
-        """The DP loss release (None when ``loss_noise_fraction`` is 0)."""
-        return LossRelease.optional(self.loss_bound, self.loss_noise_fraction)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -149,19 +134,16 @@ class PrivateTrainer(Trainer):
         steps_per_epoch = math.ceil(len(self.train_dataset) / min(self._train_batch_size, len(self.train_dataset)))
         epochs = self.args.max_steps / steps_per_epoch if self.args.max_steps > 0 else self.args.num_train_epochs
         self.create_optimizer()
-        self.engine = PrivacyEngine(p.norm_mode, p.probes, p.bookkeeping, p.accountant, p.seed)
-        self.private_model, self.optimizer, self._private_loader = self.engine.make_private(
-            self.model, self.optimizer, loader, max_grad_norm=p.max_grad_norm,
-            noise_multiplier=p.noise_multiplier,
-            target_epsilon=None if p.noise_multiplier is not None else p.target_epsilon,
-            delta=p.delta, epochs=epochs, max_physical_batch_size=p.physical_batch_size,
-            loss_fn=p.loss_fn, loss_reduction=p.loss_reduction, loss_release=p.loss_release(),
+        self.engine = p.privacy_engine()
+        self.private_model, self.optimizer, self._private_loader = p.make_private(
+            self.engine, self.model, self.optimizer, loader, epochs=epochs, loss_fn=p.loss_fn,
+            loss_reduction=p.loss_reduction,
         )
         sampler = self._private_loader.batch_sampler
         planned = math.ceil(epochs * len(sampler)) if self.args.max_steps <= 0 else self.args.max_steps
         self.budget_steps = planned
-        if p.noise_multiplier is not None and p.target_epsilon is not None:
-            self.budget_steps = steps_within_budget(self.engine.event, p.target_epsilon, p.delta, planned, p.accountant)
+        if p.noise_multiplier is not None and p.epsilon is not None:
+            self.budget_steps = steps_within_budget(self.engine.event, p.epsilon, p.delta, planned, p.accountant)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         """The Trainer's schedule, on the optimizer inside the DP wrapper (its learning rates)."""

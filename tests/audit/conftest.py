@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import privlm.audit.training
 import privlm.dpsgd.clipping
 import privlm.dpsgd.engine
+import privlm.dpsgd.settings
 import privlm.synthesis.pe.mechanism as pe
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.engine import PrivacyEngine
@@ -44,7 +44,7 @@ class _PerMicroBatchProbes(PerSampleClipper):
 
 @pytest.fixture
 def halved_noise(monkeypatch):
-    monkeypatch.setattr(privlm.audit.training, "PrivacyEngine", _HalfNoiseEngine)
+    monkeypatch.setattr(privlm.dpsgd.settings, "PrivacyEngine", _HalfNoiseEngine)
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ import torch
 from privlm.audit.gradient import AuditModel, GradientCanaries, audit_losses
 from privlm.audit.training import RunSettings
 from privlm.dpsgd.clipping import PerSampleClipper
-from privlm.dpsgd.loss_release import LossRelease
 from privlm.errors import UserError
 from privlm.privacy import dpsgd_epsilon
 from privlm.randomness import SecureRandom
 
 
 def _run(mode: str, **kwargs):
-    settings = RunSettings(mode, None, 1e-5, 1.0, 1, noise_multiplier=0.2, probes=8, seed=1)
+    settings = RunSettings(norm_mode=mode, epsilon=None, delta=1e-5, sample_rate=1.0, steps=1, noise_multiplier=0.2, probes=8, seed=1)
     return GradientCanaries(canaries=400, real_examples=kwargs.pop("real", 0), **kwargs).run(settings)
 
 
@@ -50,7 +49,7 @@ def test_the_lm_trains_alongside_without_touching_the_canary_layer():
 def test_canary_gradient_is_its_coordinate_alone():
     """Through the library's clipper: a canary row's per-sample gradient is norm·C·e_r e_cᵀ."""
     canaries = GradientCanaries(canaries=6, real_examples=0, canary_norm=3.0)
-    settings = RunSettings("exact", 1.0, 1e-5, 1.0, 1)
+    settings = RunSettings(norm_mode="exact", epsilon=1.0, delta=1e-5, sample_rate=1.0, steps=1)
     rows, cols = canaries.grid()
     examples = canaries.examples(np.ones(6, dtype=bool), settings, vocab=2, seed=0)
     model = AuditModel(None, rows, cols)
@@ -70,7 +69,7 @@ def test_canary_gradient_is_its_coordinate_alone():
 
 def test_loss_release_is_accounted_at_the_effective_multiplier():
     """Canaries pinned at the loss bound, loss release on: σ = 1 is drawn and σ/√(1+α²) accounted."""
-    settings = RunSettings("exact", None, 1e-5, 0.5, 5, loss_release=LossRelease(), seed=0, noise_multiplier=1.0)
+    settings = RunSettings(norm_mode="exact", epsilon=None, delta=1e-5, sample_rate=0.5, steps=5, loss_noise_fraction=0.2, seed=0, noise_multiplier=1.0)
     outcome = GradientCanaries(canaries=100, real_examples=0).run(settings)
     q = outcome.details["sample_rate"]
     assert outcome.details["noise_multiplier"] == 1.0
@@ -80,4 +79,4 @@ def test_loss_release_is_accounted_at_the_effective_multiplier():
 @pytest.mark.parametrize("kwargs", [{"canaries": 1}, {"canary_norm": 0.5}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(UserError):
-        GradientCanaries(real_examples=0, **kwargs).run(RunSettings("exact", 1.0, 1e-5, 0.5, 1))
+        GradientCanaries(real_examples=0, **kwargs).run(RunSettings(norm_mode="exact", epsilon=1.0, delta=1e-5, sample_rate=0.5, steps=1))

@@ -69,7 +69,7 @@ def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_pa
 
 @pytest.mark.parametrize("change, key", [
     ({"epsilon": 0.5}, "epsilon"),
-    ({"config": replace(CONFIG, lora=4, lora_layers=2, epochs=1.0, clip=0.5)}, "training"),
+    ({"config": replace(CONFIG, lora=4, lora_layers=2, epochs=1.0, max_grad_norm=0.5)}, "training"),
     ({"settings": {"data": "jsonl:other.jsonl"}}, "data"),
 ])
 def test_a_finished_run_is_reused_only_with_the_same_training_settings(lm, reference, tmp_path, change, key) -> None:

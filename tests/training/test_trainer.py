@@ -95,7 +95,7 @@ def test_trainer_stops_when_the_budget_is_spent(tmp_path):
     model, tokenizer = build_tiny_model("tiny-llama", seed=0)
     budget = dpsgd_epsilon(SIGMA_EFF, 8 / 24, 4, 1e-5) * 1.0001  # enough for 4 steps, not for 5
     trainer = PrivateTrainer(model=model, args=_args(tmp_path, num_train_epochs=3), train_dataset=_rows(tokenizer),
-                             privacy=_privacy(target_epsilon=budget))
+                             privacy=_privacy(epsilon=budget))
     trainer.train()
     assert trainer.state.global_step == trainer.engine.steps == 4
     assert trainer.epsilon() <= budget < dpsgd_epsilon(SIGMA_EFF, 8 / 24, 5, 1e-5)
@@ -104,7 +104,7 @@ def test_trainer_stops_when_the_budget_is_spent(tmp_path):
 def test_trainer_calibrates_sigma_for_its_planned_steps(tmp_path):
     model, tokenizer = build_tiny_model("tiny-llama", seed=0)
     trainer = PrivateTrainer(model=model, args=_args(tmp_path), train_dataset=_rows(tokenizer),
-                             privacy=PrivacyArguments(target_epsilon=2.0, norm_mode="hutchinson", probes=16, seed=1))
+                             privacy=PrivacyArguments(epsilon=2.0, norm_mode="hutchinson", probes=16, seed=1))
     trainer.train()
     assert trainer.engine.steps == 6
     assert 1.9 < trainer.epsilon() <= 2.0

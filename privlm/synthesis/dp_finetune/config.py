@@ -22,7 +22,7 @@ class DPFinetuneConfig:
     physical_batch_size: int = 32
     epochs: float = 1.0
     lr: float = 2e-3
-    clip: float = 1.0
+    max_grad_norm: float = 1.0  # the DP-SGD names and meanings of privlm.dpsgd.settings.DPSGDSettings
     norm_mode: str = "hutchinson"
     probes: int = 32
     max_text_tokens: int = 48  # each private text is cut to its first tokens
@@ -44,7 +44,7 @@ class DPFinetuneConfig:
 
         return TrainConfig(task="lm", epsilon=epsilon, delta=delta, norm_mode=self.norm_mode, probes=self.probes,
                            max_length=max_length, batch_size=self.batch_size, epochs=self.epochs, lr=self.lr,
-                           max_grad_norm=self.clip, physical_batch_size=self.physical_batch_size, lora=self.lora,
+                           max_grad_norm=self.max_grad_norm, physical_batch_size=self.physical_batch_size, lora=self.lora,
                            lora_layers=self.lora_layers, checkpoint_every=5, log_every=5)
 
     def to_dict(self) -> dict[str, Any]:
