@@ -25,11 +25,11 @@ from privlm.resources.labels import LabelSpec, unknown_label_error
 TEXT, LABEL, LABEL_NAME = "text", "label", "label_name"
 
 
-def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+def jsonl_records(path: str | Path, columns: Sequence[str] = (TEXT, LABEL)) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for every non-blank line of a UTF-8 JSONL file; :class:`UserError` names
-    the file and line of anything that is not a JSON object."""
+    the file and line of anything that is not a JSON object (expected to hold ``columns``)."""
     path = Path(path)
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -37,26 +37,51 @@ def jsonl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         except json.JSONDecodeError as err:
             raise UserError(f"{path}:{number}: not valid JSON ({err.msg})") from err
         if not isinstance(record, dict):
-            raise UserError(f"{path}:{number}: expected a JSON object with '{TEXT}' and '{LABEL}'")
+            raise UserError(f"{path}:{number}: expected a JSON object with {' and '.join(repr(c) for c in columns)}")
         yield number, record
+
+
+def jsonl_rows(path: str | Path, columns: Sequence[str]) -> Iterator[tuple[str, dict]]:
+    """``("FILE:LINE", object)`` for every record of a JSONL file, each checked to hold ``columns``."""
+    for number, record in jsonl_records(path, columns):
+        for column in columns:
+            if column not in record:
+                raise UserError(f"{path}:{number}: missing '{column}'")
+        yield f"{path}:{number}", record
+
+
+def csv_rows(path: str | Path, columns: Sequence[str]) -> Iterator[tuple[str, dict[str, str | None]]]:
+    """``("FILE:LINE", row)`` for every row of a CSV file whose header holds ``columns`` (others ignored);
+    :class:`UserError` names the file and line of a malformed header or row, or a missing column."""
+    path = Path(path)
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as err:
+        raise UserError(f"{path}:1: malformed CSV header ({err})") from err
+    for column in columns:
+        if column not in header:
+            raise UserError(f"{path}:1: no '{column}' column (columns: {', '.join(header) or 'none'})")
+    try:
+        for row in reader:
+            yield f"{path}:{reader.line_num}", row
+    except csv.Error as err:
+        raise UserError(f"{path}:{reader.line_num}: malformed CSV ({err})") from err
 
 
 def read_jsonl(path: str | Path, labels: LabelSpec) -> Corpus:
     """One JSON object per line with ``text`` and ``label``; blank lines are skipped; classes ``labels``."""
     path = Path(path)
     texts, raw, lines, given_names = [], [], [], []
-    for number, record in jsonl_records(path):
-        for column in (TEXT, LABEL):
-            if column not in record:
-                raise UserError(f"{path}:{number}: missing '{column}'")
+    for where, record in jsonl_rows(path, (TEXT, LABEL)):
         label = record[LABEL]
         if isinstance(label, bool) or not isinstance(label, (int, str)) or not str(label).strip():
             raise UserError(
-                f"{path}:{number}: '{LABEL}' must be an integer or a name (the value is not shown: labels are private)"
+                f"{where}: '{LABEL}' must be an integer or a name (the value is not shown: labels are private)"
             )
-        texts.append(_text(record[TEXT], f"{path}:{number}"))
+        texts.append(_text(record[TEXT], where))
         raw.append(str(label).strip())
-        lines.append(f"{path}:{number}")
+        lines.append(where)
         given_names.append(record.get(LABEL_NAME))
     corpus = encode_labels(texts, raw, labels, lines, str(path))
     for (_, k), name, where in zip(corpus.examples, given_names, lines):
@@ -67,26 +92,14 @@ def read_jsonl(path: str | Path, labels: LabelSpec) -> Corpus:
 
 def read_csv(path: str | Path, labels: LabelSpec) -> Corpus:
     """A CSV file with a header row that includes ``text`` and ``label`` (other columns ignored); classes ``labels``."""
-    path = Path(path)
-    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
-    try:
-        columns = reader.fieldnames or []
-    except csv.Error as err:
-        raise UserError(f"{path}:1: malformed CSV header ({err})") from err
-    for column in (TEXT, LABEL):
-        if column not in columns:
-            raise UserError(f"{path}: no '{column}' column (columns: {', '.join(columns) or 'none'})")
     texts, raw, lines = [], [], []
-    try:
-        for row in reader:
-            where = f"{path}:{reader.line_num}"
-            if row[LABEL] is None or not row[LABEL].strip():
-                raise UserError(f"{where}: missing '{LABEL}'")
-            texts.append(_text(row[TEXT], where))
-            raw.append(row[LABEL].strip())
-            lines.append(where)
-    except csv.Error as err:
-        raise UserError(f"{path}:{reader.line_num}: malformed CSV ({err})") from err
+    for where, row in csv_rows(path, (TEXT, LABEL)):
+        label = row[LABEL]
+        if label is None or not label.strip():
+            raise UserError(f"{where}: missing '{LABEL}'")
+        texts.append(_text(row[TEXT], where))
+        raw.append(label.strip())
+        lines.append(where)
     return encode_labels(texts, raw, labels, lines, str(path))
 
 
@@ -106,7 +119,8 @@ def encode_labels(
     return Corpus(tuple(zip(texts, ids)), labels.names)
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A user file's text (UTF-8, BOM allowed); :class:`UserError` names a missing file or the line of a bad byte."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError as err:

@@ -43,7 +43,7 @@ def bad_files(tmp: Path) -> dict[str, tuple[str, str]]:
         "unknown name": ("imdb-reviews", "error: unknown dataset 'imdb-reviews'; known: bbc-news, rotten-tomatoes"),
         "missing file": (f"jsonl:{tmp}/none.jsonl", f"error: file not found: {tmp}/none.jsonl"),
         "malformed JSONL": (f"jsonl:{tmp}/broken.jsonl", f"error: {tmp}/broken.jsonl:2: not valid JSON"),
-        "missing column": (f"csv:{tmp}/nolabel.csv", f"error: {tmp}/nolabel.csv: no 'label' column"),
+        "missing column": (f"csv:{tmp}/nolabel.csv", f"error: {tmp}/nolabel.csv:1: no 'label' column"),
         "label outside": (f"jsonl:{tmp}/gap.jsonl", f"error: {tmp}/gap.jsonl:2: label is not one of the 2 class names"),
         "no --labels": (f"jsonl:{tmp}/fine.jsonl", f"error: jsonl:{tmp}/fine.jsonl: user data needs its class names"),
         "non-UTF-8": (f"csv:{tmp}/latin1.csv", f"error: {tmp}/latin1.csv:2: not UTF-8 text (byte 0xe9)"),
