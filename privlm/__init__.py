@@ -9,7 +9,8 @@ and ``privlm --help`` stay fast)::
   :class:`PrivateTrainer` / :class:`PrivacyArguments` (Hugging Face ``Trainer``), :class:`TrainConfig`.
 - Accounting: :class:`PrivacyAccountant`, :class:`Ledger`, :func:`calibrate_noise_multiplier`,
   :func:`calibrate_gaussian_releases`.
-- Private synthetic text: :func:`synthesize` / :class:`SynthConfig` (GRADMM), :func:`run_pe` /
+- Private synthetic text: :func:`run_gradmm` / :class:`GradmmConfig` (GRADMM; :func:`synthesize`
+  is its in-memory core), :func:`run_pe` /
   :class:`PEConfig` (Private Evolution), :func:`run_dp_finetune` / :class:`DPFinetuneConfig`
   (DP fine-tune-then-generate).
 """
@@ -31,8 +32,10 @@ _EXPORTS = {
     "PrivateTrainer": "privlm.training.trainer",
     "PrivacyArguments": "privlm.training.trainer",
     "TrainConfig": "privlm.training.loop",
+    "DPSGDSettings": "privlm.dpsgd.settings",
+    "run_gradmm": "privlm.synthesis.gradmm.pipeline",
     "synthesize": "privlm.synthesis.gradmm.generate",
-    "SynthConfig": "privlm.synthesis.gradmm.config",
+    "GradmmConfig": "privlm.synthesis.gradmm.config",
     "run_pe": "privlm.synthesis.pe.mechanism",
     "PEConfig": "privlm.synthesis.pe.config",
     "run_dp_finetune": "privlm.synthesis.dp_finetune.mechanism",

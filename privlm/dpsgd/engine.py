@@ -144,7 +144,29 @@ class PrivacyEngine:
         Poisson batches per pass (one epoch in expectation). Give ``noise_multiplier``, or
         ``target_epsilon`` with ``delta`` and ``epochs`` to calibrate it. ``loss_fn(model, batch)`` returns
         per-sample losses (default: token-level causal-LM loss with ``loss_reduction`` sum or mean).
-        ``loss_release``: also release a DP loss per step (accounted; σ given is the noise actually drawn)."""
+        ``loss_release``: also release a DP loss per step (accounted; σ given is the noise actually drawn).
+
+        Args:
+            module: the model; its trainable parameters in hooked layers (:mod:`privlm.dpsgd.norms`) are trained.
+            optimizer: any torch optimizer over those parameters (wrapped: noise is added before its step).
+            data_loader: gives q = ``batch_size / len(dataset)``; its dataset and collate function are reused.
+            max_grad_norm: the clipping norm C (> 0).
+            noise_multiplier: σ (noise std = σ·C); or None with ``target_epsilon``.
+            target_epsilon: the ε to reach after ``epochs``; σ is the smallest that does (with ``delta``).
+            delta: δ of the target.
+            epochs: planned passes (T = ⌈epochs / q⌉ steps) for the calibration.
+            max_physical_batch_size: micro-batch cap (memory only; the logical batch is unchanged).
+            loss_fn: ``loss_fn(model, batch) -> (B,)`` per-sample losses, each a function of its own example only.
+            loss_reduction: ``"sum"`` or ``"mean"`` over tokens of the default causal-LM loss.
+            loss_release: the DP loss release, or None.
+
+        Returns:
+            ``(private_model, dp_optimizer, poisson_loader)``: call ``private_model.clipped_backward(batch)``
+            then ``dp_optimizer.step()`` per batch of the loader; each step is accounted (:meth:`epsilon`).
+
+        Raises:
+            UserError: a second call on one engine, both or neither of σ and ε, a bad C, reduction or
+                micro-batch size, an unsized or empty data set, or a target ε without δ and epochs."""
         if self._event is not None:
             raise UserError("this PrivacyEngine already made a model private; use one engine per training run")
         if (noise_multiplier is None) == (target_epsilon is None):

@@ -87,7 +87,18 @@ class _BudgetCallback(TrainerCallback):
 
 
 class PrivateTrainer(Trainer):
-    """A ``transformers.Trainer`` that trains with DP-SGD (see the module docstring)."""
+    """A ``transformers.Trainer`` that trains with DP-SGD (see the module docstring).
+
+    Args:
+        *args, **kwargs: as for ``transformers.Trainer`` (model, ``TrainingArguments``, train data set,
+            data collator, ...); ``per_device_train_batch_size`` is the expected Poisson batch size.
+        privacy: the DP-SGD settings (:class:`PrivacyArguments`).
+
+    Raises:
+        UserError: gradient accumulation, several processes or GPUs, or a logged token count (each
+            would break the accounting or leak batch sizes); at :meth:`train`, a bad loss release, a
+            Trainer checkpoint to resume, or an output folder that already holds a ledger.
+    """
 
     def __init__(self, *args: Any, privacy: PrivacyArguments, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from privlm.cli import main
-from privlm.synthesis.gradmm.pipeline import RunPaths
+from privlm.synthesis.gradmm.pipeline import GradmmPaths
 
 ROWS = [
     ("the movie was a delight from start to finish", "pos"),
@@ -84,7 +84,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
         [sys.executable, "-c", "from privlm.cli import main; main()", "synth", *args, "--out", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    batches = RunPaths(out).batches
+    batches = GradmmPaths(out).batches
     deadline = time.monotonic() + 120
     while not (batches.is_dir() and any(batches.glob("*.json"))):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the first batch"
@@ -95,9 +95,9 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     assert not out.exists() and 1 <= n_done < 6
     # the uninterrupted reference: the same release, no finished batch
     ref = tmp_path / "ref.jsonl"
-    RunPaths(ref).workdir.mkdir()
+    GradmmPaths(ref).workdir.mkdir()
     for name in ("release.pt", "run.json"):
-        shutil.copy(RunPaths(out).workdir / name, RunPaths(ref).workdir / name)
+        shutil.copy(GradmmPaths(out).workdir / name, GradmmPaths(ref).workdir / name)
     assert _synth([*args, "--out", str(ref), "--resume"]) == 0
     assert _synth([*args, "--out", str(out), "--resume"]) == 0
     assert out.read_bytes() == ref.read_bytes() and len(out.read_bytes()) > 0
@@ -113,17 +113,17 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
     first = tmp_path / "first.jsonl"
     assert _synth([*args, "--out", str(first)]) == 0
     shown = " ".join(capsys.readouterr().out.split())
-    noise = json.loads(RunPaths(first).sidecar.read_text())["examples_per_class_to_match_noise"]
+    noise = json.loads(GradmmPaths(first).sidecar.read_text())["examples_per_class_to_match_noise"]
     assert f"with fewer than ≈ {noise:,.0f} examples per class the target is mostly noise" in shown
     assert "the release keeps 2 rows of the LM-head gradient" in shown  # --release label-rows, the default
     _write_data(path, [("POISON " + t[::-1], "neg" if y == "pos" else "pos") for t, y in ROWS])
     second = tmp_path / "second.jsonl"
-    RunPaths(second).workdir.mkdir()
+    GradmmPaths(second).workdir.mkdir()
     for name in ("release.pt", "run.json"):
-        shutil.copy(RunPaths(first).workdir / name, RunPaths(second).workdir / name)
+        shutil.copy(GradmmPaths(first).workdir / name, GradmmPaths(second).workdir / name)
     assert _synth([*args, "--out", str(second), "--resume"]) == 0
     assert second.read_bytes() == first.read_bytes() and len(first.read_bytes()) > 0
-    privacy, before = (json.loads(RunPaths(out).sidecar.read_text()) for out in (second, first))
+    privacy, before = (json.loads(GradmmPaths(out).sidecar.read_text()) for out in (second, first))
     # each names its own run folder's ledger (grid_privacy follows it); all else is identical
     assert (privacy.pop("ledger_file"), before.pop("ledger_file")) == ("second.jsonl.gradmm/privacy.json",
                                                                        "first.jsonl.gradmm/privacy.json")
@@ -137,7 +137,7 @@ def test_no_dp_says_so_in_every_output(tmp_path, capsys) -> None:
     assert _synth([*args, "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["privacy"]["dp"] is False and "NOT differentially private" in summary["privacy"]["warning"]
-    assert json.loads(RunPaths(out).sidecar.read_text())["dp"] is False
+    assert json.loads(GradmmPaths(out).sidecar.read_text())["dp"] is False
     assert all(json.loads(line)["dp"] is False for line in out.read_text().splitlines())
 
 
@@ -165,8 +165,8 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
         args = [*SMALL, "--labels", "neg,pos,mixed=so-so", "--data", data, "--per-class", "1", "--outer-steps", "1",
                 "--inner-steps", "1", "--no-label-filter", "--epsilon", "4", "--delta", "1e-5", "--out", str(out)]
         assert _synth(args) == 0
-        manifest = json.loads((RunPaths(out).workdir / "run.json").read_text())
-        sidecar = json.loads(RunPaths(out).sidecar.read_text())
+        manifest = json.loads((GradmmPaths(out).workdir / "run.json").read_text())
+        sidecar = json.loads(GradmmPaths(out).sidecar.read_text())
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         outputs.append((manifest, sidecar, rows))
     capsys.readouterr()
@@ -207,10 +207,10 @@ def test_instructed_candidates_of_user_data_answer_its_verbalizers_instruction(t
     out = tmp_path / "o.jsonl"
     assert _synth([*SMALL, "--data", data, *INSTRUCT, "--out", str(out)]) == 0
     expected = ['Write one short text for "... Label: neg".', 'Write one short text for "... Label: pos".']
-    assert json.loads(RunPaths(out).sidecar.read_text())["instructions"] == expected
+    assert json.loads(GradmmPaths(out).sidecar.read_text())["instructions"] == expected
     assert sorted(set(prompts)) == [text + "\n" for text in expected]  # tiny-llama has no chat template
     assert not any("movie review" in p for p in prompts)
-    config = json.loads((RunPaths(out).workdir / "run.json").read_text())["config"]
+    config = json.loads((GradmmPaths(out).workdir / "run.json").read_text())["config"]
     assert config["instruction"] is None and config["instructions"] == expected
 
 
@@ -221,5 +221,5 @@ def test_an_instruction_may_name_the_class_by_its_word_only(tmp_path, monkeypatc
     args = [*SMALL, "--data", data, *INSTRUCT, "--instruction", "Write a {label_word} line after {prompt}"]
     assert _synth([*args, "--out", str(out)]) == 0
     expected = ["Write a neg line after ... Label:", "Write a pos line after ... Label:"]
-    assert json.loads(RunPaths(out).sidecar.read_text())["instructions"] == expected
+    assert json.loads(GradmmPaths(out).sidecar.read_text())["instructions"] == expected
     assert sorted(set(prompts)) == [text + "\n" for text in expected]

@@ -39,11 +39,11 @@ def test_config_methods_take_their_config_fields_but_seed_and_sampling_settings_
 
     from privlm.lm.sampling import SAMPLING_PARAMS, Sampling
     from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-    from privlm.synthesis.gradmm.config import SynthConfig
+    from privlm.synthesis.gradmm.config import GradmmConfig
     from privlm.synthesis.pe.config import PEConfig
 
     for name, config, extra in (("pe", PEConfig, set()), ("dp-finetune-gen", DPFinetuneConfig, set()),
-                                ("gradmm", SynthConfig, {"preset"})):
+                                ("gradmm", GradmmConfig, {"preset"})):
         assert get_method(name).params == {f.name for f in fields(config)} - {"seed"} | extra
     assert SAMPLING_PARAMS == ("max_new_tokens", "temperature", "top_p")
     assert set(SAMPLING_PARAMS) < get_method("zero-shot").params < get_method("few-shot").params

@@ -175,7 +175,25 @@ def run_dp_finetune(
 ) -> DPFinetuneResult:
     """Train (or reuse) the DP generator, sample ``per_class`` texts per class, write ``out`` and its
     ``.privacy.json`` sidecar (ε accounted from the run's ledger, never below the target). ``settings``: the
-    caller's public settings bound to the run (:func:`run_settings`); ``wait``: see :func:`train_generator`."""
+    caller's public settings bound to the run (:func:`run_settings`); ``wait``: see :func:`train_generator`.
+
+    Args:
+        model, tokenizer: the public LM fine-tuned (LoRA) with DP-SGD, then sampled.
+        label_names: the public class names, in class-id order.
+        load_private: returns the private ``(text, label)`` rows to train on.
+        out: the JSONL file to write (its folder must exist).
+        per_class: texts sampled per class (≥ 1).
+        config: the DP-SGD run and sampling (:class:`DPFinetuneConfig`).
+        epsilon, delta: the target of the DP-SGD run.
+        run_dir: the run folder (default: beside ``out``); a finished run with the same settings is reused.
+        on_progress: ``on_progress(step, total, dp_loss, epsilon)`` after each DP-SGD step.
+
+    Returns:
+        :class:`DPFinetuneResult`: the sampled texts and the privacy statement written to the sidecar.
+
+    Raises:
+        UserError: a bad size, a missing output folder, invalid DP-SGD settings, or a run folder whose
+            settings differ."""
     out = Path(out)
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")

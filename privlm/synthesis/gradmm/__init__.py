@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from privlm.synthesis.command import SynthCommand
 from privlm.synthesis.gradmm.command import OPTIONS, PLAN
-from privlm.synthesis.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.config import GradmmConfig
 from privlm.synthesis.registry import Method, config_params, register_method
 
 register_method(
@@ -17,9 +17,9 @@ register_method(
         "(ε, δ)-DP synthetic text at the cell's ε; NOT private when ε is 'none'; "
         "noise_only: public control, reads no private data",
         takes_epsilon=True,
-        params=config_params(SynthConfig, "preset"),
+        params=config_params(GradmmConfig, "preset"),
         summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
         synth="gradmm",
-        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.synthesis.gradmm.pipeline:RunPaths", plan=PLAN),
+        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.synthesis.gradmm.pipeline:GradmmPaths", plan=PLAN),
     ),
 )

@@ -43,7 +43,7 @@ OPTIONS = (
 def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
     """Check a GRADMM run (settings, output folder, private rows) before any model is loaded; the run."""
     from privlm.synthesis.gradmm.config import make_config
-    from privlm.synthesis.gradmm.pipeline import RunPaths
+    from privlm.synthesis.gradmm.pipeline import GradmmPaths
 
     request.check_output()
     options = dict(request.options)
@@ -52,12 +52,12 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     # --source instruct without --instruction: the verbalizer's instructions, as zero-shot's (None: its default)
     config = replace(config, instructions=verbalizer.instructions(label_names))
     load_private = private_examples(request.data, config.private_per_class, request.labels)
-    if not RunPaths(request.out).release.exists():
+    if not GradmmPaths(request.out).release.exists():
         load_private = load_private().copy  # a cut larger than a class, or bad rows, are refused before anything is written
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         from privlm.synthesis.gradmm.generate import batches_per_class
-        from privlm.synthesis.gradmm.pipeline import run_synthesis
+        from privlm.synthesis.gradmm.pipeline import run_gradmm
         from privlm.synthesis.gradmm.prompt import build_prompt
 
         start = time.perf_counter()
@@ -75,7 +75,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             batches.advance()
             steps.update(completed=0, description="ADMM steps")
 
-        result = run_synthesis(
+        result = run_gradmm(
             model, tokenizer, prompt, load_private, out=request.out, per_class=request.per_class, config=config,
             dp=request.dp, epsilon=request.epsilon, delta=request.delta, resume=request.resume,
             settings={"model": request.model_name, "data": str(request.data)},

@@ -18,7 +18,7 @@ SOURCES = ("sample", "instruct")
 
 
 @dataclass(frozen=True)
-class SynthConfig:
+class GradmmConfig:
     """ADMM, projection, release and filtering settings. A new field must default to the behaviour from
     before it existed: resuming a run saved earlier fills the missing field with its default."""
 
@@ -59,7 +59,7 @@ class SynthConfig:
         """JSON-able form."""
         return {**asdict(self), "instructions": None if self.instructions is None else list(self.instructions)}
 
-    def validated(self) -> SynthConfig:
+    def validated(self) -> GradmmConfig:
         """Self, or :class:`UserError` naming the first out-of-range value."""
         positive_ints = ("length", "batch", "outer_steps", "inner_steps", "top_k", "max_private_tokens")
         for name in positive_ints:
@@ -82,15 +82,15 @@ class SynthConfig:
         return self
 
 
-PRESETS: dict[str, SynthConfig] = {
+PRESETS: dict[str, GradmmConfig] = {
     # Both presets release the label-token rows: K·d coordinates, noise norm σ·C·√(K·d) (≈ 127 at ε = 1
     # on SmolLM2) instead of σ·C·√(V·d) (≈ 19,850), which no realistic private set can outweigh.
-    "paper": SynthConfig(release="label-rows"),
+    "paper": GradmmConfig(release="label-rows"),
     # top_k 10, not the paper's 200: with only 4x8 ADMM steps the embeddings stay near their public
     # starting sample, and among 200 cosine neighbours the projection picks the starting token back
     # (measured: top-k 200 returned the starting text unchanged; top-k 10 changed it and lowered the
     # matching loss, no-DP, rotten-tomatoes, 50 private examples per class).
-    "demo": SynthConfig(
+    "demo": GradmmConfig(
         length=12, batch=10, outer_steps=4, inner_steps=8, top_k=10,
         max_private_tokens=48, oversample=3.0, release="label-rows",
     ),
@@ -103,11 +103,11 @@ PRESETS["instruct"] = replace(
 )
 
 
-def make_config(preset: str = "paper", **overrides: Any) -> SynthConfig:
+def make_config(preset: str = "paper", **overrides: Any) -> GradmmConfig:
     """The preset with the non-``None`` overrides applied, validated."""
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-    known = {f.name for f in fields(SynthConfig)}
+    known = {f.name for f in fields(GradmmConfig)}
     unknown = set(overrides) - known
     if unknown:
         raise UserError(f"unknown setting(s) {sorted(unknown)}")

@@ -28,7 +28,7 @@ from privlm.lm.generation import chat_prompt, class_instructions, sample_texts
 from privlm.lm.sampling import Sampling
 from privlm.resources.verbalizers import format_instructions
 from privlm.synthesis.gradmm.admm import run_admm
-from privlm.synthesis.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.config import GradmmConfig
 from privlm.synthesis.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
 from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.synthesis.gradmm.projection import Projector
@@ -50,7 +50,7 @@ def batch_seed(seed: int, label: int, index: int) -> int:
     return (seed * 1_000_003 + label * 10_007 + index) % (2**63)
 
 
-def batches_per_class(per_class: int, config: SynthConfig) -> int:
+def batches_per_class(per_class: int, config: GradmmConfig) -> int:
     """How many ADMM batches each class gets: enough for ``oversample × per_class`` candidates."""
     return math.ceil(per_class * config.oversample / config.batch)
 
@@ -97,7 +97,7 @@ def projection_context(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, label
     return prompt.with_context(demos)
 
 
-def instructions_for(prompt: Prompt, config: SynthConfig) -> list[str]:
+def instructions_for(prompt: Prompt, config: GradmmConfig) -> list[str]:
     """The public instruction of each class for instructed candidates: ``config.instruction`` formatted
     for each class with the verbalizer's fields (:func:`~privlm.resources.verbalizers.format_instructions`),
     else ``config.instructions`` (the data's verbalizer's, as zero-shot generation gets them), else
@@ -108,7 +108,7 @@ def instructions_for(prompt: Prompt, config: SynthConfig) -> list[str]:
 
 
 def instructed_ids(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, instruction: str, config: SynthConfig, seed: int
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, instruction: str, config: GradmmConfig, seed: int
 ) -> list[list[int]]:
     """``config.batch`` answers of the public LM to the class's ``instruction``, tokenized: zero-shot
     generation's prompt (chat template) and sampling, seeded by ``seed``. Public: no release is read."""
@@ -138,7 +138,7 @@ def generate_batch(
     release: Release,
     projector: Callable[[], Projector],
     label: int,
-    config: SynthConfig,
+    config: GradmmConfig,
     seed: int,
     on_step: StepCallback | None = None,
     public_dir: Path | None = None,
@@ -188,7 +188,7 @@ def synthesize(
     release: Release,
     *,
     per_class: int,
-    config: SynthConfig,
+    config: GradmmConfig,
     batch_dir: str | Path,
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
@@ -201,6 +201,19 @@ def synthesize(
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
     ``on_batch(label, index)`` is called after each batch. ``public_dir``: where instructed public
     candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
+
+    Args:
+        model, tokenizer: the public LM the release was drawn with (checked by fingerprint).
+        release: the DP last-layer gradient release (post-processing from here on).
+        per_class: examples per class (≥ 1).
+        config: ADMM, projection, generation and filtering settings (:class:`GradmmConfig`).
+        batch_dir: where finished batches are kept (resumable).
+
+    Returns:
+        The selected :class:`Candidate` texts, ``per_class`` per class or fewer.
+
+    Raises:
+        UserError: ``per_class < 1`` or a release drawn with another model.
     """
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")

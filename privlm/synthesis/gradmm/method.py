@@ -6,7 +6,7 @@ a saved release is reused, never redrawn, so an interrupted experiment does not 
 The pool's last-layer factors are computed once per experiment and kept in ``ctx.private_cache``
 (private); each cell's release is then their clipped sum plus its own fresh noise.
 Method parameters (TOML ``[methods.gradmm]``): ``preset`` (``paper`` or ``demo``) and any
-:class:`privlm.synthesis.gradmm.config.SynthConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
+:class:`privlm.synthesis.gradmm.config.GradmmConfig` field; the cell's seed sets ``seed``. ``noise_only = true``
 (e.g. ``[methods."gradmm@noise"]``) is the noise-only control: pure noise at the cell's σ and C, no
 private data read, ε spent 0.
 Instructed public candidates (``source = "instruct"``) depend on the model, instruction, batch size and
@@ -21,7 +21,7 @@ from typing import Any
 
 from privlm.digest import digest
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.pipeline import run_synthesis
+from privlm.synthesis.gradmm.pipeline import run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import model_fingerprint
 from privlm.synthesis.registry import MethodContext
@@ -38,7 +38,7 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     cache = None if ctx.private_cache is None else ctx.private_cache / (
         "gradmm-factors-" + digest({"prompt": prompt.to_dict(), "max_tokens": config.max_private_tokens}) + ".pt"
     )
-    result = run_synthesis(
+    result = run_gradmm(
         model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
         out=ctx.out, per_class=ctx.n_per_class, config=config, dp=dp,
         epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,

@@ -45,7 +45,7 @@ from privlm.runfolder import (
     hold,
     write_ahead,
 )
-from privlm.synthesis.gradmm.config import SynthConfig
+from privlm.synthesis.gradmm.config import GradmmConfig
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.generate import StepCallback, instructions_for, synthesize
 from privlm.synthesis.gradmm.prompt import Prompt
@@ -61,7 +61,7 @@ from privlm.synthesis.gradmm.release import (
 
 
 @dataclass(frozen=True)
-class RunPaths(RunFolder):
+class GradmmPaths(RunFolder):
     """Where a run keeps its files (see module docstring)."""
 
     SUFFIX = ".gradmm"
@@ -76,7 +76,7 @@ class RunPaths(RunFolder):
 
 
 @dataclass(frozen=True)
-class SynthResult:
+class GradmmResult:
     """The selected examples, the release they came from, and the privacy statement written to disk."""
 
     rows: list[dict]
@@ -85,7 +85,7 @@ class SynthResult:
     reused_release: bool
 
 
-def privacy_statement(release: Release, paths: RunPaths) -> dict:
+def privacy_statement(release: Release, paths: GradmmPaths) -> dict:
     """The sidecar's content: what the whole output costs in privacy, and how it was made.
 
     ``epsilon_accounted`` is the PLD answer at ``delta`` for the run folder's write-ahead ledger
@@ -153,7 +153,7 @@ def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
 def _with_default_config(saved: dict) -> dict:
     """Saved settings with the config completed: a run saved before a setting existed used its default."""
     if isinstance(saved.get("config"), dict):
-        saved["config"] = {**SynthConfig().to_dict(), **saved["config"]}
+        saved["config"] = {**GradmmConfig().to_dict(), **saved["config"]}
     return saved
 
 
@@ -163,9 +163,9 @@ def obtain_release(
     prompt: Prompt,
     load_private: Callable[[], Sequence[tuple[str, int]]],
     *,
-    paths: RunPaths,
+    paths: GradmmPaths,
     settings: dict,
-    config: SynthConfig,
+    config: GradmmConfig,
     dp: bool,
     epsilon: float | None,
     delta: float | None,
@@ -228,7 +228,7 @@ def load_factors(
     return factors
 
 
-def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int, unless_recorded: bool = False) -> None:
+def _write_ahead(paths: GradmmPaths, sigma: float | None, snapped: int, unless_recorded: bool = False) -> None:
     """Append the release at noise multiplier ``sigma`` with ``snapped`` coordinates to ``paths.ledger``
     (rank 0 writes; fsync'd, atomic) before it is drawn.
 
@@ -243,7 +243,7 @@ def _write_ahead(paths: RunPaths, sigma: float | None, snapped: int, unless_reco
     write_ahead(paths.ledger, entry, unless_recorded=unless_recorded)
 
 
-def run_synthesis(
+def run_gradmm(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompt: Prompt,
@@ -251,7 +251,7 @@ def run_synthesis(
     *,
     out: str | Path,
     per_class: int,
-    config: SynthConfig,
+    config: GradmmConfig,
     dp: bool,
     epsilon: float | None,
     delta: float | None,
@@ -262,11 +262,32 @@ def run_synthesis(
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
-) -> SynthResult:
+) -> GradmmResult:
     """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar (with
     ``source = "instruct"``, it also names the public ``instructions`` the candidates answered, one per class).
-    ``public_dir``: a folder for public candidates shared with other runs (:func:`synthesize`)."""
-    paths = RunPaths(Path(out))
+    ``public_dir``: a folder for public candidates shared with other runs (:func:`synthesize`).
+
+    Args:
+        model, tokenizer: the public LM whose last-layer gradient is released and matched.
+        prompt: the public prompt and label words of the task.
+        load_private: returns the private ``(text, label)`` rows; called only when a release is drawn.
+        out: the JSONL file to write (its folder must exist); the run folder sits beside it.
+        per_class: synthetic examples per class.
+        config: release, ADMM, generation and filtering settings (:class:`GradmmConfig`).
+        dp, epsilon, delta: ``dp=False`` is the non-private reference (no noise: NOT private);
+            otherwise the release is calibrated to (ε, δ).
+        resume: reuse the run folder's release and finished batches (its settings must match).
+        settings: the caller's public settings bound to the run folder.
+        factor_cache: a file for the private per-example factors (PRIVATE; keyed by the caller).
+        on_private_batch, on_step, on_batch: progress callbacks (private pass, ADMM step, batch).
+
+    Returns:
+        :class:`GradmmResult`: the selected texts and the privacy statement written to the sidecar.
+
+    Raises:
+        UserError: a missing output folder, instructions that cannot be resolved, a bad (ε, δ), or a run
+            folder whose settings or model differ."""
+    paths = GradmmPaths(Path(out))
     if paths.out.parent and not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
     # public; resolved (one per class, else refused) before any release is drawn
@@ -293,4 +314,4 @@ def run_synthesis(
     if rank0:
         write_text_atomic(paths.sidecar, json.dumps(privacy, indent=2, sort_keys=True) + "\n")
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    return SynthResult(rows=rows, release=release, privacy=privacy, reused_release=reused)
+    return GradmmResult(rows=rows, release=release, privacy=privacy, reused_release=reused)

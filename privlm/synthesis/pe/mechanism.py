@@ -258,7 +258,25 @@ def run_pe(
     model's fingerprint) and checked on resume. The content of the private data is NOT bound: a resume with
     another data set under the same spec is not detected (a plain hash of it in the published folder would let
     anyone test a guessed data set). The run folder is locked (``flock``) for the whole run: a second process
-    gets a :class:`UserError`."""
+    gets a :class:`UserError`.
+
+    Args:
+        model, tokenizer: the public LM that writes and varies candidates (and embeds them).
+        label_names: the public class names, in class-id order.
+        load_private: returns the private ``(text, label)`` rows; called only when votes are needed.
+        out: the JSONL file to write (its folder must exist); the run folder sits beside it.
+        per_class: synthetic examples per class (≥ 1).
+        config: population sizes, iterations and sampling (:class:`PEConfig`).
+        epsilon, delta: the target; ``epsilon=None`` runs without noise (not private).
+        resume: continue the run folder's last finished iteration (settings must match).
+        settings, embedding_cache, on_phase: see above; ``on_phase(name)`` reports progress.
+
+    Returns:
+        :class:`PEResult`: the selected texts and the privacy statement written to the sidecar.
+
+    Raises:
+        UserError: a bad size or (ε, δ), settings that differ from the run folder's on resume, a run
+            folder locked by another process, or an output folder that does not exist."""
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     dp = epsilon is not None

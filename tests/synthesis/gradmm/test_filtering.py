@@ -9,7 +9,7 @@ import privlm.synthesis.gradmm.generate as generate
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_shot_context, select
-from privlm.synthesis.gradmm.pipeline import run_synthesis
+from privlm.synthesis.gradmm.pipeline import run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 
 PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
@@ -51,7 +51,7 @@ def test_label_filter_off_keeps_every_candidate(monkeypatch: pytest.MonkeyPatch,
                          oversample=1.0, label_filter=False)
     model, tokenizer = build_tiny_model("tiny-llama", seed=2)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
-    result = run_synthesis(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
+    result = run_gradmm(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
                            out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
     assert [r["label"] for r in result.rows] == [0, 0, 0, 1, 1, 1]
     losses = [r["match_loss"] for r in result.rows]
@@ -71,7 +71,7 @@ def test_class_context_starts_each_class_after_its_own_demonstrations(monkeypatc
                          oversample=1.0, label_filter=False, class_context=True)
     model, tokenizer = build_tiny_model("tiny-llama", seed=2)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
-    result = run_synthesis(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
+    result = run_gradmm(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
                            out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
     assert len(contexts) == 2 and len(result.rows) == 6
     assert "It was bad" in contexts[0] and "It was great" not in contexts[0]

@@ -21,7 +21,7 @@ from privlm.resources.verbalizers import generic_verbalizer
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import Candidate
-from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.select import candidate_factors, greedy_match
 
@@ -58,14 +58,14 @@ def _config(name: str):
 
 def _run(lm, out: Path, name: str, load_private, **kwargs):
     model, tokenizer, prompt = lm
-    return run_synthesis(model, tokenizer, prompt, load_private, out=out, per_class=2, config=_config(name),
+    return run_gradmm(model, tokenizer, prompt, load_private, out=out, per_class=2, config=_config(name),
                          dp=True, epsilon=4.0, delta=1e-5, **kwargs)
 
 
 def _copy_release(src: Path, dst: Path) -> None:
-    RunPaths(dst).workdir.mkdir(parents=True)
+    GradmmPaths(dst).workdir.mkdir(parents=True)
     for name in ("release.pt", "run.json"):
-        shutil.copy(RunPaths(src).workdir / name, RunPaths(dst).workdir / name)
+        shutil.copy(GradmmPaths(src).workdir / name, GradmmPaths(dst).workdir / name)
 
 
 def _first_draw(lm, out: Path, name: str):
@@ -106,17 +106,17 @@ def test_resume_after_a_crash_between_batches_needs_no_new_draw(lm, tmp_path, mo
 
 def test_noise_only_control_spends_nothing_and_says_so(lm, tmp_path) -> None:
     result = _first_draw(lm, tmp_path / "a.jsonl", "select-noise")
-    privacy = json.loads(RunPaths(tmp_path / "a.jsonl").sidecar.read_text())
+    privacy = json.loads(GradmmPaths(tmp_path / "a.jsonl").sidecar.read_text())
     assert privacy["noise_only"] and privacy["epsilon"] == 0.0
     assert privacy["noise_multiplier"] == result.release.noise_multiplier > 0
-    assert not RunPaths(tmp_path / "a.jsonl").ledger.exists()
+    assert not GradmmPaths(tmp_path / "a.jsonl").ledger.exists()
     assert all(row["noise_only"] for row in result.rows)
 
 
 def test_sidecar_reports_the_released_dimension(lm, tmp_path) -> None:
     model, _, prompt = lm
     _first_draw(lm, tmp_path / "a.jsonl", "admm")
-    privacy = json.loads(RunPaths(tmp_path / "a.jsonl").sidecar.read_text())
+    privacy = json.loads(GradmmPaths(tmp_path / "a.jsonl").sidecar.read_text())
     d = model.get_output_embeddings().weight.shape[1]
     assert privacy["released_rows"] == list(prompt.label_token_ids) and privacy["released_dim_per_class"] == 2 * d
     assert privacy["noise_norm_per_class"] == pytest.approx(privacy["noise_multiplier"] * (2 * d) ** 0.5)
@@ -203,7 +203,7 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
     pooled = {json.dumps(ids) for f in candidate_files for ids in json.loads((public / f).read_text())}
     for rows in (dp.rows, noise.rows):
         assert rows and all(r["text"] for r in rows)
-    batches = [json.loads(p.read_text()) for p in RunPaths(tmp_path / "noise.jsonl").batches.iterdir()]
+    batches = [json.loads(p.read_text()) for p in GradmmPaths(tmp_path / "noise.jsonl").batches.iterdir()]
     assert {json.dumps(list(c["ids"])) for b in batches for c in b} == pooled
     assert sorted(p.name for p in public.iterdir()) == files
 

@@ -13,7 +13,7 @@ import privlm.synthesis.gradmm.generate as generate
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import clipped_class_sums
 
@@ -38,7 +38,7 @@ def lm():
 
 def _run(lm, out: Path, load_private, **kwargs):
     model, tokenizer, prompt = lm
-    return run_synthesis(
+    return run_gradmm(
         model, tokenizer, prompt, load_private, out=out, per_class=PER_CLASS, config=CONFIG,
         dp=True, epsilon=4.0, delta=1e-5, **kwargs,
     )
@@ -84,9 +84,9 @@ def test_poisoning_private_data_after_the_release_leaves_output_bit_identical(lm
 
 def _reuse_release(ref_out: Path, out: Path) -> None:
     """Start ``out``'s run from the reference run's release only (no finished batches carried over)."""
-    RunPaths(out).workdir.mkdir()
+    GradmmPaths(out).workdir.mkdir()
     for name in ("release.pt", "run.json"):
-        shutil.copy(RunPaths(ref_out).workdir / name, RunPaths(out).workdir / name)
+        shutil.copy(GradmmPaths(ref_out).workdir / name, GradmmPaths(out).workdir / name)
 
 
 class Crash(Exception):
@@ -108,8 +108,8 @@ def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch
     monkeypatch.setattr(generate, "generate_batch", crashing)
     with pytest.raises(Crash):
         _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
-    assert not out.exists() and not RunPaths(out).sidecar.exists()
-    assert len(list(RunPaths(out).batches.glob("*.json"))) == 2
+    assert not out.exists() and not GradmmPaths(out).sidecar.exists()
+    assert len(list(GradmmPaths(out).batches.glob("*.json"))) == 2
     monkeypatch.setattr(generate, "generate_batch", real)
     _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
     assert out.read_bytes() == reference[1]
@@ -127,24 +127,24 @@ def test_resume_after_crash_mid_batch(lm, reference, tmp_path) -> None:
     _reuse_release(reference[0], out)
     with pytest.raises(Crash):
         _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, on_step=crash_on_step)
-    assert not out.exists() and len(list(RunPaths(out).batches.glob("*.json"))) == 1
+    assert not out.exists() and len(list(GradmmPaths(out).batches.glob("*.json"))) == 1
     _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
     assert out.read_bytes() == reference[1]
 
 
 def test_existing_release_without_resume_is_refused(lm, reference, tmp_path) -> None:
     out = tmp_path / "synth.jsonl"
-    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
+    shutil.copytree(GradmmPaths(reference[0]).workdir, GradmmPaths(out).workdir)
     with pytest.raises(UserError, match="--resume"):
         _run(lm, out, lambda: list(PRIVATE))
 
 
 def test_resume_with_other_settings_is_refused(lm, reference, tmp_path) -> None:
     out = tmp_path / "synth.jsonl"
-    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
+    shutil.copytree(GradmmPaths(reference[0]).workdir, GradmmPaths(out).workdir)
     model, tokenizer, prompt = lm
     with pytest.raises(UserError, match="epsilon"):
-        run_synthesis(
+        run_gradmm(
             model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=PER_CLASS, config=CONFIG,
             dp=True, epsilon=8.0, delta=1e-5, resume=True,
         )
@@ -154,8 +154,8 @@ def test_a_run_saved_before_a_setting_existed_resumes_with_its_default(lm, refer
     import json
 
     out = tmp_path / "synth.jsonl"
-    shutil.copytree(RunPaths(reference[0]).workdir, RunPaths(out).workdir)
-    manifest = RunPaths(out).manifest
+    shutil.copytree(GradmmPaths(reference[0]).workdir, GradmmPaths(out).workdir)
+    manifest = GradmmPaths(out).manifest
     saved = json.loads(manifest.read_text())
     del saved["config"]["label_filter"]  # as written before label_filter was added (its default: True)
     manifest.write_text(json.dumps(saved))

@@ -14,7 +14,7 @@ from privlm.privacy import Ledger
 from privlm.privacy.events import GaussianRelease
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.pipeline import RunPaths, run_synthesis
+from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import release_noise_multiplier
 
@@ -40,12 +40,12 @@ def lm():
 
 def _run(lm, out: Path, **kwargs):
     model, tokenizer, prompt = lm
-    return run_synthesis(model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=1, config=CONFIG,
+    return run_gradmm(model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=1, config=CONFIG,
                          dp=True, epsilon=4.0, delta=1e-5, **kwargs)
 
 
 def _entries(out: Path) -> list:
-    return [(e.event, e.count) for e in Ledger.load(RunPaths(out).ledger)]
+    return [(e.event, e.count) for e in Ledger.load(GradmmPaths(out).ledger)]
 
 
 def test_the_ledger_is_durable_before_the_release_and_its_text(lm, tmp_path, monkeypatch):
@@ -55,14 +55,14 @@ def test_the_ledger_is_durable_before_the_release_and_its_text(lm, tmp_path, mon
 
     def checked_save(self, path):
         seen.append(_entries(out))  # what the ledger on disk says at the moment the release is written
-        assert not out.exists() and not list(RunPaths(out).batches.glob("*"))
+        assert not out.exists() and not list(GradmmPaths(out).batches.glob("*"))
         return save(self, path)
 
     monkeypatch.setattr(release_module.Release, "save", checked_save)
     result = _run(lm, out)
     assert seen == [[(EVENT, 1)]]
     assert _entries(out) == [(EVENT, 1)] and result.release.noise_multiplier == EVENT.noise_multiplier
-    sidecar = json.loads(RunPaths(out).sidecar.read_text())
+    sidecar = json.loads(GradmmPaths(out).sidecar.read_text())
     assert [entry["event"] for entry in sidecar["ledger"]] == [EVENT.to_dict()]
     _run(lm, out, resume=True)  # the reused release is not accounted again
     assert _entries(out) == [(EVENT, 1)]
@@ -79,13 +79,13 @@ def test_every_draw_is_accounted_even_one_that_died_before_its_release_was_saved
     monkeypatch.setattr(release_module, "add_gaussian_noise", die)
     with pytest.raises(Crash):
         _run(lm, out)
-    assert _entries(out) == [(EVENT, 1)] and not RunPaths(out).release.exists() and not out.exists()
+    assert _entries(out) == [(EVENT, 1)] and not GradmmPaths(out).release.exists() and not out.exists()
     monkeypatch.undo()
     _run(lm, out, resume=True)
-    assert _entries(out) == [(EVENT, 1), (EVENT, 1)] and RunPaths(out).release.exists()
-    sidecar = json.loads(RunPaths(out).sidecar.read_text())  # the published ε covers both draws
+    assert _entries(out) == [(EVENT, 1), (EVENT, 1)] and GradmmPaths(out).release.exists()
+    sidecar = json.loads(GradmmPaths(out).sidecar.read_text())  # the published ε covers both draws
     assert len(sidecar["ledger"]) == 2
-    assert sidecar["epsilon_accounted"] == pytest.approx(Ledger.load(RunPaths(out).ledger).epsilon(1e-5))
+    assert sidecar["epsilon_accounted"] == pytest.approx(Ledger.load(GradmmPaths(out).ledger).epsilon(1e-5))
     assert sidecar["epsilon_accounted"] > sidecar["epsilon_target"]
     _run(lm, out, resume=True)  # reuses the saved release: no new entry
     assert _entries(out) == [(EVENT, 1), (EVENT, 1)]
@@ -94,6 +94,6 @@ def test_every_draw_is_accounted_even_one_that_died_before_its_release_was_saved
 def test_a_release_saved_without_a_ledger_gets_one_on_resume(lm, tmp_path):
     out = tmp_path / "synth.jsonl"
     _run(lm, out)
-    RunPaths(out).ledger.unlink()  # as an older privlm left it
+    GradmmPaths(out).ledger.unlink()  # as an older privlm left it
     _run(lm, out, resume=True)
     assert _entries(out) == [(EVENT, 1)]
