@@ -30,7 +30,8 @@ demo: $(STAMP)
 
 # The quick loop: the linter over the whole tree and the type checker over the privacy core.
 lint: $(STAMP)
-	$(PY) -m ruff check privlm tests benchmarks research
+	$(PY) -m ruff check privlm tests benchmarks research examples
+	$(PY) -m ruff format --check privlm tests benchmarks research examples
 	$(PY) -m mypy
 
 test: lint

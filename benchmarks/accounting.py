@@ -58,7 +58,9 @@ def _prv_exact() -> float:
         warnings.simplefilter("ignore")
         prv = PRVAccountant(
             [PoissonSubsampledGaussianMechanism(sampling_probability=Q, noise_multiplier=SIGMA)],
-            eps_error=0.01, delta_error=DELTA / 1000, max_self_compositions=[STEPS],
+            eps_error=0.01,
+            delta_error=DELTA / 1000,
+            max_self_compositions=[STEPS],
         )
         return prv.compute_epsilon(DELTA, [STEPS])[2]  # upper bound
 
@@ -75,26 +77,51 @@ def run() -> dict:
     add("exact (prv-accountant, upper)", _prv_exact, clipping="exact")
     add("exact (privlm RDP)", lambda: dpsgd_epsilon(SIGMA, Q, STEPS, DELTA, method="rdp"), clipping="exact")
     for k in PROBES:
-        add(f"hutchinson k={k}", lambda k=k: dpsgd_epsilon(SIGMA, Q, STEPS, DELTA, "hutchinson", k),
-            clipping="hutchinson", probes=k)
-    add("hutchpp m=96 (k=32)", lambda: dpsgd_epsilon(SIGMA, Q, STEPS, DELTA, "hutchpp", 96), clipping="hutchpp", probes=96)
+        add(
+            f"hutchinson k={k}",
+            lambda k=k: dpsgd_epsilon(SIGMA, Q, STEPS, DELTA, "hutchinson", k),
+            clipping="hutchinson",
+            probes=k,
+        )
+    add(
+        "hutchpp m=96 (k=32)",
+        lambda: dpsgd_epsilon(SIGMA, Q, STEPS, DELTA, "hutchpp", 96),
+        clipping="hutchpp",
+        probes=96,
+    )
     base = rows[0]["seconds"]
     for row in rows:
         row["time_ratio_to_exact"] = row["seconds"] / base
 
     sigmas = {}
     for kind, probes in (("exact", None), ("hutchinson", 32), ("hutchpp", 96)):
-        sigma, seconds = _timed(lambda kind=kind, probes=probes: calibrate_noise_multiplier(
-            RATIO_SETTING["target_epsilon"], RATIO_SETTING["delta"], RATIO_SETTING["sample_rate"],
-            RATIO_SETTING["steps"], kind, probes))
+        sigma, seconds = _timed(
+            lambda kind=kind, probes=probes: calibrate_noise_multiplier(
+                RATIO_SETTING["target_epsilon"],
+                RATIO_SETTING["delta"],
+                RATIO_SETTING["sample_rate"],
+                RATIO_SETTING["steps"],
+                kind,
+                probes,
+            )
+        )
         sigmas[kind] = {"noise_multiplier": sigma, "probes": probes, "seconds": seconds}
     ratio = {kind: sigmas[kind]["noise_multiplier"] / sigmas["exact"]["noise_multiplier"] for kind in sigmas}
     return {
-        "setting": {"noise_multiplier": SIGMA, "sample_rate": Q, "steps": STEPS, "delta": DELTA,
-                    "value_discretization": DEFAULT_DISCRETIZATION},
+        "setting": {
+            "noise_multiplier": SIGMA,
+            "sample_rate": Q,
+            "steps": STEPS,
+            "delta": DELTA,
+            "value_discretization": DEFAULT_DISCRETIZATION,
+        },
         "epsilon_10k_steps": rows,
-        "sigma_at_target": {"setting": RATIO_SETTING, "sigmas": sigmas, "ratio_to_exact": ratio,
-                            "paper": {**PAPER_SIGMA, "ratio": PAPER_SIGMA["randomized"] / PAPER_SIGMA["exact"]}},
+        "sigma_at_target": {
+            "setting": RATIO_SETTING,
+            "sigmas": sigmas,
+            "ratio_to_exact": ratio,
+            "paper": {**PAPER_SIGMA, "ratio": PAPER_SIGMA["randomized"] / PAPER_SIGMA["exact"]},
+        },
     }
 
 
@@ -122,8 +149,12 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/accounting.json"),
-                        help="JSON output (PNG written next to it)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("benchmarks/results/accounting.json"),
+        help="JSON output (PNG written next to it)",
+    )
     args = parser.parse_args()
     results = run()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +169,9 @@ def main() -> None:
     for column in ("accountant", "ε", "seconds", "time / exact"):
         table.add_column(column, justify="left" if column == "accountant" else "right")
     for row in results["epsilon_10k_steps"]:
-        table.add_row(row["name"], f"{row['epsilon']:.4f}", f"{row['seconds']:.2f}", f"{row['time_ratio_to_exact']:.2f}")
+        table.add_row(
+            row["name"], f"{row['epsilon']:.4f}", f"{row['seconds']:.2f}", f"{row['time_ratio_to_exact']:.2f}"
+        )
     console.print(table)
     target = results["sigma_at_target"]
     console.print(

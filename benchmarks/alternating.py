@@ -6,7 +6,9 @@ import statistics
 from collections.abc import Callable
 
 
-def alternate(variants: dict[str, Callable[[], float]], repeats: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+def alternate(
+    variants: dict[str, Callable[[], float]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Run every variant once (warm-up), then ``repeats`` rounds of each in turn; each call returns its own
     time in seconds. Returns the times per variant and their medians."""
     for run in variants.values():

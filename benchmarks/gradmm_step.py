@@ -79,7 +79,9 @@ class PeakTensorBytes(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 storage = t.untyped_storage()
                 key, nbytes = storage.data_ptr(), storage.nbytes()
-                if nbytes and key not in self._seen and key not in inputs:  # views and in-place results share an input's storage
+                if (
+                    nbytes and key not in self._seen and key not in inputs
+                ):  # views and in-place results share an input's storage
                     self._seen.add(key)
                     self.live += nbytes
                     self.peak = max(self.peak, self.live)
@@ -138,9 +140,15 @@ def main() -> None:
         "step_times_s": times,
         "peak_step_bytes": peaks,
         "loss_at_x0": losses,
-        "config": {"model": args.model, "batch": args.batch, "length": args.length, "repeats": args.repeats,
-                   "prompt_tokens": len(prompt.prefix_ids) + len(prompt.suffix_ids),
-                   "vocab": weight.shape[0], "hidden": weight.shape[1]},
+        "config": {
+            "model": args.model,
+            "batch": args.batch,
+            "length": args.length,
+            "repeats": args.repeats,
+            "prompt_tokens": len(prompt.prefix_ids) + len(prompt.suffix_ids),
+            "vocab": weight.shape[0],
+            "hidden": weight.shape[1],
+        },
         "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform()},
         "note": "ratios are autograd / closed form (> 1: the closed form is faster / smaller)",
     }

@@ -39,8 +39,13 @@ def private_step(blocks: int | None, model_name: str, batch: dict[str, torch.Ten
     optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-3)
     rows = [{k: v[i] for k, v in batch.items()} for i in range(batch["input_ids"].shape[0])]
     private, optimizer, _ = PrivacyEngine(norm_mode="mixed", seed=0).make_private(
-        module, optimizer, DataLoader(rows, batch_size=len(rows)), noise_multiplier=1.0, max_grad_norm=1.0,
-        max_physical_batch_size=8, loss_reduction="mean",
+        module,
+        optimizer,
+        DataLoader(rows, batch_size=len(rows)),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        max_physical_batch_size=8,
+        loss_reduction="mean",
     )
 
     def step() -> float:
@@ -66,14 +71,25 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 40_000, (args.examples, args.length), generator=gen)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-    variants = {"all blocks": private_step(None, args.model, batch),
-                f"last {args.blocks} blocks": private_step(args.blocks, args.model, batch)}
+    variants = {
+        "all blocks": private_step(None, args.model, batch),
+        f"last {args.blocks} blocks": private_step(args.blocks, args.model, batch),
+    }
     times, median = alternate(variants, args.repeats)
     (full, restricted) = median.values()
     result = {
-        "model": args.model, "lora_rank": 4, "blocks": args.blocks, "examples": args.examples, "length": args.length,
-        "norm_mode": "mixed", "threads": 1, "repeats": args.repeats, "machine": f"{platform.machine()}, {platform.system()}",
-        "step_s": times, "median_step_s": median, "speedup": full / restricted,
+        "model": args.model,
+        "lora_rank": 4,
+        "blocks": args.blocks,
+        "examples": args.examples,
+        "length": args.length,
+        "norm_mode": "mixed",
+        "threads": 1,
+        "repeats": args.repeats,
+        "machine": f"{platform.machine()}, {platform.system()}",
+        "step_s": times,
+        "median_step_s": median,
+        "speedup": full / restricted,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

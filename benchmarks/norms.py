@@ -169,11 +169,19 @@ def run_nonprivate(model, batch, steps):
 
 def run_private(model, batch, steps, norm_mode, probes, bookkeeping, randomness):
     clipper = PerSampleClipper(
-        model, causal_lm_losses, max_grad_norm=1.0, norm_mode=norm_mode, probes=probes, bookkeeping=bookkeeping,
+        model,
+        causal_lm_losses,
+        max_grad_norm=1.0,
+        norm_mode=norm_mode,
+        probes=probes,
+        bookkeeping=bookkeeping,
         randomness=_randomness(randomness, 1),
     )
     opt = DPOptimizer(
-        torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0, expected_batch_size=1.0,
+        torch.optim.Adam(model.parameters(), lr=1e-5),
+        clipper,
+        noise_multiplier=1.0,
+        expected_batch_size=1.0,
         randomness=_randomness(randomness, 2),
     )
 
@@ -207,10 +215,15 @@ def run_opacus(model, batch, steps):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dp_model, opt, criterion, _ = opacus.PrivacyEngine().make_private(
-            module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-5),
-            data_loader=DataLoader(TensorDataset(ids), batch_size=ids.shape[0]), noise_multiplier=1.0,
-            max_grad_norm=1.0, grad_sample_mode="ghost", criterion=torch.nn.CrossEntropyLoss(reduction="sum"),
-            poisson_sampling=False, loss_reduction="sum",
+            module=model,
+            optimizer=torch.optim.Adam(model.parameters(), lr=1e-5),
+            data_loader=DataLoader(TensorDataset(ids), batch_size=ids.shape[0]),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            grad_sample_mode="ghost",
+            criterion=torch.nn.CrossEntropyLoss(reduction="sum"),
+            poisson_sampling=False,
+            loss_reduction="sum",
         )
 
     def step():
@@ -237,9 +250,14 @@ def measure(name, base, seq_len, batch_size, steps):
         times, norm_mb = run_private(model, batch, steps, *PRIVATE_MODES[name])
     peak = _status_kb("VmHWM") * 1024 - idle
     del model
-    return {"mode": name, "seq_len": seq_len, "step_cpu_s": statistics.median(t[1] for t in times),
-            "step_wall_s": statistics.median(t[0] for t in times), "peak_memory_mb": peak / 2**20,
-            "norm_memory_mb": norm_mb}
+    return {
+        "mode": name,
+        "seq_len": seq_len,
+        "step_cpu_s": statistics.median(t[1] for t in times),
+        "step_wall_s": statistics.median(t[0] for t in times),
+        "peak_memory_mb": peak / 2**20,
+        "norm_memory_mb": norm_mb,
+    }
 
 
 def profile_hutchinson(base, seq_len, batch_size) -> list[dict]:
@@ -247,17 +265,20 @@ def profile_hutchinson(base, seq_len, batch_size) -> list[dict]:
     model = copy.deepcopy(base)
     batch = _batch(seq_len, batch_size)
     clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32)
-    opt = DPOptimizer(torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0,
-                      expected_batch_size=1.0, randomness=SecureRandom.from_seed(2, "benchmark"))
+    opt = DPOptimizer(
+        torch.optim.Adam(model.parameters(), lr=1e-5),
+        clipper,
+        noise_multiplier=1.0,
+        expected_batch_size=1.0,
+        randomness=SecureRandom.from_seed(2, "benchmark"),
+    )
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         opt.zero_grad()
         clipper.clipped_backward(batch)
         opt.step()
     clipper.capture.remove()
     events = prof.key_averages()
-    stages = [
-        {"name": e.key, "cpu_total_ms": e.cpu_time_total / 1e3} for e in events if e.key.startswith("privlm.")
-    ]
+    stages = [{"name": e.key, "cpu_total_ms": e.cpu_time_total / 1e3} for e in events if e.key.startswith("privlm.")]
     ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
     return stages + [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in ops]
 
@@ -290,17 +311,28 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"T = 256, 1 layer, 1 timed step, modes {', '.join(QUICK_MODES)} beside non-private; no profile")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"T = 256, 1 layer, 1 timed step, modes {', '.join(QUICK_MODES)} beside non-private; no profile",
+    )
     parser.add_argument("--out", type=Path, required=True, help="JSON output (PNG written next to it)")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq-lens", type=int, nargs="*", default=None)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per mode (after one warm-up)")
-    parser.add_argument("--modes", nargs="*", default=None,
-                        help="only these modes (and the non-private references they are compared with)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1: CPU time is not inflated by spin-waiting on a busy machine)")
+    parser.add_argument(
+        "--modes",
+        nargs="*",
+        default=None,
+        help="only these modes (and the non-private references they are compared with)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: CPU time is not inflated by spin-waiting on a busy machine)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     seq_lens = list(args.seq_lens or (QUICK_T if args.quick else FULL_T))
@@ -336,8 +368,15 @@ def main(argv: list[str] | None = None) -> None:
         if not args.quick:
             profile = {"seq_len": seq_len, "stages_and_top_ops": profile_hutchinson(tied, seq_len, args.batch)}
         result = {
-            "model": {"kind": "LlamaForCausalLM (SmolLM2-shaped, random init)", "hidden": 576, "vocab": 49152,
-                      "layers": layers, "tied_embeddings": True, "batch": args.batch, "dtype": "float32"},
+            "model": {
+                "kind": "LlamaForCausalLM (SmolLM2-shaped, random init)",
+                "hidden": 576,
+                "vocab": 49152,
+                "layers": layers,
+                "tied_embeddings": True,
+                "batch": args.batch,
+                "dtype": "float32",
+            },
             "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu"},
             "steps_timed": steps,
             "seq_lens_done": seq_lens[: seq_lens.index(seq_len) + 1],

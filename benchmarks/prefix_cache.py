@@ -43,15 +43,25 @@ from privlm.training.prefix_cache import cached_rows, collate_cached, compute_fe
 from privlm.training.run import with_lora  # noqa: E402
 
 
-def epoch_runner(variant: str, args: argparse.Namespace, data, rows, classes) -> tuple[Callable[[], float], Callable[[], float]]:
+def epoch_runner(
+    variant: str, args: argparse.Namespace, data, rows, classes
+) -> tuple[Callable[[], float], Callable[[], float]]:
     """A closure training one private epoch of a fresh model in ``variant`` (it returns its wall time), and
     one building the variant's feature cache (it returns its wall time; 0 without a cache)."""
     model, tokenizer = load_model(args.model)
     ids = label_token_ids(tokenizer, data.verbalizer)
     collate = make_collate(tokenizer)
-    config = TrainConfig(noise_multiplier=1.0, batch_size=max(1, len(rows) // 4), epochs=1, seed=0,
-                         physical_batch_size=8, log_every=1000, head_only=variant != "lora-top2",
-                         lora=4 if variant == "lora-top2" else 0, lora_layers=2 if variant == "lora-top2" else None)
+    config = TrainConfig(
+        noise_multiplier=1.0,
+        batch_size=max(1, len(rows) // 4),
+        epochs=1,
+        seed=0,
+        physical_batch_size=8,
+        log_every=1000,
+        head_only=variant != "lora-top2",
+        lora=4 if variant == "lora-top2" else 0,
+        lora_layers=2 if variant == "lora-top2" else None,
+    )
     if variant == "lora-top2":
         module = with_lora(model, 4, seed=0, blocks=2)
         loss_fn = functools.partial(label_word_lm_losses, label_ids=torch.tensor(ids))
@@ -91,15 +101,25 @@ def main() -> None:
     train = data.train[: args.examples]
     rows = encode(type(data)(data.task, train, (), data.verbalizer), tokenizer, args.length)
     classes = [y for _, y in train]
-    runners = {name: epoch_runner(name, args, data, rows, classes) for name in ("lora-top2", "head uncached", "head cached")}
+    runners = {
+        name: epoch_runner(name, args, data, rows, classes) for name in ("lora-top2", "head uncached", "head cached")
+    }
     variants = {name: epoch for name, (epoch, _) in runners.items()}
     variants["cache build (once)"] = runners["head cached"][1]
     times, median = alternate(variants, args.repeats)
     cached, build_s = median["head cached"], median["cache build (once)"]
     result = {
-        "model": args.model, "examples": args.examples, "length": args.length, "tokens": sum(len(r.input_ids) for r in rows),
-        "norm_mode": "mixed", "threads": 1, "repeats": args.repeats, "machine": f"{platform.machine()}, {platform.system()}",
-        "epoch_s": times, "median_epoch_s": median, "cache_build_s": build_s,
+        "model": args.model,
+        "examples": args.examples,
+        "length": args.length,
+        "tokens": sum(len(r.input_ids) for r in rows),
+        "norm_mode": "mixed",
+        "threads": 1,
+        "repeats": args.repeats,
+        "machine": f"{platform.machine()}, {platform.system()}",
+        "epoch_s": times,
+        "median_epoch_s": median,
+        "cache_build_s": build_s,
         "ratio_uncached_per_cached_epoch": median["head uncached"] / cached,
         "ratio_lora_top2_per_cached_epoch": median["lora-top2"] / cached,
         "epochs_to_pay_back_the_cache_vs_uncached": build_s / (median["head uncached"] - cached),
@@ -110,8 +130,11 @@ def main() -> None:
     ax.bar(list(median), list(median.values()), color=["tab:gray", "tab:orange", "tab:blue", "tab:green"])
     ax.set_yscale("log")
     ax.set_ylabel("seconds (median)")
-    ax.set_title(f"one private epoch, {args.examples}×≤{args.length} tokens: cached "
-                 f"{result['ratio_uncached_per_cached_epoch']:.0f}× faster than uncached", fontsize=9)
+    ax.set_title(
+        f"one private epoch, {args.examples}×≤{args.length} tokens: cached "
+        f"{result['ratio_uncached_per_cached_epoch']:.0f}× faster than uncached",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=120)
     print(json.dumps({k: v for k, v in result.items() if k != "epoch_s"}, indent=2))

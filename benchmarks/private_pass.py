@@ -64,9 +64,15 @@ def main() -> None:
     release.shape_buckets = padding.shape_buckets
     gap = float((factors["buckets"].hidden.sum(0) - factors["full"].hidden.sum(0)).abs().max())  # order-free
     result = {
-        "examples": len(examples), "max_private_tokens": MAX_TOKENS, "batch_rows": 16, "repeats": args.repeats,
-        "seconds": seconds, "median_seconds": median, "full_over_buckets": median["full"] / median["buckets"],
-        "max_abs_gap_of_summed_factors": gap, "rows_in_each": {n: len(f.labels) for n, f in factors.items()},
+        "examples": len(examples),
+        "max_private_tokens": MAX_TOKENS,
+        "batch_rows": 16,
+        "repeats": args.repeats,
+        "seconds": seconds,
+        "median_seconds": median,
+        "full_over_buckets": median["full"] / median["buckets"],
+        "max_abs_gap_of_summed_factors": gap,
+        "rows_in_each": {n: len(f.labels) for n, f in factors.items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -63,8 +63,13 @@ def draw_cost(n: int, repeats: int) -> dict:
         times["secure"].append(_cpu_seconds(lambda step=step: secure.normal((n,), (step, 0))))
         times["torch"].append(_cpu_seconds(lambda: torch.randn(n, generator=torch_rng)))
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"params": n, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
-            "extra_s": med["secure"] - med["torch"]}
+    return {
+        "params": n,
+        "secure_s": med["secure"],
+        "torch_s": med["torch"],
+        "ratio": med["secure"] / med["torch"],
+        "extra_s": med["secure"] - med["torch"],
+    }
 
 
 def in_step(seq_len: int, steps: int, layers: int = 3) -> dict:
@@ -73,25 +78,41 @@ def in_step(seq_len: int, steps: int, layers: int = 3) -> dict:
     runners = {}
     for name, make in (("secure", lambda s: SecureRandom.from_seed(s, "benchmark")), ("torch", TorchRandom)):
         model = smollm2_shaped(layers, tied=True)
-        clipper = PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32,
-                                   randomness=make(1))
-        opt = DPOptimizer(torch.optim.Adam(model.parameters(), lr=1e-5), clipper, noise_multiplier=1.0,
-                          expected_batch_size=1.0, randomness=make(2))
+        clipper = PerSampleClipper(
+            model, causal_lm_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32, randomness=make(1)
+        )
+        opt = DPOptimizer(
+            torch.optim.Adam(model.parameters(), lr=1e-5),
+            clipper,
+            noise_multiplier=1.0,
+            expected_batch_size=1.0,
+            randomness=make(2),
+        )
         runners[name] = (clipper, opt)
     times = {name: [] for name in runners}
     for index in range(steps + 1):
         for name, (clipper, opt) in runners.items():
+
             def step(opt: DPOptimizer = opt, clipper: PerSampleClipper = clipper) -> None:
                 opt.zero_grad()
                 clipper.clipped_backward(batch)
                 opt.step()
+
             seconds = _cpu_seconds(step)
             if index:  # the first round warms up
                 times[name].append(seconds)
     med = {name: statistics.median(v) for name, v in times.items()}
-    return {"seq_len": seq_len, "layers": layers, "params": sum(p.numel() for p in runners["secure"][0].params),
-            "steps": steps, "secure_s": med["secure"], "torch_s": med["torch"], "ratio": med["secure"] / med["torch"],
-            "secure_all_s": times["secure"], "torch_all_s": times["torch"]}
+    return {
+        "seq_len": seq_len,
+        "layers": layers,
+        "params": sum(p.numel() for p in runners["secure"][0].params),
+        "steps": steps,
+        "secure_s": med["secure"],
+        "torch_s": med["torch"],
+        "ratio": med["secure"] / med["torch"],
+        "secure_all_s": times["secure"],
+        "torch_all_s": times["torch"],
+    }
 
 
 def tail_counts(draws: int, source: str) -> dict:
@@ -102,7 +123,11 @@ def tail_counts(draws: int, source: str) -> dict:
     sum_sq = 0.0
     for index, start in enumerate(range(0, draws, CHUNK)):
         n = min(CHUNK, draws - start)
-        z = secure.normal((n,), (index,), dtype=torch.float64) if source == "secure" else torch.randn(n, generator=torch_rng)
+        z = (
+            secure.normal((n,), (index,), dtype=torch.float64)
+            if source == "secure"
+            else torch.randn(n, generator=torch_rng)
+        )
         a = z.abs()
         largest = max(largest, float(a.max()))
         sum_sq += float(z.double().pow(2).sum())
@@ -111,10 +136,22 @@ def tail_counts(draws: int, source: str) -> dict:
     rows = []
     for t in THRESHOLDS:
         expected = draws * 2 * stats.norm.sf(t)
-        rows.append({"threshold": t, "observed": counts[t], "expected": expected,
-                     "z_score": (counts[t] - expected) / math.sqrt(expected)})
-    return {"source": source, "draws": draws, "dtype": "float64" if source == "secure" else "float32",
-            "variance": sum_sq / draws, "max_abs": largest, "tails": rows}
+        rows.append(
+            {
+                "threshold": t,
+                "observed": counts[t],
+                "expected": expected,
+                "z_score": (counts[t] - expected) / math.sqrt(expected),
+            }
+        )
+    return {
+        "source": source,
+        "draws": draws,
+        "dtype": "float64" if source == "secure" else "float32",
+        "variance": sum_sq / draws,
+        "max_abs": largest,
+        "tails": rows,
+    }
 
 
 def plot(result: dict, path: Path) -> None:
@@ -129,14 +166,24 @@ def plot(result: dict, path: Path) -> None:
     axes[0].set_yscale("log")
     axes[0].legend()
     step = result["in_step"]
-    axes[0].set_title(f"Noise of one private step (SmolLM2-135M)\nwhole Hutchinson step, T={step['seq_len']}, "
-                      f"{step['params'] / 1e6:.0f}M params: secure / torch = {step['ratio']:.3f}", fontsize=9)
+    axes[0].set_title(
+        f"Noise of one private step (SmolLM2-135M)\nwhole Hutchinson step, T={step['seq_len']}, "
+        f"{step['params'] / 1e6:.0f}M params: secure / torch = {step['ratio']:.3f}",
+        fontsize=9,
+    )
     for tails, marker in ((result["tails_secure"], "o"), (result["tails_torch"], "x")):
         t = [r["threshold"] for r in tails["tails"]]
-        axes[1].plot(t, [max(r["observed"], 0.5) for r in tails["tails"]], marker=marker, ls="",
-                     label=f"{tails['source']} ({tails['dtype']}) observed")
+        axes[1].plot(
+            t,
+            [max(r["observed"], 0.5) for r in tails["tails"]],
+            marker=marker,
+            ls="",
+            label=f"{tails['source']} ({tails['dtype']}) observed",
+        )
     expected = result["tails_secure"]["tails"]
-    axes[1].plot([r["threshold"] for r in expected], [r["expected"] for r in expected], color="grey", label="normal law")
+    axes[1].plot(
+        [r["threshold"] for r in expected], [r["expected"] for r in expected], color="grey", label="normal law"
+    )
     axes[1].set_yscale("log")
     axes[1].set_xlabel("|z| threshold")
     axes[1].set_ylabel(f"count beyond, of {result['tails_secure']['draws']:.0e} draws (0 drawn at 0.5)")

@@ -23,14 +23,28 @@ def main() -> None:
     train = []
     for text in TEXTS:
         ids = tokenizer(text, max_length=32, truncation=True, padding="max_length", return_tensors="pt")
-        train.append({"input_ids": ids["input_ids"][0], "attention_mask": ids["attention_mask"][0],
-                      "labels": ids["input_ids"][0].masked_fill(ids["attention_mask"][0] == 0, -100)})
+        train.append(
+            {
+                "input_ids": ids["input_ids"][0],
+                "attention_mask": ids["attention_mask"][0],
+                "labels": ids["input_ids"][0].masked_fill(ids["attention_mask"][0] == 0, -100),
+            }
+        )
     with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(output_dir=out, per_device_train_batch_size=16, num_train_epochs=2,
-                                 learning_rate=5e-3, logging_steps=2, save_strategy="no", report_to=[],
-                                 use_cpu=True)
+        args = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=16,
+            num_train_epochs=2,
+            learning_rate=5e-3,
+            logging_steps=2,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+        )
         trainer = PrivateTrainer(
-            model=model, args=args, train_dataset=train,
+            model=model,
+            args=args,
+            train_dataset=train,
             privacy=PrivacyArguments(epsilon=3.0, delta=1e-5, norm_mode="hutchinson"),  # privlm
         )
         trainer.train()

@@ -14,8 +14,9 @@ from __future__ import annotations
 class Task:
     """One stage of work; the base class ignores every update."""
 
-    def update(self, *, description: str | None = None, completed: float | None = None,
-               total: float | None = None) -> None:
+    def update(
+        self, *, description: str | None = None, completed: float | None = None, total: float | None = None
+    ) -> None:
         """Set the description, the amount done or the total."""
 
     def advance(self, amount: float = 1) -> None:

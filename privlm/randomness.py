@@ -64,7 +64,9 @@ class SecureRandom:
 
     def __init__(self, key: bytes, *, private: bool) -> None:
         if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
-            raise ValueError(f"a key must be {KEY_BYTES} bytes (256 bits), got {len(key) if isinstance(key, (bytes, bytearray)) else type(key).__name__}")
+            raise ValueError(
+                f"a key must be {KEY_BYTES} bytes (256 bits), got {len(key) if isinstance(key, (bytes, bytearray)) else type(key).__name__}"
+            )
         self._key = bytes(key)
         self.private = private
 

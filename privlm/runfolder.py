@@ -135,13 +135,21 @@ def sidecar_path(out: Path) -> Path:
     return Path(out).with_suffix(".privacy.json")
 
 
-def epsilon_statement(ledger: Ledger, target: float, delta: float, *, ledger_file: Path, sidecar: Path) -> dict[str, Any]:
+def epsilon_statement(
+    ledger: Ledger, target: float, delta: float, *, ledger_file: Path, sidecar: Path
+) -> dict[str, Any]:
     """The ε part of the DP sidecar ``sidecar``: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
     ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta``, the
     ``ledger`` itself and ``ledger_file``, the write-ahead ledger it was read from, relative to the sidecar's
     folder (so a results folder can move): :mod:`privlm.experiments.grid_privacy` follows it to compose a grid's
     cells, each draw once."""
     accounted = ledger.epsilon(delta)
-    return {"dp": True, "epsilon": reported_epsilon(target, accounted), "epsilon_target": target,
-            "epsilon_accounted": accounted, "delta": delta, "ledger": [entry.to_dict() for entry in ledger],
-            "ledger_file": os.path.relpath(ledger_file, Path(sidecar).parent)}
+    return {
+        "dp": True,
+        "epsilon": reported_epsilon(target, accounted),
+        "epsilon_target": target,
+        "epsilon_accounted": accounted,
+        "delta": delta,
+        "ledger": [entry.to_dict() for entry in ledger],
+        "ledger_file": os.path.relpath(ledger_file, Path(sidecar).parent),
+    }

@@ -89,7 +89,7 @@ NOISE_ONLY = "noise-only control: the same pipeline on pure noise, it reads no p
 LABEL_ROW_SIDECAR = Path("research/demo_output/instruct/synthetic.privacy.json")
 UNSNAPPED_GRIDS = {
     "synthetic_pool50": "its GRADMM releases were drawn before privlm snapped any (its README: 'not snapped'), "
-                       "so their ledgers and stated ε carry no snapping slack",
+    "so their ledgers and stated ε carry no snapping slack",
 }
 REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
 DIGITS = 7  # significant digits of the numbers written
@@ -114,7 +114,8 @@ SUPERSEDED = (
 )
 STATED_TOTAL = re.compile(
     r"\b(\d+) (?:finished )?DP cells\b(?:(?!DP cells).){0,300}?(?:cost at most|compose to|composed to) "
-    r"ε ([=≈]) (\d+(?:\.\d+)?) at δ = (\d+(?:\.\d+)?(?:e-?\d+)?)")
+    r"ε ([=≈]) (\d+(?:\.\d+)?) at δ = (\d+(?:\.\d+)?(?:e-?\d+)?)"
+)
 DEMO_LOG = re.compile(r"model (\S+):.*?private data (\S+) \((\w+) split, ([^)]*)\)", re.S)
 
 
@@ -139,11 +140,21 @@ class Release:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (numbers rounded to :data:`DIGITS` significant digits)."""
-        return {"study": self.study, "name": self.name, "data": self.data, "split": self.split,
-                "records": self.records, "mechanism": self.mechanism, "epsilon": _num(self.epsilon),
-                "delta": _num(self.delta), "rows": self.rows, "rebuilt": self.entries is not None,
-                "source": self.source, "seeded": self.seeded,
-                "events": None if self.entries is None else [entry.to_dict() for entry in self.entries]}
+        return {
+            "study": self.study,
+            "name": self.name,
+            "data": self.data,
+            "split": self.split,
+            "records": self.records,
+            "mechanism": self.mechanism,
+            "epsilon": _num(self.epsilon),
+            "delta": _num(self.delta),
+            "rows": self.rows,
+            "rebuilt": self.entries is not None,
+            "source": self.source,
+            "seeded": self.seeded,
+            "events": None if self.entries is None else [entry.to_dict() for entry in self.entries],
+        }
 
 
 @dataclass
@@ -171,8 +182,9 @@ class Scan:
 def committed_files(root: Path) -> frozenset[str]:
     """Paths (relative to ``root``) of the files git tracks under ``research/``, less those of
     :data:`EXCLUDED_FOLDERS`."""
-    listed = subprocess.run(["git", "ls-files", "-z", "research"], cwd=root, capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "research"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
     return frozenset(path for path in listed.split("\0") if path and study_of(path) not in EXCLUDED_FOLDERS)
 
 
@@ -188,19 +200,27 @@ def statement(root: Path = ROOT) -> dict[str, Any]:
     read_superseded(scan)
     read_train_summaries(scan)
     read_sidecars(scan)
-    studies = [_study_entry(scan, study, data) for study, data in
-               sorted({(r.study, r.data) for r in scan.releases})]
-    data_sets = [_data_set_entry(data, [r for r in scan.releases if r.data == data])
-                 for data in sorted({r.data for r in scan.releases})]
+    studies = [_study_entry(scan, study, data) for study, data in sorted({(r.study, r.data) for r in scan.releases})]
+    data_sets = [
+        _data_set_entry(data, [r for r in scan.releases if r.data == data])
+        for data in sorted({r.data for r in scan.releases})
+    ]
     folders = sorted({study_of(path) for path in scan.files if path.count("/") > 1})
-    excluded = [{"study": study, "reason": reason, "rows": sorted(rows)}
-                for (study, reason), rows in sorted(scan.excluded.items())]
-    excluded += [{"study": name, "reason": reason, "rows": []} for name, reason in sorted(EXCLUDED_FOLDERS.items())
-                 if (root / "research" / name).is_dir()]
+    excluded = [
+        {"study": study, "reason": reason, "rows": sorted(rows)}
+        for (study, reason), rows in sorted(scan.excluded.items())
+    ]
+    excluded += [
+        {"study": name, "reason": reason, "rows": []}
+        for name, reason in sorted(EXCLUDED_FOLDERS.items())
+        if (root / "research" / name).is_dir()
+    ]
     with_releases = {r.study for r in scan.releases}
     return {
-        "about": ("Every DP release of the committed studies, grouped by the private data it read, with basic "
-                  "and PLD composition per data set; written by research/privacy_across_studies.py."),
+        "about": (
+            "Every DP release of the committed studies, grouped by the private data it read, with basic "
+            "and PLD composition per data set; written by research/privacy_across_studies.py."
+        ),
         "data_sets": data_sets,
         "studies": studies,
         "studies_without_dp_releases": [name for name in folders if name not in with_releases],
@@ -237,18 +257,39 @@ def read_experiment_grids(scan: Scan) -> None:
                     shared[key].epsilon = max(shared[key].epsilon, epsilon)
                     continue
                 shared[key] = release = _grid_release(
-                    study, f"{row['method']}_seed{row['seed']}_eps{row['epsilon']:g} (one training run)", config,
-                    "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model", epsilon, row["delta"],
-                    [name])
-                release.source = ("not rebuilt: its σ is in no committed file, the run folder with its ledger "
-                                  "staying in the ignored work/; counted at its stated ε")
+                    study,
+                    f"{row['method']}_seed{row['seed']}_eps{row['epsilon']:g} (one training run)",
+                    config,
+                    "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model",
+                    epsilon,
+                    row["delta"],
+                    [name],
+                )
+                release.source = (
+                    "not rebuilt: its σ is in no committed file, the run folder with its ledger "
+                    "staying in the ignored work/; counted at its stated ε"
+                )
             elif kind == "gradmm":
-                release = _grid_release(study, row["cell"], config, "GRADMM: one Gaussian release of the per-class "
-                                        "clipped gradient sums", epsilon, row["delta"], [name])
+                release = _grid_release(
+                    study,
+                    row["cell"],
+                    config,
+                    "GRADMM: one Gaussian release of the per-class clipped gradient sums",
+                    epsilon,
+                    row["delta"],
+                    [name],
+                )
                 release.entries, release.source = _gradmm_entries(scan, study, config, release)
             elif kind == "pe":
-                release = _grid_release(study, row["cell"], config, "Private Evolution: T noisy vote histograms, "
-                                        "each one Gaussian release", epsilon, row["delta"], [name])
+                release = _grid_release(
+                    study,
+                    row["cell"],
+                    config,
+                    "Private Evolution: T noisy vote histograms, each one Gaussian release",
+                    epsilon,
+                    row["delta"],
+                    [name],
+                )
                 release.entries, release.source = _pe_entries(config, params, row["n_per_class"], release)
             else:
                 raise ValueError(f"{name}: a DP row of method {row['method']!r}, which this script cannot account")
@@ -265,21 +306,38 @@ def read_superseded(scan: Scan) -> None:
         config = scan.json(f"research/{old.study}/config.json")
         params = next(m for m in config["methods"] if m["name"] == old.method)["params"]
         for seed in old.seeds:
-            release = _grid_release(old.study, f"{old.method}_n{old.per_class}_seed{seed}_eps{old.epsilon:g} (first "
-                                    "run, superseded)", config, f"Private Evolution, a run superseded by the "
-                                    f"committed rows; {readme} still quotes its results ('{old.quote}')",
-                                    old.epsilon, config["delta"], [])
+            release = _grid_release(
+                old.study,
+                f"{old.method}_n{old.per_class}_seed{seed}_eps{old.epsilon:g} (first run, superseded)",
+                config,
+                f"Private Evolution, a run superseded by the "
+                f"committed rows; {readme} still quotes its results ('{old.quote}')",
+                old.epsilon,
+                config["delta"],
+                [],
+            )
             release.entries, release.source = _pe_entries(config, params, old.per_class, release)
             scan.releases.append(release)
 
 
-def _grid_release(study: str, cell: str, config: dict[str, Any], mechanism: str, epsilon: float, delta: float,
-                  rows: list[str]) -> Release:
+def _grid_release(
+    study: str, cell: str, config: dict[str, Any], mechanism: str, epsilon: float, delta: float, rows: list[str]
+) -> Release:
     """A release of an experiment grid's private pool (not rebuilt yet)."""
     pool = config["pool_per_class"]
-    return Release(study, f"{study}/{cell}", config["dataset"], f"train split, seed {config['data_seed']}",
-                   "the whole split" if pool == "all" else f"a pool of {pool} per class", mechanism, epsilon, delta,
-                   rows, None, "")
+    return Release(
+        study,
+        f"{study}/{cell}",
+        config["dataset"],
+        f"train split, seed {config['data_seed']}",
+        "the whole split" if pool == "all" else f"a pool of {pool} per class",
+        mechanism,
+        epsilon,
+        delta,
+        rows,
+        None,
+        "",
+    )
 
 
 def read_train_summaries(scan: Scan) -> None:
@@ -298,12 +356,20 @@ def read_train_summaries(scan: Scan) -> None:
             scan.exclude(study, NO_DP, path)
             continue
         whole = data["n_train"] == largest[data["data"]]
-        release = Release(study, path.removeprefix("research/").removesuffix(".json"), data["data"],
-                          "train split, seed 0",
-                          "the whole split" if whole else f"a subset, its first {data['n_train']} examples",
-                          f"DP-SGD training ({data['norm_mode']} norms), {data['steps']} steps",
-                          data["epsilon"], data["delta"], [path], None, "",
-                          seeded=data.get("private_release") is False)
+        release = Release(
+            study,
+            path.removeprefix("research/").removesuffix(".json"),
+            data["data"],
+            "train split, seed 0",
+            "the whole split" if whole else f"a subset, its first {data['n_train']} examples",
+            f"DP-SGD training ({data['norm_mode']} norms), {data['steps']} steps",
+            data["epsilon"],
+            data["delta"],
+            [path],
+            None,
+            "",
+            seeded=data.get("private_release") is False,
+        )
         ledger = f"{path.rsplit('/', 1)[0]}/runs/{Path(path).stem}/privacy.json"
         if ledger in scan.files:
             release.entries = Ledger.load(scan.root / ledger).entries
@@ -312,8 +378,10 @@ def read_train_summaries(scan: Scan) -> None:
             release.entries, release.source = _dpsgd_entries(data)
         own = None if release.entries is None else _epsilon(release.entries, release.delta)
         if own is not None and own < release.epsilon - REBUILD_TOLERANCE:
-            release.source = (f"not rebuilt: the events read ({release.source}) give ε = {own:.6g}, below the "
-                              f"stated {release.epsilon:.6g}; counted at its stated ε")
+            release.source = (
+                f"not rebuilt: the events read ({release.source}) give ε = {own:.6g}, below the "
+                f"stated {release.epsilon:.6g}; counted at its stated ε"
+            )
             release.entries = None
         scan.releases.append(release)
 
@@ -329,21 +397,33 @@ def read_sidecars(scan: Scan) -> None:
         model, data, split, records = _demo_log(scan, folder)
         if sidecar.get("private_data", data) != data:
             raise ValueError(f"{path} names private data {sidecar['private_data']!r}, its log {data!r}")
-        entries = tuple(LedgerEntry.from_dict(item) if "event" in item else LedgerEntry(event_from_dict(item))
-                        for item in sidecar["ledger"])
-        scan.releases.append(Release(
-            study_of(path), path.removeprefix("research/").removesuffix(".privacy.json"), data,
-            f"{split} split, seed 0", "the whole split" if records == "all per class" else records,
-            f"GRADMM on {model}: {sidecar['mechanism']}",
-            max(sidecar["epsilon"], sidecar.get("epsilon_accounted", 0.0)), sidecar["delta"], [path], entries,
-            f"the ledger in {path}"))
+        entries = tuple(
+            LedgerEntry.from_dict(item) if "event" in item else LedgerEntry(event_from_dict(item))
+            for item in sidecar["ledger"]
+        )
+        scan.releases.append(
+            Release(
+                study_of(path),
+                path.removeprefix("research/").removesuffix(".privacy.json"),
+                data,
+                f"{split} split, seed 0",
+                "the whole split" if records == "all per class" else records,
+                f"GRADMM on {model}: {sidecar['mechanism']}",
+                max(sidecar["epsilon"], sidecar.get("epsilon_accounted", 0.0)),
+                sidecar["delta"],
+                [path],
+                entries,
+                f"the ledger in {path}",
+            )
+        )
 
 
 # --- rebuilding events -----------------------------------------------------------------------------------
 
 
-def _gradmm_entries(scan: Scan, study: str, config: dict[str, Any],
-                    release: Release) -> tuple[tuple[LedgerEntry, ...] | None, str]:
+def _gradmm_entries(
+    scan: Scan, study: str, config: dict[str, Any], release: Release
+) -> tuple[tuple[LedgerEntry, ...] | None, str]:
     """One Gaussian release at the stated (ε, δ) with its snapped coordinates (module docstring)."""
     if study in UNSNAPPED_GRIDS:
         snapped, why = 0, UNSNAPPED_GRIDS[study]
@@ -351,26 +431,36 @@ def _gradmm_entries(scan: Scan, study: str, config: dict[str, Any],
         sidecar = scan.json(str(LABEL_ROW_SIDECAR))
         model, data, _, _ = _demo_log(scan, str(LABEL_ROW_SIDECAR.parent))
         if (model, data) != (config["model"], config["dataset"]) or "released_rows" not in sidecar:
-            return None, (f"not rebuilt: the snapped count of a label-row release of {config['model']} on "
-                          f"{config['dataset']} is in no committed sidecar; counted at its stated ε")
+            return None, (
+                f"not rebuilt: the snapped count of a label-row release of {config['model']} on "
+                f"{config['dataset']} is in no committed sidecar; counted at its stated ε"
+            )
         snapped = max(LedgerEntry.from_dict(item).event.snapped for item in sidecar["ledger"])
-        why = (f"the label-row release's {snapped} weighted snapped coordinates, as in {LABEL_ROW_SIDECAR} "
-               "(an upper bound for releases drawn before snapping)")
+        why = (
+            f"the label-row release's {snapped} weighted snapped coordinates, as in {LABEL_ROW_SIDECAR} "
+            "(an upper bound for releases drawn before snapping)"
+        )
     sigma = gaussian_noise_multiplier(release.epsilon, release.delta)
     entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, "rebuilt GRADMM release")
     return (entry,), f"rebuilt: one Gaussian release of σ(ε, δ) = {sigma:.6g}; snapping: {why}"
 
 
-def _pe_entries(config: dict[str, Any], params: dict[str, Any], per_class: int,
-                release: Release) -> tuple[tuple[LedgerEntry, ...], str]:
+def _pe_entries(
+    config: dict[str, Any], params: dict[str, Any], per_class: int, release: Release
+) -> tuple[tuple[LedgerEntry, ...], str]:
     """T Gaussian releases of σ(ε, δ)·√T, each snapping the K·M bins of a histogram at clamp 2¹⁶."""
     pe = PEConfig(**params)
     bins = len(BUILTIN[config["dataset"]][1].label_words) * pe.candidates(per_class)
     sigma = gaussian_noise_multiplier(release.epsilon, release.delta) * math.sqrt(pe.iterations)
-    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped_coordinates(bins, MAX_CLAMP_BITS)), pe.iterations,
-                        "rebuilt PE histograms")
-    return (entry,), (f"rebuilt: T = {pe.iterations} Gaussian releases of σ(ε, δ)·√T = {sigma:.6g}, "
-                      f"each snapping {bins} bins at clamp 2^{MAX_CLAMP_BITS}")
+    entry = LedgerEntry(
+        GaussianRelease(sigma, snapped=snapped_coordinates(bins, MAX_CLAMP_BITS)),
+        pe.iterations,
+        "rebuilt PE histograms",
+    )
+    return (entry,), (
+        f"rebuilt: T = {pe.iterations} Gaussian releases of σ(ε, δ)·√T = {sigma:.6g}, "
+        f"each snapping {bins} bins at clamp 2^{MAX_CLAMP_BITS}"
+    )
 
 
 def _dpsgd_entries(summary: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
@@ -383,16 +473,22 @@ def _dpsgd_entries(summary: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | N
     probes = None if clipping == "exact" or given is None else int(given.group(1))
     snapped = int(sigma < summary["noise_multiplier"])  # a DP loss was released: one snapped value per step
     event = PoissonGaussianStep(summary["sample_rate"], sigma, clipping, probes, snapped)
-    return ((LedgerEntry(event, summary["steps"], "rebuilt steps"),),
-            f"rebuilt from the summary: {summary['steps']} steps of q = {summary['sample_rate']:.6g}, accounted "
-            f"σ = {sigma:.6g}, {clipping} clipping" + ("" if probes is None else f", {probes} probes")
-            + (", DP loss snapped" if snapped else ""))
+    return (
+        (LedgerEntry(event, summary["steps"], "rebuilt steps"),),
+        f"rebuilt from the summary: {summary['steps']} steps of q = {summary['sample_rate']:.6g}, accounted "
+        f"σ = {sigma:.6g}, {clipping} clipping"
+        + ("" if probes is None else f", {probes} probes")
+        + (", DP loss snapped" if snapped else ""),
+    )
 
 
 def _demo_log(scan: Scan, folder: str) -> tuple[str, str, str, str]:
     """(model, data set, split, which records) from the console log of ``privlm demo`` in ``folder``."""
-    logs = sorted(p for p in scan.files if p.startswith(folder + "/") and p.count("/") == folder.count("/") + 1
-                  and p.endswith(".log"))
+    logs = sorted(
+        p
+        for p in scan.files
+        if p.startswith(folder + "/") and p.count("/") == folder.count("/") + 1 and p.endswith(".log")
+    )
     for log in logs:
         found = DEMO_LOG.search(scan.text(log))
         if found:
@@ -421,9 +517,14 @@ def compose(releases: Sequence[Release]) -> dict[str, Any]:
     pld = _epsilon([entry for r in rebuilt for entry in r.entries or ()], delta) if rebuilt else 0.0
     return {
         "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
-        "pld": {"epsilon": _num(pld + sum(r.epsilon for r in rest)), "delta": _num(delta + sum(r.delta for r in rest)),
-                "rebuilt_releases": len(rebuilt), "pld_epsilon": _num(pld), "pld_delta": _num(delta),
-                "releases_at_stated_epsilon": len(rest)},
+        "pld": {
+            "epsilon": _num(pld + sum(r.epsilon for r in rest)),
+            "delta": _num(delta + sum(r.delta for r in rest)),
+            "rebuilt_releases": len(rebuilt),
+            "pld_epsilon": _num(pld),
+            "pld_delta": _num(delta),
+            "releases_at_stated_epsilon": len(rest),
+        },
     }
 
 
@@ -442,25 +543,39 @@ def _study_entry(scan: Scan, study: str, data: str) -> dict[str, Any]:
         text = " ".join(scan.text(path).replace("**", "").split())
         for found in STATED_TOTAL.finditer(text):
             decimals = len(found[3].partition(".")[2])
-            entry: dict[str, Any] = {"file": path, "dp_cells": int(found[1]), "epsilon": float(found[3]),
-                                     "approximate": found[2] == "≈", "delta": float(found[4]),
-                                     "rounding": 0.5 * 10.0 ** -decimals}
+            entry: dict[str, Any] = {
+                "file": path,
+                "dp_cells": int(found[1]),
+                "epsilon": float(found[3]),
+                "approximate": found[2] == "≈",
+                "delta": float(found[4]),
+                "rounding": 0.5 * 10.0**-decimals,
+            }
             if entry["dp_cells"] != cells:
                 entry["check"] = f"not compared: it covers {entry['dp_cells']} DP cells, the committed rows {cells}"
             else:
                 ours = compose(releases)["pld"]
                 entry["composed_here"] = {"epsilon": ours["epsilon"], "delta": ours["delta"]}
                 short = ours["epsilon"] < entry["epsilon"] - entry["rounding"]
-                entry["check"] = ("the composition rebuilt here is below it: every release of the study counts "
-                                  "at its stated ε" if short else "consistent: the composition here is not below it")
+                entry["check"] = (
+                    "the composition rebuilt here is below it: every release of the study counts at its stated ε"
+                    if short
+                    else "consistent: the composition here is not below it"
+                )
                 for release in releases if short else ():
                     release.entries = None
                     release.source = f"not rebuilt: {path} states more than the rebuilt events give"
             stated.append(entry)
-    return {"study": study, "data": data, "dp_cells": cells, "releases": len(releases),
-            "rebuilt": sum(r.entries is not None for r in releases),
-            "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
-            "stated_totals": stated, "not_rebuilt": sorted({r.source for r in releases if r.entries is None})}
+    return {
+        "study": study,
+        "data": data,
+        "dp_cells": cells,
+        "releases": len(releases),
+        "rebuilt": sum(r.entries is not None for r in releases),
+        "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
+        "stated_totals": stated,
+        "not_rebuilt": sorted({r.source for r in releases if r.entries is None}),
+    }
 
 
 def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
@@ -470,13 +585,22 @@ def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
     for release in releases:
         if release.entries is None:
             not_rebuilt[(release.study, release.mechanism, release.source)] += 1
-    return {"data": data, "studies": studies, "dp_cells": sum(len(r.rows) for r in releases),
-            "releases": len(releases), "seeded_releases": sum(r.seeded for r in releases),
-            "superseded_releases": sum(not r.rows for r in releases),
-            "splits": sorted({r.split for r in releases}), "records": sorted({r.records for r in releases}),
-            "largest_release_epsilon": _num(max(r.epsilon for r in releases)), **compose(releases),
-            "not_rebuilt": [{"study": study, "mechanism": mechanism, "releases": count, "reason": reason}
-                            for (study, mechanism, reason), count in sorted(not_rebuilt.items())]}
+    return {
+        "data": data,
+        "studies": studies,
+        "dp_cells": sum(len(r.rows) for r in releases),
+        "releases": len(releases),
+        "seeded_releases": sum(r.seeded for r in releases),
+        "superseded_releases": sum(not r.rows for r in releases),
+        "splits": sorted({r.split for r in releases}),
+        "records": sorted({r.records for r in releases}),
+        "largest_release_epsilon": _num(max(r.epsilon for r in releases)),
+        **compose(releases),
+        "not_rebuilt": [
+            {"study": study, "mechanism": mechanism, "releases": count, "reason": reason}
+            for (study, mechanism, reason), count in sorted(not_rebuilt.items())
+        ],
+    }
 
 
 def _num(value: float) -> float:
@@ -511,25 +635,41 @@ def render_markdown(result: dict[str, Any]) -> str:
     ]
     for entry in result["data_sets"]:
         pld = entry["pld"]
-        how = (f"PLD of all {pld['rebuilt_releases']}" if not pld["releases_at_stated_epsilon"] else
-               f"PLD of {pld['rebuilt_releases']} ({_up(pld['pld_epsilon'])} at δ = {pld['pld_delta']:.3g}) + basic "
-               f"of the {pld['releases_at_stated_epsilon']} not rebuilt")
-        lines.append(f"| {entry['data']} | {', '.join(entry['studies'])} | {entry['dp_cells']} | {entry['releases']} | "
-                     f"{_up(entry['basic']['epsilon'])} ({entry['basic']['delta']:.3g}) | "
-                     f"**{_up(pld['epsilon'])}** ({pld['delta']:.3g}): {how} |")
+        how = (
+            f"PLD of all {pld['rebuilt_releases']}"
+            if not pld["releases_at_stated_epsilon"]
+            else f"PLD of {pld['rebuilt_releases']} ({_up(pld['pld_epsilon'])} at δ = {pld['pld_delta']:.3g}) + basic "
+            f"of the {pld['releases_at_stated_epsilon']} not rebuilt"
+        )
+        lines.append(
+            f"| {entry['data']} | {', '.join(entry['studies'])} | {entry['dp_cells']} | {entry['releases']} | "
+            f"{_up(entry['basic']['epsilon'])} ({entry['basic']['delta']:.3g}) | "
+            f"**{_up(pld['epsilon'])}** ({pld['delta']:.3g}): {how} |"
+        )
     lines.append("")
     for entry in result["data_sets"]:
-        missing = "; ".join(f"{m['releases']} {m['mechanism'].split(':')[0]} releases of {m['study']} "
-                            f"({m['reason'].removeprefix('not rebuilt: ')})" for m in entry["not_rebuilt"])
-        superseded = (f" Counted too: {entry['superseded_releases']} draws that a rerun superseded and whose results "
-                      "a README still quotes." if entry["superseded_releases"] else "")
-        lines.append(f"- **{entry['data']}** ({'; '.join(entry['splits'])}), releases on "
-                     f"{'; '.join(entry['records'])}. Rebuilt for PLD: "
-                     f"{'every release' if not missing else 'all but ' + missing}.{superseded}")
+        missing = "; ".join(
+            f"{m['releases']} {m['mechanism'].split(':')[0]} releases of {m['study']} "
+            f"({m['reason'].removeprefix('not rebuilt: ')})"
+            for m in entry["not_rebuilt"]
+        )
+        superseded = (
+            f" Counted too: {entry['superseded_releases']} draws that a rerun superseded and whose results "
+            "a README still quotes."
+            if entry["superseded_releases"]
+            else ""
+        )
+        lines.append(
+            f"- **{entry['data']}** ({'; '.join(entry['splits'])}), releases on "
+            f"{'; '.join(entry['records'])}. Rebuilt for PLD: "
+            f"{'every release' if not missing else 'all but ' + missing}.{superseded}"
+        )
     seeded = sum(entry["seeded_releases"] for entry in result["data_sets"])
     releases = sum(entry["releases"] for entry in result["data_sets"])
-    counts = {reason: sum(len(e["rows"]) for e in result["excluded"] if e["reason"] == reason)
-              for reason in (NO_DP, NOISE_ONLY)}
+    counts = {
+        reason: sum(len(e["rows"]) for e in result["excluded"] if e["reason"] == reason)
+        for reason in (NO_DP, NOISE_ONLY)
+    }
     folders = "; ".join(f"`{e['study']}/` ({e['reason']})" for e in result["excluded"] if not e["rows"])
     empty = ", ".join(f"`{name}/`" for name in result["studies_without_dp_releases"])
     lines += [
@@ -557,8 +697,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     (root / JSON_OUT).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (root / MARKDOWN_OUT).write_text(render_markdown(result), encoding="utf-8")
     for entry in result["data_sets"]:
-        print(f"{entry['data']}: {entry['releases']} releases, basic ε = {entry['basic']['epsilon']:.2f}, "
-              f"PLD ε = {entry['pld']['epsilon']:.2f} at δ = {entry['pld']['delta']:.2g}")
+        print(
+            f"{entry['data']}: {entry['releases']} releases, basic ε = {entry['basic']['epsilon']:.2f}, "
+            f"PLD ε = {entry['pld']['epsilon']:.2f} at δ = {entry['pld']['delta']:.2g}"
+        )
 
 
 if __name__ == "__main__":

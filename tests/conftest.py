@@ -34,4 +34,6 @@ def seeded_os_keys(monkeypatch):
     """The mechanisms' noise keys come from the OS; here the k-th key drawn is the seeded stream k, so that
     the tests are deterministic (and successive draws, e.g. PE's T histograms, stay independent)."""
     counter = itertools.count()
-    monkeypatch.setattr(SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(next(counter), "audit-test")))
+    monkeypatch.setattr(
+        SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(next(counter), "audit-test"))
+    )

@@ -19,7 +19,9 @@ LOG_PATTERNS = (re.compile(r"private examples\)\s*[━ ]*\s\d[\d,]*/"), re.compi
 
 
 def _tracked(suffix: str) -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "research"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "research"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     return [ROOT / p for p in listed.split() if p.endswith(suffix)]
 
 
@@ -41,6 +43,10 @@ def test_no_privacy_sidecar_holds_a_private_count():
 def test_no_saved_console_log_counts_the_private_examples():
     logs = _tracked(".log")
     assert logs, "no log found: the scan would pass vacuously"
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in logs for i, line in enumerate(p.read_text().splitlines(), 1)
-            if any(pattern.search(line) for pattern in LOG_PATTERNS)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in logs
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if any(pattern.search(line) for pattern in LOG_PATTERNS)
+    ]
     assert hits == []

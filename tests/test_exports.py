@@ -23,6 +23,10 @@ def test_unknown_names_raise_attribute_error():
 
 
 def test_import_privlm_imports_no_torch():
-    out = subprocess.run([sys.executable, "-c", "import sys, privlm; print('torch' in sys.modules)"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, privlm; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "False"

@@ -27,8 +27,13 @@ def _unit(path: Path) -> str:
 def _imported_units(path: Path) -> set[str]:
     units = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
         for name in names:
             parts = name.split(".")
             if parts[0] == "privlm" and len(parts) > 1:
@@ -55,8 +60,11 @@ def test_no_import_runs_up_a_floor():
         if path.parent == PACKAGE and path.name == "__init__.py":
             continue
         unit = _unit(path)
-        upward += [f"{path.relative_to(PACKAGE.parent)} imports privlm.{other}" for other in _imported_units(path)
-                   if other in FLOOR and FLOOR[other] > FLOOR[unit]]
+        upward += [
+            f"{path.relative_to(PACKAGE.parent)} imports privlm.{other}"
+            for other in _imported_units(path)
+            if other in FLOOR and FLOOR[other] > FLOOR[unit]
+        ]
     assert upward == []
 
 
@@ -69,7 +77,7 @@ def test_no_package_level_cycle():
         state[unit] = 1
         for other in sorted(edges.get(unit, ())):
             if state.get(other) == 1 and not cycle:
-                cycle.extend(trail[trail.index(other):] + [other])
+                cycle.extend(trail[trail.index(other) :] + [other])
             elif other not in state:
                 visit(other, trail + [other])
         state[unit] = 2

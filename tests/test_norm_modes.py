@@ -48,8 +48,11 @@ def test_spec_is_consistent(name):
 @pytest.mark.parametrize("name", RANDOMIZED_MODES)
 def test_estimator_draws_the_columns_its_spec_declares(name):
     gen = torch.Generator().manual_seed(0)
-    factor = OuterFactor(torch.randn(3, 5, 7, generator=gen, dtype=torch.float64),
-                         torch.randn(3, 5, 4, generator=gen, dtype=torch.float64), rows=7)
+    factor = OuterFactor(
+        torch.randn(3, 5, 7, generator=gen, dtype=torch.float64),
+        torch.randn(3, 5, 4, generator=gen, dtype=torch.float64),
+        rows=7,
+    )
     drawn = []
 
     def draw(columns, dtype, device):

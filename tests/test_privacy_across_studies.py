@@ -60,8 +60,10 @@ def _dp_rows() -> tuple[list[str], set[str]]:
                     noise_only.add(found[-1])
         elif path.endswith(".json"):
             data = json.loads((ROOT / path).read_text())
-            if isinstance(data, dict) and ((data.get("private") is True and "sample_rate" in data)
-                                           or (path.endswith(".privacy.json") and data.get("dp") is True)):
+            if isinstance(data, dict) and (
+                (data.get("private") is True and "sample_rate" in data)
+                or (path.endswith(".privacy.json") and data.get("dp") is True)
+            ):
                 found.append(path)
     return found, noise_only
 

@@ -120,7 +120,9 @@ def test_a_small_first_word_is_refined_by_the_next_word():
     z = stream.normals(4)
     assert float(z[0]) == pytest.approx(Z_MAX * math.cos(2 * math.pi * 2.0**-53))  # u₁ = 2⁻¹⁰⁶
     u1 = ((5 << 20) + 1) * 2.0**-53  # not refined
-    assert float(z[1]) == pytest.approx(math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * ((1 << 52) + 1) * 2.0**-53))
+    assert float(z[1]) == pytest.approx(
+        math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * ((1 << 52) + 1) * 2.0**-53)
+    )
     assert float(z[0]) > 12
 
 

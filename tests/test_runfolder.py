@@ -25,9 +25,11 @@ ENTRY = LedgerEntry(GaussianRelease(2.0, snapped=4), 1, "a release")
 
 def test_settings_are_written_in_each_layout_then_checked(tmp_path) -> None:
     settings = {"b": 1, "a": [1, 2]}
-    for indent, newline, text in ((2, True, json.dumps(settings, indent=2, sort_keys=True) + "\n"),
-                                  (None, True, '{"a": [1, 2], "b": 1}\n'),
-                                  (2, False, json.dumps(settings, indent=2, sort_keys=True))):
+    for indent, newline, text in (
+        (2, True, json.dumps(settings, indent=2, sort_keys=True) + "\n"),
+        (None, True, '{"a": [1, 2], "b": 1}\n'),
+        (2, False, json.dumps(settings, indent=2, sort_keys=True)),
+    ):
         path = tmp_path / f"{indent}{newline}" / "run.json"
         check_or_write_settings(path, settings, indent=indent, newline=newline)
         assert path.read_text() == text
@@ -63,11 +65,19 @@ def test_reported_epsilon_is_never_below_the_target_and_never_hides_nan() -> Non
 
 def test_epsilon_statement_reports_the_ledger() -> None:
     ledger = Ledger([ENTRY])
-    block = epsilon_statement(ledger, 0.001, 1e-5, ledger_file=Path("out.jsonl.x/privacy.json"), sidecar=Path("out.privacy.json"))
+    block = epsilon_statement(
+        ledger, 0.001, 1e-5, ledger_file=Path("out.jsonl.x/privacy.json"), sidecar=Path("out.privacy.json")
+    )
     accounted = ledger.epsilon(1e-5)
-    assert block == {"dp": True, "epsilon": max(0.001, accounted), "epsilon_target": 0.001,
-                     "epsilon_accounted": accounted, "delta": 1e-5, "ledger": [ENTRY.to_dict()],
-                     "ledger_file": "out.jsonl.x/privacy.json"}  # relative to the sidecar's folder
+    assert block == {
+        "dp": True,
+        "epsilon": max(0.001, accounted),
+        "epsilon_target": 0.001,
+        "epsilon_accounted": accounted,
+        "delta": 1e-5,
+        "ledger": [ENTRY.to_dict()],
+        "ledger_file": "out.jsonl.x/privacy.json",
+    }  # relative to the sidecar's folder
 
 
 def test_run_folder_paths(tmp_path) -> None:

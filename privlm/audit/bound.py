@@ -96,7 +96,9 @@ def count_correct(scores: Sequence[float], included: Sequence[bool], guesses: in
     Ties are broken by canary index (the order is fixed before the run)."""
     scores_arr, inside = np.asarray(scores, dtype=float), np.asarray(included, dtype=bool)
     if scores_arr.shape != inside.shape or scores_arr.ndim != 1:
-        raise UserError(f"scores and inclusion bits must be two vectors of one length, got {scores_arr.shape} and {inside.shape}")
+        raise UserError(
+            f"scores and inclusion bits must be two vectors of one length, got {scores_arr.shape} and {inside.shape}"
+        )
     if not 0 <= guesses <= len(scores_arr):
         raise UserError(f"guesses must be in [0, {len(scores_arr)}], got {guesses}")
     if not np.isfinite(scores_arr).all():

@@ -91,13 +91,27 @@ class GradientCanaries:
             a, b = torch.zeros(cols), torch.zeros(rows)
             if inside:
                 a[i % cols], b[i // cols] = 1.0, scale
-            out.append({"input_ids": blank, "attention_mask": first, "canary_in": a, "canary_out": b,
-                        "is_canary": torch.tensor(1.0), "loss_offset": torch.tensor(offset if inside else 0.0)})
+            out.append(
+                {
+                    "input_ids": blank,
+                    "attention_mask": first,
+                    "canary_in": a,
+                    "canary_out": b,
+                    "is_canary": torch.tensor(1.0),
+                    "loss_offset": torch.tensor(offset if inside else 0.0),
+                }
+            )
         for _ in range(self.real_examples):
-            out.append({"input_ids": torch.randint(1, vocab, (self.seq_len,), generator=gen),
-                        "attention_mask": torch.ones(self.seq_len, dtype=torch.long),
-                        "canary_in": torch.zeros(cols), "canary_out": torch.zeros(rows),
-                        "is_canary": torch.tensor(0.0), "loss_offset": torch.tensor(0.0)})
+            out.append(
+                {
+                    "input_ids": torch.randint(1, vocab, (self.seq_len,), generator=gen),
+                    "attention_mask": torch.ones(self.seq_len, dtype=torch.long),
+                    "canary_in": torch.zeros(cols),
+                    "canary_out": torch.zeros(rows),
+                    "is_canary": torch.tensor(0.0),
+                    "loss_offset": torch.tensor(0.0),
+                }
+            )
         return out
 
     def run(self, settings: RunSettings) -> CanaryOutcome:
@@ -121,8 +135,13 @@ class GradientCanaries:
             included=included,
             accounted_epsilon=run.accounted_epsilon,
             delta=settings.delta,
-            details={"noise_multiplier": run.noise_multiplier, "sample_rate": run.sample_rate,
-                     "steps": run.steps, "canary_norm": self.canary_norm, "real_examples": self.real_examples},
+            details={
+                "noise_multiplier": run.noise_multiplier,
+                "sample_rate": run.sample_rate,
+                "steps": run.steps,
+                "canary_norm": self.canary_norm,
+                "real_examples": self.real_examples,
+            },
         )
 
 

@@ -62,10 +62,10 @@ class GradmmCanaries:
         hidden = torch.zeros(self.canaries, width)
         hidden[index, coords] = self.norm * clip
         rows = released_rows(prompt, self.release)
-        factors = (PrivateFactors(hidden[included], labels[included])
-                   if included.any() else None)  # no canary in: the library's noise-only release (reads no data)
-        release = draw_release(model, prompt, factors, epsilon=epsilon, delta=delta, clip=clip, rows=rows,
-                               max_tokens=8)
+        factors = (
+            PrivateFactors(hidden[included], labels[included]) if included.any() else None
+        )  # no canary in: the library's noise-only release (reads no data)
+        release = draw_release(model, prompt, factors, epsilon=epsilon, delta=delta, clip=clip, rows=rows, max_tokens=8)
         with torch.no_grad():
             probs = torch.softmax(head_logits(model, hidden).double(), dim=-1)
         resid, norms = per_sample_factors(hidden.double(), probs, torch.tensor(prompt.label_token_ids)[labels], rows)
@@ -77,8 +77,13 @@ class GradmmCanaries:
             included=included.numpy(),
             accounted_epsilon=gaussian_releases_epsilon(release.noise_multiplier, 1, delta, release.snapped),
             delta=delta,
-            details={"noise_multiplier": release.noise_multiplier, "hidden_size": width, "release": self.release,
-                     "canary_norm": self.norm, "smallest_gradient_norm": float(norms.min()) / clip},
+            details={
+                "noise_multiplier": release.noise_multiplier,
+                "hidden_size": width,
+                "release": self.release,
+                "canary_norm": self.norm,
+                "smallest_gradient_norm": float(norms.min()) / clip,
+            },
         )
 
 

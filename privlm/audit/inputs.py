@@ -30,7 +30,9 @@ def text_losses(model: torch.nn.Module, texts: torch.Tensor, batch_size: int = 2
     """Mean token loss of every row of ``texts`` (N × T token ids, no padding) under ``model``."""
     mask = torch.ones_like(texts)
     parts = [
-        causal_lm_losses(model, {"input_ids": texts[i : i + batch_size], "attention_mask": mask[i : i + batch_size]}, "mean")
+        causal_lm_losses(
+            model, {"input_ids": texts[i : i + batch_size], "attention_mask": mask[i : i + batch_size]}, "mean"
+        )
         for i in range(0, len(texts), batch_size)
     ]
     return torch.cat(parts).double().numpy()
@@ -71,9 +73,15 @@ class InputCanaries:
             included=included,
             accounted_epsilon=run.accounted_epsilon,
             delta=settings.delta,
-            details={"noise_multiplier": run.noise_multiplier, "sample_rate": run.sample_rate, "steps": run.steps,
-                     "real_examples": self.real_examples, "model": self.model, "lora_rank": self.lora_rank,
-                     "lora_layers": self.lora_layers},
+            details={
+                "noise_multiplier": run.noise_multiplier,
+                "sample_rate": run.sample_rate,
+                "steps": run.steps,
+                "real_examples": self.real_examples,
+                "model": self.model,
+                "lora_rank": self.lora_rank,
+                "lora_layers": self.lora_layers,
+            },
         )
 
 
@@ -84,6 +92,8 @@ def run_blackbox(mode: str, epsilon: float, scale: Scale, delta: float, seed: in
 
 def run_smollm2(mode: str, epsilon: float, scale: Scale, delta: float, seed: int) -> CanaryOutcome:
     """Audit entry point ``smollm2-blackbox``: DP-SGD with LoRA r = 8 on SmolLM2's last 2 blocks, input canaries."""
-    settings = replace(cell_settings(mode, epsilon, scale, delta, seed), steps=scale.smollm2_steps, physical_batch_size=64)
+    settings = replace(
+        cell_settings(mode, epsilon, scale, delta, seed), steps=scale.smollm2_steps, physical_batch_size=64
+    )
     smollm2 = InputCanaries(canaries=scale.smollm2_canaries, model="smollm2-135m", lora_rank=8, lora_layers=2)
     return smollm2.run(settings)

@@ -65,8 +65,10 @@ class PECanaries:
     def run(self, epsilon: float, delta: float, seed: int = 0) -> CanaryOutcome:
         """Insert the included canaries, draw PE's T noisy histograms once, score every canary (module docstring)."""
         if self.canaries < 2 or self.classes < 1 or self.dimension < 2:
-            raise UserError(f"need >= 2 canaries, >= 1 class and dimension >= 2, got {self.canaries}, "
-                            f"{self.classes}, {self.dimension}")
+            raise UserError(
+                f"need >= 2 canaries, >= 1 class and dimension >= 2, got {self.canaries}, "
+                f"{self.classes}, {self.dimension}"
+            )
         included = inclusion_bits(self.canaries, seed)
         candidates = self.candidates(seed)
         index = np.arange(self.canaries)
@@ -93,8 +95,14 @@ class PECanaries:
             included=included,
             accounted_epsilon=ledger.epsilon(delta),
             delta=delta,
-            details={"noise_multiplier": sigma, "iterations": iterations, "candidates_per_class": len(candidates[0]),
-                     "per_class": per_class, "classes": self.classes, "embedding_dimension": self.dimension},
+            details={
+                "noise_multiplier": sigma,
+                "iterations": iterations,
+                "candidates_per_class": len(candidates[0]),
+                "per_class": per_class,
+                "classes": self.classes,
+                "embedding_dimension": self.dimension,
+            },
         )
 
 

@@ -105,5 +105,13 @@ def code_digest(entry_module: str) -> str:
 
 def cell_key(cell: dict, scale: dict, delta: float, seed: int, entry_module: str) -> str:
     """The cache key of one cell: everything that determines it (module docstring)."""
-    return digest({"cell": cell, "scale": scale, "delta": delta, "seed": seed,
-                   "code": code_digest(entry_module), "libraries": library_versions()})
+    return digest(
+        {
+            "cell": cell,
+            "scale": scale,
+            "delta": delta,
+            "seed": seed,
+            "code": code_digest(entry_module),
+            "libraries": library_versions(),
+        }
+    )

@@ -48,18 +48,45 @@ class AuditedMechanism:
 
 
 BUILTIN = (
-    AuditedMechanism("dpsgd-whitebox", DPSGD_MODES, _DPSGD_FIELDS + ("real_examples", "canary_norm"),
-                     "privlm.audit.gradient:run_whitebox", "DP-SGD with crafted gradient canaries (tiny model)"),
-    AuditedMechanism("dpsgd-blackbox", ("exact", "hutchinson"), _DPSGD_FIELDS,
-                     "privlm.audit.inputs:run_blackbox", "DP-SGD with random-text input canaries (tiny model)"),
-    AuditedMechanism("dp-loss", ("exact", "hutchinson"), _DPSGD_FIELDS + ("real_examples", "canary_norm"),
-                     "privlm.audit.gradient:run_dp_loss", "DP-SGD plus the DP training-loss release"),
-    AuditedMechanism("gradmm", ("label-rows", "full"), ("gradmm_canaries",),
-                     "privlm.audit.gradmm:run_cell", "GRADMM's DP last-layer release"),
-    AuditedMechanism("pe", ("histograms",), ("pe_canaries",),
-                     "privlm.audit.pe:run_cell", "Private Evolution's noisy vote histograms"),
-    AuditedMechanism("smollm2-blackbox", ("exact", "hutchinson"), ("smollm2_canaries", "smollm2_steps", "sample_rate", "probes"),
-                     "privlm.audit.inputs:run_smollm2", "DP-SGD on SmolLM2 (LoRA) with input canaries: slow", slow=True),
+    AuditedMechanism(
+        "dpsgd-whitebox",
+        DPSGD_MODES,
+        _DPSGD_FIELDS + ("real_examples", "canary_norm"),
+        "privlm.audit.gradient:run_whitebox",
+        "DP-SGD with crafted gradient canaries (tiny model)",
+    ),
+    AuditedMechanism(
+        "dpsgd-blackbox",
+        ("exact", "hutchinson"),
+        _DPSGD_FIELDS,
+        "privlm.audit.inputs:run_blackbox",
+        "DP-SGD with random-text input canaries (tiny model)",
+    ),
+    AuditedMechanism(
+        "dp-loss",
+        ("exact", "hutchinson"),
+        _DPSGD_FIELDS + ("real_examples", "canary_norm"),
+        "privlm.audit.gradient:run_dp_loss",
+        "DP-SGD plus the DP training-loss release",
+    ),
+    AuditedMechanism(
+        "gradmm",
+        ("label-rows", "full"),
+        ("gradmm_canaries",),
+        "privlm.audit.gradmm:run_cell",
+        "GRADMM's DP last-layer release",
+    ),
+    AuditedMechanism(
+        "pe", ("histograms",), ("pe_canaries",), "privlm.audit.pe:run_cell", "Private Evolution's noisy vote histograms"
+    ),
+    AuditedMechanism(
+        "smollm2-blackbox",
+        ("exact", "hutchinson"),
+        ("smollm2_canaries", "smollm2_steps", "sample_rate", "probes"),
+        "privlm.audit.inputs:run_smollm2",
+        "DP-SGD on SmolLM2 (LoRA) with input canaries: slow",
+        slow=True,
+    ),
 )
 MECHANISMS: dict[str, AuditedMechanism] = {m.name: m for m in BUILTIN}
 

@@ -39,13 +39,17 @@ def summary(rows: Sequence[dict]) -> str:
     """Two sentences on the grid: its family-wise level, and the cells that cannot detect a violation."""
     k = rows[0]["family_size"] if rows else 0
     blind = [r for r in rows if not r["detectable"]]
-    text = (f"The grid tests {k} claims together: each verdict is decided at level "
-            f"{1 - rows[0]['family_confidence'] if rows else 0.05:g}/{k} (Bonferroni), so a correct "
-            "implementation shows a VIOLATION anywhere in the grid with probability at most 5 %. ")
+    text = (
+        f"The grid tests {k} claims together: each verdict is decided at level "
+        f"{1 - rows[0]['family_confidence'] if rows else 0.05:g}/{k} (Bonferroni), so a correct "
+        "implementation shows a VIOLATION anywhere in the grid with probability at most 5 %. "
+    )
     if blind:
-        text += (f"{len(blind)} of {len(rows)} cells cannot detect a violation: with their canaries, even "
-                 "all-correct guesses give a bound at or below the accounted ε (their ceiling). They show the "
-                 "mechanism runs; they are no evidence about its ε.")
+        text += (
+            f"{len(blind)} of {len(rows)} cells cannot detect a violation: with their canaries, even "
+            "all-correct guesses give a bound at or below the accounted ε (their ceiling). They show the "
+            "mechanism runs; they are no evidence about its ε."
+        )
     else:
         text += "Every cell could detect a violation (its ceiling is above its accounted ε)."
     return text
@@ -70,8 +74,12 @@ def plot(rows: Sequence[dict], path: Path) -> None:
         ax.annotate(f"family-wise ceiling, {m} canaries", (0, ceiling), fontsize=7, va="bottom", color="grey")
     for (mechanism, mode), points in series.items():
         points = sorted(points, key=lambda r: r["accounted_epsilon"])
-        ax.plot([p["accounted_epsilon"] for p in points], [p["family_lower_bound"] for p in points],
-                marker="o", label=f"{mechanism} ({mode})")
+        ax.plot(
+            [p["accounted_epsilon"] for p in points],
+            [p["family_lower_bound"] for p in points],
+            marker="o",
+            label=f"{mechanism} ({mode})",
+        )
     ax.set_xlabel("accounted ε (δ = {:g})".format(rows[0]["delta"]))
     ax.set_ylabel("one-run lower bound on ε (family-wise 95 %)")
     ax.set_title("privlm audit: empirical lower bound vs accounted ε")
@@ -84,7 +92,9 @@ def plot(rows: Sequence[dict], path: Path) -> None:
 
 def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
     """Write ``audit.json``, ``README.md`` and ``lower_bound.png`` under ``out``."""
-    write_text_atomic(out / "audit.json", json.dumps({"command": command, "cells": list(rows)}, indent=2, sort_keys=True))
+    write_text_atomic(
+        out / "audit.json", json.dumps({"command": command, "cells": list(rows)}, indent=2, sort_keys=True)
+    )
     plot(rows, out / "lower_bound.png")
     readme = (
         "# privlm audit: one-run lower bounds on ε\n\n"
@@ -103,7 +113,8 @@ def write_results(rows: Sequence[dict], out: Path, command: str) -> None:
         "modules and the bound's), the library versions, its scale, δ and seed: a rerun with the same "
         "`--out` reuses a cell only if all of these are unchanged. The canaries, the broken mechanisms the "
         "audit catches and what it cannot catch: `docs/auditing.md` in the privlm repository.\n\n"
-        + summary(rows) + "\n\n"
+        + summary(rows)
+        + "\n\n"
         + table(rows)
         + "\n![lower bound vs accounted ε](lower_bound.png)\n"
     )

@@ -68,7 +68,9 @@ def grid(mechanisms: Sequence[str], modes: Sequence[str] | None, epsilons: Seque
         mechanism = get(name)
         chosen = mechanism.modes if modes is None else [m for m in modes if m in mechanism.modes]
         if modes is not None and not chosen:
-            raise UserError(f"mechanism {name} has none of the modes {', '.join(modes)} (it has {', '.join(mechanism.modes)})")
+            raise UserError(
+                f"mechanism {name} has none of the modes {', '.join(modes)} (it has {', '.join(mechanism.modes)})"
+            )
         for epsilon in epsilons:
             if not (math.isfinite(epsilon) and epsilon > 0):
                 raise UserError(f"epsilon must be a finite number > 0, got {epsilon!r}")

@@ -26,5 +26,13 @@ class Scale:
     pe_canaries: int = 1000
 
 
-QUICK = Scale(canaries=200, steps=10, real_examples=16, gradmm_canaries=64, physical_batch_size=64,
-              smollm2_canaries=32, smollm2_steps=2, pe_canaries=64)
+QUICK = Scale(
+    canaries=200,
+    steps=10,
+    real_examples=16,
+    gradmm_canaries=64,
+    physical_batch_size=64,
+    smollm2_canaries=32,
+    smollm2_steps=2,
+    pe_canaries=64,
+)

@@ -76,10 +76,17 @@ class ShiftCanaries:
         pattern = [1.0, -1.0, -1.0, 1.0] * ((2 * self.run_length + 3) // 4)
         signs = pattern[: 2 * self.run_length]
         zero_in, zero_out = torch.zeros(m), torch.zeros(d)
-        base = {"input_ids": torch.zeros(2, dtype=torch.long), "attention_mask": torch.ones(2, dtype=torch.long),
-                "is_canary": torch.tensor(1.0), "loss_offset": torch.tensor(0.0)}
-        outs = {(c, sign): torch.zeros(d).index_fill_(0, torch.tensor([c]), sign * self.scale * max_grad_norm)
-                for c in range(d) for sign in (1.0, -1.0)}
+        base = {
+            "input_ids": torch.zeros(2, dtype=torch.long),
+            "attention_mask": torch.ones(2, dtype=torch.long),
+            "is_canary": torch.tensor(1.0),
+            "loss_offset": torch.tensor(0.0),
+        }
+        outs = {
+            (c, sign): torch.zeros(d).index_fill_(0, torch.tensor([c]), sign * self.scale * max_grad_norm)
+            for c in range(d)
+            for sign in (1.0, -1.0)
+        }
         out = []
         for i, inside in enumerate(included):
             if inside:
@@ -116,6 +123,11 @@ class ShiftCanaries:
             included=included,
             accounted_epsilon=run.accounted_epsilon,
             delta=settings.delta,
-            details={"noise_multiplier": run.noise_multiplier, "rows": len(examples), "columns": self.columns,
-                     "run_length": self.run_length, "probes": settings.probes},
+            details={
+                "noise_multiplier": run.noise_multiplier,
+                "rows": len(examples),
+                "columns": self.columns,
+                "run_length": self.run_length,
+                "probes": settings.probes,
+            },
         )

@@ -50,13 +50,23 @@ class RunSettings(DPSGDSettings):
     loss_noise_fraction: float = 0.0
 
 
-def cell_settings(mode: str, epsilon: float, scale: Scale, delta: float, seed: int,
-                  loss_release: LossRelease | None = None) -> RunSettings:
+def cell_settings(
+    mode: str, epsilon: float, scale: Scale, delta: float, seed: int, loss_release: LossRelease | None = None
+) -> RunSettings:
     """The :class:`RunSettings` of a DP-SGD audit cell: norm ``mode``, target ε, and the DP-SGD fields of ``scale``."""
-    loss = {} if loss_release is None else {"loss_bound": loss_release.bound, "loss_noise_fraction": loss_release.fraction}
+    loss = (
+        {} if loss_release is None else {"loss_bound": loss_release.bound, "loss_noise_fraction": loss_release.fraction}
+    )
     return RunSettings(
-        norm_mode=mode, epsilon=epsilon, delta=delta, sample_rate=scale.sample_rate, steps=scale.steps,
-        probes=scale.probes, physical_batch_size=scale.physical_batch_size, seed=seed, **loss,
+        norm_mode=mode,
+        epsilon=epsilon,
+        delta=delta,
+        sample_rate=scale.sample_rate,
+        steps=scale.steps,
+        probes=scale.probes,
+        physical_batch_size=scale.physical_batch_size,
+        seed=seed,
+        **loss,
     )
 
 
@@ -85,8 +95,9 @@ def train_private(
     steps_per_epoch = math.ceil(len(examples) / batch_size)
     engine = settings.privacy_engine()
     sgd = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
-    private, optimizer, _ = settings.make_private(engine, model, sgd, loader, epochs=settings.steps / steps_per_epoch,
-                                                  loss_fn=loss_fn)
+    private, optimizer, _ = settings.make_private(
+        engine, model, sgd, loader, epochs=settings.steps / steps_per_epoch, loss_fn=loss_fn
+    )
     # One Poisson sampler over all T steps (one pass), on the engine's sampler key.
     poisson = poisson_loader(list(examples), engine.event.sample_rate, settings.steps, engine.streams.sampler)
     try:

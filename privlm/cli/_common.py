@@ -30,9 +30,12 @@ VALIDATION_FILE = typer.Option(None, "--validation", metavar="FILE", help=SPLIT_
 TEST_FILE = typer.Option(None, "--test", metavar="FILE", help=SPLIT_FILE_HELP.format(split="test"))
 LABELS = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP)
 TEMPLATE = typer.Option(
-    None, "--template", metavar="TEXT",
+    None,
+    "--template",
+    metavar="TEXT",
     help='Prompt of user data with {text} where the example goes, e.g. "Note: {text} Diagnosis:"; the label '
-         'word follows after a space (default "{text} Label:"). Needs --labels.')
+    'word follows after a space (default "{text} Label:"). Needs --labels.',
+)
 
 
 def public_classes(labels: str | None, template: str | None) -> LabelSpec | None:

@@ -32,7 +32,9 @@ class _BarTask(Task):
     def __init__(self, bars: RichProgress, task: TaskID) -> None:
         self._bars, self._task = bars, task
 
-    def update(self, *, description: str | None = None, completed: float | None = None, total: float | None = None) -> None:
+    def update(
+        self, *, description: str | None = None, completed: float | None = None, total: float | None = None
+    ) -> None:
         self._bars.update(self._task, description=description, completed=completed, total=total)
 
     def advance(self, amount: float = 1) -> None:
@@ -60,7 +62,9 @@ class _LineTask(Task):
         self._start = time.perf_counter()
         self._console.log(f"start: {description}" + ("" if private or total is None else f" ({total:g})"))
 
-    def update(self, *, description: str | None = None, completed: float | None = None, total: float | None = None) -> None:
+    def update(
+        self, *, description: str | None = None, completed: float | None = None, total: float | None = None
+    ) -> None:
         if description is not None and description.split(" (")[0] != self._description.split(" (")[0]:
             self._console.log(f"{description} ({time.perf_counter() - self._start:.0f} s)")
         self._description = description or self._description
@@ -81,8 +85,10 @@ class _LineTask(Task):
             self._quarter = quarter
             elapsed = time.perf_counter() - self._start
             left = elapsed * (self._total - self._completed) / max(self._completed, 1e-9)
-            self._console.log(f"{self._description.split(' (')[0]}: {self._completed:g}/{self._total:g} "
-                              f"after {elapsed:.0f} s, about {left:.0f} s left")
+            self._console.log(
+                f"{self._description.split(' (')[0]}: {self._completed:g}/{self._total:g} "
+                f"after {elapsed:.0f} s, about {left:.0f} s left"
+            )
 
     def done(self) -> None:
         if not self._finished:

@@ -26,7 +26,9 @@ def account(
         None, "--clipping", help="exact | hutchinson | hutchpp (default: all three side by side)."
     ),
     probes: int | None = typer.Option(
-        None, "--probes", help=f"Probes k (hutchinson) or m (hutchpp, accounted as k = m // 3); default {DEFAULT_PROBES}."
+        None,
+        "--probes",
+        help=f"Probes k (hutchinson) or m (hutchpp, accounted as k = m // 3); default {DEFAULT_PROBES}.",
     ),
     method: str = typer.Option("pld", "--method", help="pld (default) or rdp (exact clipping only)."),
     rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance of the σ bisection."),
@@ -72,7 +74,11 @@ def account(
     results: dict[str, float] = {}
     verb = "calibrating σ" if target_epsilon is not None else "accounting ε"
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err_console, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
         disable=json_output,
     ) as progress:
         task = progress.add_task(verb, total=len(kinds))
@@ -80,12 +86,25 @@ def account(
             progress.update(task, description=f"{verb} ({kind})")
             if target_epsilon is not None:
                 results[kind] = calibrate_noise_multiplier(
-                    target_epsilon, delta, sample_rate, steps, kind, chosen_probes[kind], method, rtol,
+                    target_epsilon,
+                    delta,
+                    sample_rate,
+                    steps,
+                    kind,
+                    chosen_probes[kind],
+                    method,
+                    rtol,
                     DEFAULT_DISCRETIZATION,
                 )
             else:
                 results[kind] = dpsgd_epsilon(
-                    noise_multiplier, sample_rate, steps, delta, kind, chosen_probes[kind], method,
+                    noise_multiplier,
+                    sample_rate,
+                    steps,
+                    delta,
+                    kind,
+                    chosen_probes[kind],
+                    method,
                     DEFAULT_DISCRETIZATION,
                 )
             progress.advance(task)
@@ -95,7 +114,10 @@ def account(
         shown = {kind: _json_number(value) for kind, value in results.items()}
         payload: dict[str, object] = {key: shown[kinds[0]] if len(kinds) == 1 else shown}
         payload.update(
-            sample_rate=sample_rate, steps=steps, delta=delta, method=method,
+            sample_rate=sample_rate,
+            steps=steps,
+            delta=delta,
+            method=method,
             probes={kind: chosen_probes[kind] for kind in kinds},
         )
         if target_epsilon is not None:

@@ -11,8 +11,7 @@ import typer
 from privlm.audit.registry import MECHANISMS, default_names
 from privlm.errors import UserError
 
-_MECHANISM_HELP = "Comma-separated: " + ", ".join(
-    f"{m.name} ({m.summary})" for m in MECHANISMS.values()) + "."
+_MECHANISM_HELP = "Comma-separated: " + ", ".join(f"{m.name} ({m.summary})" for m in MECHANISMS.values()) + "."
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -29,18 +28,24 @@ def _numbers(text: str, option: str) -> list[float]:
 def audit(
     mechanisms: str = typer.Option(",".join(default_names()), "--mechanisms", help=_MECHANISM_HELP),
     modes: str | None = typer.Option(
-        None, "--modes", help="Norm modes (exact, mixed, hutchinson, hutchpp), GRADMM rows (label-rows, full) or PE's histograms; default: all of each mechanism."
+        None,
+        "--modes",
+        help="Norm modes (exact, mixed, hutchinson, hutchpp), GRADMM rows (label-rows, full) or PE's histograms; default: all of each mechanism.",
     ),
     epsilons: str = typer.Option("1,4,8", "--epsilons", help="Target ε values, comma-separated."),
     delta: float = typer.Option(1e-5, "--delta", help="δ of the claim and of the bound."),
-    canaries: int | None = typer.Option(None, "--canaries", help="Canaries per DP-SGD cell (default 1000; --quick 200)."),
+    canaries: int | None = typer.Option(
+        None, "--canaries", help="Canaries per DP-SGD cell (default 1000; --quick 200)."
+    ),
     steps: int | None = typer.Option(None, "--steps", help="DP-SGD steps per cell (default 50; --quick 10)."),
     canary_norm: float | None = typer.Option(
         None, "--canary-norm", help="Norm of the white-box gradient canaries in units of C (>= 1; default 2)."
     ),
     quick: bool = typer.Option(False, "--quick", help="Small cells (seconds each): a smoke audit."),
     seed: int = typer.Option(0, "--seed", help="Seed of canaries and of the (non-private) audit runs."),
-    out: Path | None = typer.Option(None, "--out", help="Results folder (audit.json, README.md, lower_bound.png, cells/)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Results folder (audit.json, README.md, lower_bound.png, cells/)."
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
 ) -> None:
     """Audit privlm's mechanisms: insert canaries, run once, and report a lower bound on ε next to the
@@ -74,13 +79,17 @@ def audit(
 
     def show(row: dict) -> None:
         if not json_output:
-            err_console.log(f"{row['mechanism']} {row['mode']} ε={row['epsilon']:g}: lower bound "
-                            f"{row['epsilon_lower_bound']:.3f}, family-wise {row['family_lower_bound']:.3f} "
-                            f"(accounted {row['accounted_epsilon']:.3f})")
+            err_console.log(
+                f"{row['mechanism']} {row['mode']} ε={row['epsilon']:g}: lower bound "
+                f"{row['epsilon_lower_bound']:.3f}, family-wise {row['family_lower_bound']:.3f} "
+                f"(accounted {row['accounted_epsilon']:.3f})"
+            )
 
     rows = run_grid(cells, scale, delta, seed, None if out is None else out / "cells", show)
     if out is not None:
-        write_results(rows, out, "privlm audit " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["audit"] else sys.argv[1:]))
+        write_results(
+            rows, out, "privlm audit " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["audit"] else sys.argv[1:])
+        )
     if json_output:
         print_json(rows)
     else:

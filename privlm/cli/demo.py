@@ -50,8 +50,10 @@ DEMO_PRESET = "instruct"  # GRADMM generate-select on instructed candidates (pri
 # Each method's options in the demo beyond its privlm synth defaults (GRADMM: the instruct preset).
 DEMO_OPTIONS: dict[str, dict[str, Any]] = {"gradmm": {"preset": DEMO_PRESET}}
 COMPARE_ONE = "fine-tune on the synthetic set and on a random real subset of the same size; print both test accuracies"
-COMPARE_MANY = ("fine-tune on each DP synthetic set and once on a random real subset; print the test accuracies "
-                "and the DP method whose set scored best")
+COMPARE_MANY = (
+    "fine-tune on each DP synthetic set and once on a random real subset; print the test accuracies "
+    "and the DP method whose set scored best"
+)
 NOT_DP = (
     "the random real subset's accuracy (a non-private reference: it trains on the private data directly)",
     "every accuracy's test split (scored directly; the guarantee covers the train split)",
@@ -71,8 +73,10 @@ def parse_methods(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in SYNTH_METHODS]
     if not names or unknown:
-        raise UserError(f"--methods {text!r}: give a comma list of {', '.join(SYNTH_METHODS)}"
-                        + (f" ({', '.join(map(repr, unknown))} is not one)" if unknown else ""))
+        raise UserError(
+            f"--methods {text!r}: give a comma list of {', '.join(SYNTH_METHODS)}"
+            + (f" ({', '.join(map(repr, unknown))} is not one)" if unknown else "")
+        )
     if len(set(names)) < len(names):
         raise UserError(f"--methods {text!r} names a method twice")
     return names
@@ -97,14 +101,21 @@ def demo(
     labels: str | None = typer.Option(None, "--labels", metavar="NAMES", help=LABELS_HELP),
     per_class: int = typer.Option(10, "--per-class", help="Synthetic examples per class."),
     epsilon: float = typer.Option(
-        DEMO_EPSILON, "--epsilon", help="Privacy budget of all DP synthetic sets together (the reference accuracies are not DP)."),
+        DEMO_EPSILON,
+        "--epsilon",
+        help="Privacy budget of all DP synthetic sets together (the reference accuracies are not DP).",
+    ),
     delta: float = typer.Option(DEMO_DELTA, "--delta", help="δ of all DP synthetic sets together."),
     methods: str = typer.Option(
-        DEFAULT_METHODS, "--methods", metavar="LIST",
+        DEFAULT_METHODS,
+        "--methods",
+        metavar="LIST",
         help=f"comma list of DP methods ({', '.join(SYNTH_METHODS)}); with k methods each gets (ε/k, δ/k) "
-        "(basic composition), so all sets together stay within --epsilon/--delta"),
+        "(basic composition), so all sets together stay within --epsilon/--delta",
+    ),
     out: Path | None = typer.Option(
-        None, "--out", help="Output JSONL (default: in the privlm cache); other methods' sets go beside it."),
+        None, "--out", help="Output JSONL (default: in the privlm cache); other methods' sets go beside it."
+    ),
     eval_test: int = typer.Option(
         200, "--eval-test", help="Test examples for the closing accuracy comparison (0 skips it)."
     ),
@@ -124,9 +135,21 @@ def demo(
     for name in SYNTH_METHODS:  # every method's folder beside the output, named in this run or not
         check_saved_budget(name, method_out(out, name), share_epsilon, share_delta, names)
     runners = {  # each checked before the model is loaded or anything is drawn
-        name: commands[name].start(SynthRequest(
-            name, model, data, labels, per_class, method_out(out, name), True, share_epsilon, share_delta,
-            resume=True, options=DEMO_OPTIONS.get(name, {})))
+        name: commands[name].start(
+            SynthRequest(
+                name,
+                model,
+                data,
+                labels,
+                per_class,
+                method_out(out, name),
+                True,
+                share_epsilon,
+                share_delta,
+                resume=True,
+                options=DEMO_OPTIONS.get(name, {}),
+            )
+        )
         for name in names
     }
     loaded, tokenizer, model_facts = load_with_status(model)
@@ -138,15 +161,23 @@ def demo(
     }
     steps = plan(names)
     if not as_json:
-        split = "" if len(names) == 1 else (
-            f"\nbudget split by basic composition over {len(names)} methods: "
-            f"each (ε={share_epsilon:.4g}, δ={share_delta:.3g})")
-        console.print(Panel.fit(
-            f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters\n"
-            f"private data [bold]{data}[/] (train split, all per class)\n"
-            + "\n".join(f"{i}. {line}" for i, line in enumerate(steps, start=1)) + split,
-            title=f"privlm demo: (ε={epsilon:g}, δ={delta:g})-DP synthetic text",
-        ))
+        split = (
+            ""
+            if len(names) == 1
+            else (
+                f"\nbudget split by basic composition over {len(names)} methods: "
+                f"each (ε={share_epsilon:.4g}, δ={share_delta:.3g})"
+            )
+        )
+        console.print(
+            Panel.fit(
+                f"model [bold]{model}[/]: {model_facts['architecture']}, {model_facts['parameters']:,} parameters\n"
+                f"private data [bold]{data}[/] (train split, all per class)\n"
+                + "\n".join(f"{i}. {line}" for i, line in enumerate(steps, start=1))
+                + split,
+                title=f"privlm demo: (ε={epsilon:g}, δ={delta:g})-DP synthetic text",
+            )
+        )
     runs: list[dict[str, Any]] = []
     for name in names:
         with cli_progress(err_console) as progress:
@@ -156,15 +187,20 @@ def demo(
         runs.append({**outcome.summary(), "method": name, "budget": {"epsilon": share_epsilon, "delta": share_delta}})
     total = {"epsilon": sum(r["privacy"]["epsilon"] for r in runs), "delta": sum(r["privacy"]["delta"] for r in runs)}
     if total["epsilon"] > epsilon * (1 + 1e-9) or total["delta"] > delta * (1 + 1e-9):
-        err_console.print(f"[bold red]warning[/]: the sets together account (ε = {total['epsilon']:.6g}, "
-                          f"δ = {total['delta']:.3g}), above the budget (ε = {epsilon:g}, δ = {delta:g}) "
-                          "(a counted redraw after a crash?)")
+        err_console.print(
+            f"[bold red]warning[/]: the sets together account (ε = {total['epsilon']:.6g}, "
+            f"δ = {total['delta']:.3g}), above the budget (ε = {epsilon:g}, δ = {delta:g}) "
+            "(a counted redraw after a crash?)"
+        )
     if not as_json and len(names) > 1:
-        console.print(f"all {len(names)} sets together: (ε = {total['epsilon']:.4g}, δ = {total['delta']:.3g})-DP "
-                      f"by basic composition (sum of the sidecars; budget ε = {epsilon:g}, δ = {delta:g})")
+        console.print(
+            f"all {len(names)} sets together: (ε = {total['epsilon']:.4g}, δ = {total['delta']:.3g})-DP "
+            f"by basic composition (sum of the sidecars; budget ε = {epsilon:g}, δ = {delta:g})"
+        )
     # the random real reference reads the private data directly: only now, after every DP set is written
-    comparison = _compare(loaded, tokenizer, model, data, {r["method"]: r["rows"] for r in runs}, eval_test,
-                          quiet=as_json, labels=labels)
+    comparison = _compare(
+        loaded, tokenizer, model, data, {r["method"]: r["rows"] for r in runs}, eval_test, quiet=as_json, labels=labels
+    )
     for run in runs:
         run["scores"] = None if comparison is None else comparison.get(run["method"])
     best = best_method(runs) if len(runs) > 1 else None
@@ -173,22 +209,33 @@ def demo(
         console.print("not covered by the (ε, δ) statement: " + "; ".join(NOT_DP))
     if as_json:
         first = runs[0]
-        print_json({
-            "model": model_facts, "data": data_facts, "plan": steps,
-            **{k: v for k, v in first.items() if k not in ("method", "budget", "scores")},
-            "comparison": None if comparison is None or first["scores"] is None
-            else {"synthetic": first["scores"], "random_real": comparison["random_real"]},
-            "methods": runs, "best_method": best, "privacy_total": total, "total_wall_s": time.perf_counter() - start,
-            "not_differentially_private": list(NOT_DP),
-        })
+        print_json(
+            {
+                "model": model_facts,
+                "data": data_facts,
+                "plan": steps,
+                **{k: v for k, v in first.items() if k not in ("method", "budget", "scores")},
+                "comparison": None
+                if comparison is None or first["scores"] is None
+                else {"synthetic": first["scores"], "random_real": comparison["random_real"]},
+                "methods": runs,
+                "best_method": best,
+                "privacy_total": total,
+                "total_wall_s": time.perf_counter() - start,
+                "not_differentially_private": list(NOT_DP),
+            }
+        )
 
 
 def public_sizes(data: str, dataset: Any) -> dict[str, Any]:
     """The corpus and split sizes of a built-in data set (public: documented with the data set); nothing
     for user data, whose size is private (an exact N reveals membership under add/remove adjacency)."""
     if data in BUILTIN:
-        return {"num_examples": len(dataset), "split_sizes": dataset.split_sizes,
-                "sizes_note": "public: the documented sizes of a built-in data set"}
+        return {
+            "num_examples": len(dataset),
+            "split_sizes": dataset.split_sizes,
+            "sizes_note": "public: the documented sizes of a built-in data set",
+        }
     return {"sizes_note": "not printed: the size of a private data set is not released"}
 
 
@@ -225,7 +272,10 @@ def best_method(runs: Sequence[dict[str, Any]]) -> str | None:
 
 
 def show_comparison(
-    runs: Sequence[dict[str, Any]], comparison: dict[str, dict[str, Any]] | None, best: str | None, eval_test: int,
+    runs: Sequence[dict[str, Any]],
+    comparison: dict[str, dict[str, Any]] | None,
+    best: str | None,
+    eval_test: int,
 ) -> None:
     """The closing table (method, its ε, test accuracy with 95% CI) and, for several methods, the best one."""
     if comparison is None:
@@ -241,8 +291,11 @@ def show_comparison(
 
     for run in runs:
         s = run["scores"]
-        table.add_row(f"DP synthetic: {run['method']}", f"{run['privacy']['epsilon']:.4g}",
-                      *(cells(s) if s is not None else ["0", "– (no examples)"]))
+        table.add_row(
+            f"DP synthetic: {run['method']}",
+            f"{run['privacy']['epsilon']:.4g}",
+            *(cells(s) if s is not None else ["0", "– (no examples)"]),
+        )
     table.add_row("random real subset (non-private)", "∞", *cells(comparison["random_real"]))
     console.print(table)
     if best is not None:
@@ -250,8 +303,14 @@ def show_comparison(
 
 
 def _compare(
-    model: object, tokenizer: object, model_name: str, data: str, sets: dict[str, list[dict]], eval_test: int,
-    quiet: bool, labels: object = None,
+    model: object,
+    tokenizer: object,
+    model_name: str,
+    data: str,
+    sets: dict[str, list[dict]],
+    eval_test: int,
+    quiet: bool,
+    labels: object = None,
 ) -> dict[str, dict[str, object]] | None:
     """Fine-tune on each method's synthetic rows (``sets``; empty ones skipped) and once on a random real train
     subset with the largest class counts of any set; score all on the first ``eval_test`` examples of the test
@@ -266,11 +325,24 @@ def _compare(
     test = load_dataset(data, split="test", seed=SPLIT_SEED, labels=labels).examples[:eval_test]
     config = preset("tiny" if model_name.startswith("tiny-") else "smollm2")
     sizes = " and ".join(f"{len(rows)}" for rows in synthetic.values())
-    with console.status(f"fine-tuning on {sizes} synthetic examples and on a random real subset, "
-                        f"scoring {len(test)} test examples", spinner="dots") if not quiet else contextlib.nullcontext():
+    with (
+        console.status(
+            f"fine-tuning on {sizes} synthetic examples and on a random real subset, scoring {len(test)} test examples",
+            spinner="dots",
+        )
+        if not quiet
+        else contextlib.nullcontext()
+    ):
         return sets_vs_random(
-            model, tokenizer, synthetic, dataset.examples, test, dataset.verbalizer.template,
-            dataset.verbalizer.label_words, config, seed=0,
+            model,
+            tokenizer,
+            synthetic,
+            dataset.examples,
+            test,
+            dataset.verbalizer.template,
+            dataset.verbalizer.label_words,
+            config,
+            seed=0,
         )
 
 

@@ -24,13 +24,19 @@ from privlm.names import DEFAULT_MODEL
 
 def eval_command(
     train: str | None = typer.Option(
-        None, "--train", metavar="FILE",
+        None,
+        "--train",
+        metavar="FILE",
         help="Training set, whole: JSONL/CSV rows with text and label (a class name or index), e.g. privlm synth's "
-             "output; default: the train split of --data."),
+        "output; default: the train split of --data.",
+    ),
     test: str | None = TEST_FILE,
     validation: str | None = VALIDATION_FILE,
     data: str | None = typer.Option(
-        None, "--data", help="Dataset whose seeded splits give those not given as files (e.g. rotten-tomatoes, jsonl:PATH)."),
+        None,
+        "--data",
+        help="Dataset whose seeded splits give those not given as files (e.g. rotten-tomatoes, jsonl:PATH).",
+    ),
     model_name: str = typer.Option(DEFAULT_MODEL, "--model", help="Model name or local folder."),
     preset_name: str = typer.Option("smollm2", "--preset", help=f"Fine-tuning preset: {', '.join(PRESETS)}."),
     epochs: int | None = typer.Option(None, min=1, help="Override the preset's epochs."),
@@ -59,20 +65,33 @@ def eval_command(
     test_examples = subsample(test_set.examples, max_test, seed)
     validation_examples = None
     if select_epoch:
-        validation_examples = subsample(load_dataset(spec, split="validation", seed=seed, labels=classes).examples,
-                                        max_validation, seed)
+        validation_examples = subsample(
+            load_dataset(spec, split="validation", seed=seed, labels=classes).examples, max_validation, seed
+        )
     start = time.perf_counter()
     model, tokenizer = load_model(model_name, seed=seed)
     check_label_words(tokenizer, test_set.verbalizer)
     steps = config.epochs * math.ceil(len(train_examples) / config.batch_size)
     with Progress(
-        TextColumn("fine-tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-        TimeElapsedColumn(), console=err_console, transient=True, disable=as_json,
+        TextColumn("fine-tuning"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=as_json,
     ) as progress:
         task = progress.add_task("fine-tuning", total=steps, loss="-")
         row = fit_and_score(
-            model, tokenizer, train_examples, test_examples, test_set.verbalizer.template,
-            test_set.verbalizer.label_words, config, validation=validation_examples,
+            model,
+            tokenizer,
+            train_examples,
+            test_examples,
+            test_set.verbalizer.template,
+            test_set.verbalizer.label_words,
+            config,
+            validation=validation_examples,
             on_step=lambda step, loss: progress.update(task, completed=step, loss=f"{loss:.3f}"),
         )
     summary = {

@@ -27,13 +27,20 @@ def experiment_command(
     out: Path = typer.Option(..., "--out", help="Output folder: results.jsonl, sets/, report.md, report.html."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run; finished cells are kept."),
     only: list[str] | None = typer.Option(
-        None, "--only", help="Run only this method's cells now (repeatable); the others wait for a later --resume."),
+        None, "--only", help="Run only this method's cells now (repeatable); the others wait for a later --resume."
+    ),
     cell_patterns: list[str] | None = typer.Option(
-        None, "--cells", metavar="GLOB",
-        help="Run only the cells whose key matches this shell pattern, e.g. 'gradmm_n20_*_eps1' (repeatable)."),
+        None,
+        "--cells",
+        metavar="GLOB",
+        help="Run only the cells whose key matches this shell pattern, e.g. 'gradmm_n20_*_eps1' (repeatable).",
+    ),
     shard: str = typer.Option(
-        "0/1", "--shard", metavar="K/N",
-        help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid."),
+        "0/1",
+        "--shard",
+        metavar="K/N",
+        help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
@@ -63,14 +70,22 @@ def experiment_command(
             step=lambda step, loss: progress.update(steps, completed=step),
         )
         rows = run_experiment(
-            config, out, resume=resume, hooks=hooks, only=only, shard=shard_k_n, command=shlex.join(command),
+            config,
+            out,
+            resume=resume,
+            hooks=hooks,
+            only=only,
+            shard=shard_k_n,
+            command=shlex.join(command),
             cells_matching=cell_patterns,
         )
     elapsed = time.perf_counter() - start
     if as_json:
         print_json({"config_hash": config.hash, "out": str(out), "wall_time_s": round(elapsed, 2), "rows": rows})
         return
-    console.print(f"{len(rows)} cells in {out}/results.jsonl; report: {out}/report.md, {out}/report.html [{elapsed:.0f} s]")
+    console.print(
+        f"{len(rows)} cells in {out}/results.jsonl; report: {out}/report.md, {out}/report.html [{elapsed:.0f} s]"
+    )
 
 
 def register(app: typer.Typer) -> None:

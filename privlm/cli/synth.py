@@ -39,19 +39,27 @@ def print_rows(title: str, rows: list[dict[str, Any]], score: str, show: Callabl
 
 def show_outcome(outcome: SynthOutcome) -> None:
     """A run's examples beside the privacy they cost."""
-    title = f"synthetic examples ({outcome.out})" if outcome.method == DEFAULT_METHOD else \
-        f"{outcome.method} synthetic examples ({outcome.out})"
+    title = (
+        f"synthetic examples ({outcome.out})"
+        if outcome.method == DEFAULT_METHOD
+        else f"{outcome.method} synthetic examples ({outcome.out})"
+    )
     print_rows(title, outcome.rows, *outcome.score)
     privacy = outcome.privacy
     if privacy["dp"]:
-        console.print(f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
-                      + outcome.detail.format(**privacy, **privacy.get("settings", {})) + ")")
+        console.print(
+            f"privacy spent: (ε = {privacy['epsilon']:.4g}, δ = {privacy['delta']:.3g})-DP for the whole output ("
+            + outcome.detail.format(**privacy, **privacy.get("settings", {}))
+            + ")"
+        )
     else:
         console.print(f"[bold red]{privacy['warning']}[/bold red]")
     for note in outcome.notes:
         console.print(note)
-    console.print(f"{len(outcome.rows)} examples in {outcome.out} (sidecar {outcome.out.with_suffix('.privacy.json')}), "
-                  f"{outcome.wall_s:.0f} s")
+    console.print(
+        f"{len(outcome.rows)} examples in {outcome.out} (sidecar {outcome.out.with_suffix('.privacy.json')}), "
+        f"{outcome.wall_s:.0f} s"
+    )
 
 
 def check_privacy_args(epsilon: float | None, delta: float | None, no_dp: bool) -> None:
@@ -94,11 +102,18 @@ def _parameter(takers: list[tuple[str, SynthOption]]) -> inspect.Parameter:
     """The typer parameter of one method option; its help names the methods that take it."""
     option = takers[0][1]
     helps = {o.help for _, o in takers}
-    text = (f"{', '.join(name for name, _ in takers)}: {option.help}" if len(helps) == 1
-            else "; ".join(f"{name}: {o.help}" for name, o in takers))
+    text = (
+        f"{', '.join(name for name, _ in takers)}: {option.help}"
+        if len(helps) == 1
+        else "; ".join(f"{name}: {o.help}" for name, o in takers)
+    )
     annotation = Optional[option.type]  # noqa: UP045 (typer reads the annotation at run time)
-    return inspect.Parameter(option.field, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(None, *option.flag.split(" "), help=text))
+    return inspect.Parameter(
+        option.field,
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=annotation,
+        default=typer.Option(None, *option.flag.split(" "), help=text),
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -109,9 +124,11 @@ def register(app: typer.Typer) -> None:
     def synth(
         model: str = typer.Option("smollm2-135m", "--model", help="registered name, local folder or hub id"),
         data: Optional[str] = typer.Option(  # noqa: UP045
-            None, "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ... (its seeded train split is read)"),
+            None, "--data", help="private dataset: rotten-tomatoes, jsonl:PATH, ... (its seeded train split is read)"
+        ),
         train: Optional[str] = typer.Option(  # noqa: UP045
-            None, "--train", metavar="FILE", help="private file, .jsonl/.csv: the whole private set (instead of --data)"),
+            None, "--train", metavar="FILE", help="private file, .jsonl/.csv: the whole private set (instead of --data)"
+        ),
         labels: Optional[str] = LABELS,  # noqa: UP045
         template: Optional[str] = TEMPLATE,  # noqa: UP045
         per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
@@ -120,7 +137,8 @@ def register(app: typer.Typer) -> None:
         delta: Optional[float] = typer.Option(None, "--delta", help="privacy parameter δ"),  # noqa: UP045
         no_dp: bool = typer.Option(False, "--no-dp", help="no clipping, no noise: NOT private"),
         private_per_class: Optional[int] = typer.Option(  # noqa: UP045
-            None, "--private-per-class", help="cut the private set to the first N per class (default: all of it)"),
+            None, "--private-per-class", help="cut the private set to the first N per class (default: all of it)"
+        ),
         resume: bool = typer.Option(False, "--resume", help="reuse the saved DP release and finished work"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON summary"),
         method: str = typer.Option(DEFAULT_METHOD, "--method", help=f"one of {', '.join(commands)}"),
@@ -132,16 +150,31 @@ def register(app: typer.Typer) -> None:
 
         check_privacy_args(epsilon, delta, no_dp)
         if data is not None and train is not None:
-            raise UserError("give --data NAME (its train split is private) or --train FILE (the whole private set), not both")
+            raise UserError(
+                "give --data NAME (its train split is private) or --train FILE (the whole private set), not both"
+            )
         if method not in commands:
             raise UserError(f"--method {method!r} is not one of {', '.join(commands)}")
         chosen = {k: v for k, v in given.items() if v is not None}
-        foreign = [options[k][0][1].flag.split("/")[0] for k in chosen if k not in {o.field for o in commands[method].options}]
+        foreign = [
+            options[k][0][1].flag.split("/")[0] for k in chosen if k not in {o.field for o in commands[method].options}
+        ]
         if foreign:
             raise UserError(f"{', '.join(foreign)} does not apply to --method {method}")
         request = SynthRequest(
-            method, model, data_spec(data, train), public_classes(labels, template), per_class, out, not no_dp,
-            epsilon, delta, private_per_class, resume, chosen)
+            method,
+            model,
+            data_spec(data, train),
+            public_classes(labels, template),
+            per_class,
+            out,
+            not no_dp,
+            epsilon,
+            delta,
+            private_per_class,
+            resume,
+            chosen,
+        )
         run_request(commands[method], request, json_out)
 
     common = list(inspect.signature(synth).parameters.values())[:-1]  # all but **given

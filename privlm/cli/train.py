@@ -18,9 +18,14 @@ from privlm.training.recipe import defaults
 def train_command(
     model: str = typer.Option("smollm2-135m", "--model", help="Registered name, local folder or hub id."),
     data: str | None = typer.Option(
-        None, "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ... (split 80/10/10, seeded)"),
+        None, "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ... (split 80/10/10, seeded)"
+    ),
     train: str | None = typer.Option(
-        None, "--train", metavar="FILE", help="Private training file, .jsonl/.csv: the whole private set (replaces --data's train split)."),
+        None,
+        "--train",
+        metavar="FILE",
+        help="Private training file, .jsonl/.csv: the whole private set (replaces --data's train split).",
+    ),
     test: str | None = TEST_FILE,
     task: str = typer.Option("classify", "--task", help=f"One of {', '.join(TASKS)}."),
     labels: str | None = LABELS,
@@ -31,41 +36,61 @@ def train_command(
     norm_mode: str = typer.Option("mixed", "--norm-mode", help=f"Per-sample norms: {', '.join(NORM_MODES)}."),
     probes: int = typer.Option(32, "--probes", help="Probes k (hutchinson) or m (hutchpp)."),
     bookkeeping: bool = typer.Option(
-        True, "--bookkeeping/--second-backward",
+        True,
+        "--bookkeeping/--second-backward",
         help="Clipped sum from stored activations (default; every released use of a weight is clipped) "
-             "or by a second backward."),
+        "or by a second backward.",
+    ),
     max_length: int | None = typer.Option(
-        None, "--max-length", help="T: tokens per example (longer texts are cut). Default: 256 head-only, else 128."),
+        None, "--max-length", help="T: tokens per example (longer texts are cut). Default: 256 head-only, else 128."
+    ),
     batch_size: int | None = typer.Option(
-        None, "--batch-size", help="Expected logical batch size B (Poisson rate B/N). Default: 512 head-only, else 16."),
+        None, "--batch-size", help="Expected logical batch size B (Poisson rate B/N). Default: 512 head-only, else 16."
+    ),
     physical_batch_size: int | None = typer.Option(None, "--physical-batch-size", help="Micro-batch cap (memory)."),
     epochs: float | None = typer.Option(
-        None, "--epochs", help="Passes over the data (in expectation). Default: 40 head-only, else 1."),
+        None, "--epochs", help="Passes over the data (in expectation). Default: 40 head-only, else 1."
+    ),
     lr: float | None = typer.Option(None, "--lr", help="AdamW learning rate. Default: 1e-2 head-only, else 1e-3."),
     clip: float = typer.Option(1.0, "--clip", help="Per-sample clipping norm C."),
     lora: int | None = typer.Option(
-        None, "--lora", help="LoRA rank R (0: full fine-tuning). Default: 0; classify without --lora trains head-only."),
+        None, "--lora", help="LoRA rank R (0: full fine-tuning). Default: 0; classify without --lora trains head-only."
+    ),
     head_only: bool | None = typer.Option(
-        None, "--head-only/--no-head-only",
-        help="classify: train only the label-word rows of the output layer (the default recipe for classify)."),
+        None,
+        "--head-only/--no-head-only",
+        help="classify: train only the label-word rows of the output layer (the default recipe for classify).",
+    ),
     cache: bool = typer.Option(
-        True, "--cache/--no-cache",
-        help="Head-only: compute the frozen model's features once per example (private: kept with the run)."),
+        True,
+        "--cache/--no-cache",
+        help="Head-only: compute the frozen model's features once per example (private: kept with the run).",
+    ),
     cache_dir: Path | None = typer.Option(
-        None, "--cache-dir",
-        help="Feature cache folder (default OUT/prefix-cache, deleted at the end); PRIVATE like the data."),
+        None,
+        "--cache-dir",
+        help="Feature cache folder (default OUT/prefix-cache, deleted at the end); PRIVATE like the data.",
+    ),
     lora_layers: int | None = typer.Option(
-        None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."),
+        None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."
+    ),
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
     resume: bool = typer.Option(
-        False, "--resume",
-        help="Continue from the last checkpoint in --out (same settings, training data and model: checked)."),
-    seed: int | None = typer.Option(None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."),
+        False,
+        "--resume",
+        help="Continue from the last checkpoint in --out (same settings, training data and model: checked).",
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Reproducible sampling and noise; keep it secret (it reveals the noise)."
+    ),
     loss_bound: float = typer.Option(
-        10.0, "--loss-bound", help="L: per-sample (mean token) losses are clamped to [0, L] for the DP loss."),
+        10.0, "--loss-bound", help="L: per-sample (mean token) losses are clamped to [0, L] for the DP loss."
+    ),
     loss_noise_fraction: float = typer.Option(
-        0.2, "--loss-noise-fraction",
-        help="α: the DP loss shares the gradient's noise; ε is accounted at σ/sqrt(1+α²). 0: no loss is shown or logged."),
+        0.2,
+        "--loss-noise-fraction",
+        help="α: the DP loss shares the gradient's noise; ε is accounted at σ/sqrt(1+α²). 0: no loss is shown or logged.",
+    ),
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Checkpoint every N steps."),
     max_train: int | None = typer.Option(None, "--max-train", help="Train on the first N examples of the train split."),
     max_test: int | None = typer.Option(None, "--max-test", help="Score only the first N test examples."),
@@ -82,16 +107,43 @@ def train_command(
         raise UserError("give --epsilon (the privacy budget), or --no-dp for a non-private baseline")
     if max_test is not None and max_test < 1:
         raise UserError(f"--max-test must be >= 1, got {max_test}")
-    chosen = defaults(task, {"head_only": head_only, "lora": lora, "lora_layers": lora_layers, "batch_size": batch_size,
-                             "epochs": epochs, "lr": lr, "max_length": max_length})
+    chosen = defaults(
+        task,
+        {
+            "head_only": head_only,
+            "lora": lora,
+            "lora_layers": lora_layers,
+            "batch_size": batch_size,
+            "epochs": epochs,
+            "lr": lr,
+            "max_length": max_length,
+        },
+    )
     head_only, lora, batch_size, epochs, lr, max_length = (
-        chosen[k] for k in ("head_only", "lora", "batch_size", "epochs", "lr", "max_length"))
+        chosen[k] for k in ("head_only", "lora", "batch_size", "epochs", "lr", "max_length")
+    )
     config = TrainConfig(
-        task=task, epsilon=epsilon, delta=delta, private=not no_dp, norm_mode=norm_mode, probes=probes,
-        bookkeeping=bookkeeping, max_length=max_length, batch_size=batch_size, epochs=epochs, lr=lr,
-        max_grad_norm=clip, physical_batch_size=physical_batch_size, lora=lora, lora_layers=lora_layers,
-        head_only=head_only, cache="bfloat16" if cache else None, seed=seed,
-        checkpoint_every=checkpoint_every, loss_bound=loss_bound, loss_noise_fraction=loss_noise_fraction,
+        task=task,
+        epsilon=epsilon,
+        delta=delta,
+        private=not no_dp,
+        norm_mode=norm_mode,
+        probes=probes,
+        bookkeeping=bookkeeping,
+        max_length=max_length,
+        batch_size=batch_size,
+        epochs=epochs,
+        lr=lr,
+        max_grad_norm=clip,
+        physical_batch_size=physical_batch_size,
+        lora=lora,
+        lora_layers=lora_layers,
+        head_only=head_only,
+        cache="bfloat16" if cache else None,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        loss_bound=loss_bound,
+        loss_noise_fraction=loss_noise_fraction,
     )
     spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
@@ -101,19 +153,38 @@ def train_command(
         if not as_json:
             err_console.print(f"computing the frozen model's features of {n} examples once (private cache)")
 
-    session = set_up(model, spec, config, max_train, classes,  # class names of user data: public input
-                     cache_dir or out / "prefix-cache", announce)
+    session = set_up(
+        model,
+        spec,
+        config,
+        max_train,
+        classes,  # class names of user data: public input
+        cache_dir or out / "prefix-cache",
+        announce,
+    )
     label = "DP loss" if config.private else "loss (not private)"
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{label} {{task.fields[loss]}}"),
-               TextColumn("ε {task.fields[eps]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(f"{label} {{task.fields[loss]}}"),
+        TextColumn("ε {task.fields[eps]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=err_console, transient=as_json, disable=not session.run.ctx.is_main) as progress:
         bar = progress.add_task("training", total=None, loss="-", eps="-")
 
         def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
             # the last logged loss (shown once the ledger covers it); "-" before the first log line
             unset = "off" if config.private and config.loss_release() is None else "-"
-            progress.update(bar, completed=step, total=total, loss=unset if loss is None else f"{loss:.4f}",
-                            eps="n/a (not private)" if eps is None else f"{eps:.3f}")
+            progress.update(
+                bar,
+                completed=step,
+                total=total,
+                loss=unset if loss is None else f"{loss:.4f}",
+                eps="n/a (not private)" if eps is None else f"{eps:.3f}",
+            )
 
         summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
     if not session.run.ctx.is_main:
@@ -123,16 +194,27 @@ def train_command(
         print_json(summary)
         return
     test = summary.get("test", {})
-    metric = (f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, n={test['n_test']})"
-              if "accuracy" in test else f"test perplexity {test.get('perplexity', float('nan')):.2f}")
-    privacy = ("NOT private (--no-dp)" if not config.private else
-               f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}"
-               + ("" if config.loss_release() is None else
-                  f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"))
+    metric = (
+        f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, n={test['n_test']})"
+        if "accuracy" in test
+        else f"test perplexity {test.get('perplexity', float('nan')):.2f}"
+    )
+    privacy = (
+        "NOT private (--no-dp)"
+        if not config.private
+        else f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}"
+        + (
+            ""
+            if config.loss_release() is None
+            else f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"
+        )
+    )
     if config.private and not summary["private_release"]:
         privacy += " — NOT a private release: --seed makes the noise reproducible"
-    console.print(f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
-                  f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]")
+    console.print(
+        f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
+        f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -210,8 +210,10 @@ class PerSampleClipper:
             scale = float(g.double().norm())
             gap = float((g.double() - hooked.double()).norm())
             if not math.isfinite(gap + scale):
-                raise UserError("the first micro-batch has a non-finite per-sample gradient, so the check that every "
-                                "use of a parameter is hooked cannot run; use book-keeping (the default) or float32")
+                raise UserError(
+                    "the first micro-batch has a non-finite per-sample gradient, so the check that every "
+                    "use of a parameter is hooked cannot run; use book-keeping (the default) or float32"
+                )
             rtol = max(1e-3, 8 * torch.finfo(p.dtype).eps)  # measured bf16 rounding: ≤ 9e-3 (tiny GPT-2)
             if gap > rtol * scale + 1e-12:
                 raise UserError(

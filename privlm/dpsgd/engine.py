@@ -181,7 +181,9 @@ class PrivacyEngine:
         if not isinstance(dataset, Sized):
             raise UserError("the data loader's dataset needs a length (q = batch_size / len(dataset))")
         if data_loader.batch_size is None or len(dataset) == 0:
-            raise UserError("the data loader needs a batch_size and a non-empty dataset (q = batch_size / len(dataset))")
+            raise UserError(
+                "the data loader needs a batch_size and a non-empty dataset (q = batch_size / len(dataset))"
+            )
         sample_rate = min(1.0, data_loader.batch_size / len(dataset))
         steps_per_epoch = math.ceil(1 / sample_rate)
         snapped = 0 if loss_release is None else 1  # the DP loss is snapped; the gradient is not released itself
@@ -189,7 +191,9 @@ class PrivacyEngine:
             effective = self._calibrate(target_epsilon, delta, epochs, sample_rate, steps_per_epoch, snapped)
             noise_multiplier = effective if loss_release is None else loss_release.noise_multiplier(effective)
         elif noise_multiplier is not None:
-            effective = noise_multiplier if loss_release is None else loss_release.effective_multiplier(noise_multiplier)
+            effective = (
+                noise_multiplier if loss_release is None else loss_release.effective_multiplier(noise_multiplier)
+            )
         else:  # excluded by the first check; narrows noise_multiplier to a float
             raise UserError("give exactly one of noise_multiplier and target_epsilon")
         self._event = PoissonGaussianStep(

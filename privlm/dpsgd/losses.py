@@ -24,7 +24,9 @@ Reduction = Literal["sum", "mean"]
 IGNORE_INDEX = -100
 
 
-def token_losses(logits: Tensor, labels: Tensor, reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX) -> Tensor:
+def token_losses(
+    logits: Tensor, labels: Tensor, reduction: Reduction = "sum", ignore_index: int = IGNORE_INDEX
+) -> Tensor:
     """Per-sample losses (B,) from logits (B, T, V) and targets aligned with them (B, T)."""
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")

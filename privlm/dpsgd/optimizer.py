@@ -62,7 +62,9 @@ class DPOptimizer:
         self.steps = 0
         clipper.begin_step(1)
         if loss_release is not None and clipper.loss_bound != loss_release.bound:
-            raise ValueError(f"the clipper's loss bound {clipper.loss_bound} differs from the release's {loss_release.bound}")
+            raise ValueError(
+                f"the clipper's loss bound {clipper.loss_bound} differs from the release's {loss_release.bound}"
+            )
         self.on_step = on_step
         self.loss_release = loss_release
         self.released_loss: float | None = None
@@ -105,12 +107,16 @@ class DPOptimizer:
             return None
         address = (self.steps + 1, len(self.clipper.params))
         std = self.loss_release.loss_noise_std(self.noise_multiplier)
-        noisy = torch.tensor(summed, dtype=torch.float64) + self.randomness.normal((), address, std=std, dtype=torch.float64)
+        noisy = torch.tensor(summed, dtype=torch.float64) + self.randomness.normal(
+            (), address, std=std, dtype=torch.float64
+        )
         return float(snap(noisy, std) if std > 0 else noisy) / self.expected_batch_size  # std 0: noise off
 
     def _add_noise(self, std: float) -> None:
         for j, (p, summed) in enumerate(self.clipper.pop_summed_grads().items()):
-            noise = self.randomness.normal(p.shape, (self.steps + 1, j), std=std, dtype=summed.dtype, device=summed.device)
+            noise = self.randomness.normal(
+                p.shape, (self.steps + 1, j), std=std, dtype=summed.dtype, device=summed.device
+            )
             p.grad = summed.add_(noise).div_(self.expected_batch_size)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

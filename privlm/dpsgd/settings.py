@@ -82,9 +82,12 @@ class DPSGDSettings:
         """Validate the DP-SGD fields (the privacy ones only when :attr:`is_private`). Raises :class:`UserError`."""
         norm_mode(self.norm_mode, self.option("norm_mode"))
         check_probes(self.norm_mode, self.probes, self.option("probes"))
-        if self.physical_batch_size is not None and not (isinstance(self.physical_batch_size, int)
-                                                         and self.physical_batch_size >= 1):
-            raise UserError(f"{self.option('physical_batch_size')} must be an integer >= 1, got {self.physical_batch_size!r}")
+        if self.physical_batch_size is not None and not (
+            isinstance(self.physical_batch_size, int) and self.physical_batch_size >= 1
+        ):
+            raise UserError(
+                f"{self.option('physical_batch_size')} must be an integer >= 1, got {self.physical_batch_size!r}"
+            )
         if not self.is_private:
             return
         if self.epsilon is None and self.noise_multiplier is None:
@@ -97,10 +100,13 @@ class DPSGDSettings:
         if not self.max_grad_norm > 0:
             raise UserError(f"{self.option('max_grad_norm')} must be > 0, got {self.max_grad_norm!r}")
         if self.accountant not in ACCOUNTANTS:
-            raise UserError(f"{self.option('accountant')} must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
+            raise UserError(
+                f"{self.option('accountant')} must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}"
+            )
         if not self.loss_noise_fraction >= 0:
-            raise UserError(f"{self.option('loss_noise_fraction')} must be >= 0 (0: no DP loss), "
-                            f"got {self.loss_noise_fraction}")
+            raise UserError(
+                f"{self.option('loss_noise_fraction')} must be >= 0 (0: no DP loss), got {self.loss_noise_fraction}"
+            )
         self.loss_release()  # validates the bound
 
     def loss_release(self) -> LossRelease | None:
@@ -128,9 +134,16 @@ class DPSGDSettings:
         """``engine.make_private`` with these settings: σ as given, else calibrated to ``epsilon`` over
         ``epochs``; ``options`` pass through (e.g. ``loss_reduction``)."""
         return engine.make_private(
-            module, optimizer, loader,
-            max_grad_norm=self.max_grad_norm, noise_multiplier=self.noise_multiplier,
+            module,
+            optimizer,
+            loader,
+            max_grad_norm=self.max_grad_norm,
+            noise_multiplier=self.noise_multiplier,
             target_epsilon=None if self.noise_multiplier is not None else self.epsilon,
-            delta=self.delta, epochs=epochs, max_physical_batch_size=self.physical_batch_size,
-            loss_fn=loss_fn, loss_release=self.loss_release(), **options,
+            delta=self.delta,
+            epochs=epochs,
+            max_physical_batch_size=self.physical_batch_size,
+            loss_fn=loss_fn,
+            loss_release=self.loss_release(),
+            **options,
         )

@@ -50,7 +50,9 @@ def sets_vs_random(
         for label, n in Counter(label for _, label in examples).items():
             counts[label] = max(counts.get(label, 0), n)
     baseline = matched_random_subset(real, counts, seed)
-    scores = {name: fit_and_score(model, tokenizer, examples, test, template, label_words, config)
-              for name, examples in sets.items()}
+    scores = {
+        name: fit_and_score(model, tokenizer, examples, test, template, label_words, config)
+        for name, examples in sets.items()
+    }
     scores["random_real"] = fit_and_score(model, tokenizer, baseline, test, template, label_words, config)
     return scores

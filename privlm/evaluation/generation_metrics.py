@@ -93,6 +93,7 @@ def write_predictions(path: str | os.PathLike[str], rows: Iterable[Prediction | 
     whole new one."""
     lines = []
     for index, reference, generated in rows:
-        lines.append(json.dumps({"index": int(index), "reference": reference, "generated": generated},
-                                ensure_ascii=False) + "\n")
+        lines.append(
+            json.dumps({"index": int(index), "reference": reference, "generated": generated}, ensure_ascii=False) + "\n"
+        )
     write_text_atomic(path, lines)

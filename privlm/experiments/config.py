@@ -188,7 +188,11 @@ def _epsilon(value: Any, where: str) -> float | None:
 
 
 def _int_list(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise UserError(f"{where} must be a non-empty list of integers, got {value!r}")
     return tuple(value)
 
@@ -202,7 +206,9 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
     for key in ("model", "dataset", "pool_per_class", "n_per_class", "seeds", "methods"):
         if key not in data and not (key == "dataset" and "train" in data):  # a train file may stand for it
             raise UserError(f"{source}: missing key {key!r}")
-    splits = {key: None if data.get(key) is None else str(data[key]) for key in ("dataset", "train", "validation", "test")}
+    splits = {
+        key: None if data.get(key) is None else str(data[key]) for key in ("dataset", "train", "validation", "test")
+    }
     if not isinstance(data["methods"], dict) or not data["methods"]:
         raise UserError(f"{source}: [methods] must name at least one method table")
     methods = []
@@ -217,10 +223,14 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         if not isinstance(epsilons, list) or not epsilons:
             raise UserError(f"{source}: methods.{name}.epsilons must be a non-empty list")
         sizes = params.pop("n_per_class", None)
-        methods.append(MethodSpec(
-            name, tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons), params,
-            None if sizes is None else _int_list(sizes, f"{source}: methods.{name}.n_per_class"),
-        ))
+        methods.append(
+            MethodSpec(
+                name,
+                tuple(_epsilon(e, f"{source}: methods.{name}") for e in epsilons),
+                params,
+                None if sizes is None else _int_list(sizes, f"{source}: methods.{name}.n_per_class"),
+            )
+        )
     n_per_class = _int_list(data["n_per_class"], f"{source}: n_per_class")
     n_per_class_all = [*n_per_class, *(n for m in methods for n in m.sizes or ())]
     pool = data["pool_per_class"]
@@ -256,7 +266,9 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         validation_size=data.get("validation_size"),
         data_seed=int(data.get("data_seed", 0)),
         mia=bool(data.get("mia", True)),
-        labels=with_template(as_labels(data.get("labels"), f"{source}: labels"), data.get("template"), f"{source}: template"),
+        labels=with_template(
+            as_labels(data.get("labels"), f"{source}: labels"), data.get("template"), f"{source}: template"
+        ),
         train=splits["train"],
         validation=splits["validation"],
         test=splits["test"],

@@ -65,22 +65,30 @@ class GridPrivacy:
         """One sentence for the report."""
         if not self.dp_cells:
             return "No finished cell released anything about the private data under DP."
-        each = (f"The {self.dp_cells} finished DP cells are {self.dp_cells} separate (ε, δ) releases of the same "
-                "private data; each cell's ε is what one of its sets costs.")
+        each = (
+            f"The {self.dp_cells} finished DP cells are {self.dp_cells} separate (ε, δ) releases of the same "
+            "private data; each cell's ε is what one of its sets costs."
+        )
         if self.epsilon is not None:
-            return (f"{each} Published together they cost at most ε = {self.epsilon:.2f} at δ = {self.delta:g}: "
-                    f"the PLD composition of all {self.releases} noisy releases in the {self.ledgers} write-ahead "
-                    "ledgers under work/ and stale/ (every draw made, published or not). Noise-only controls read "
-                    "no private data; no-DP cells are NOT private.")
+            return (
+                f"{each} Published together they cost at most ε = {self.epsilon:.2f} at δ = {self.delta:g}: "
+                f"the PLD composition of all {self.releases} noisy releases in the {self.ledgers} write-ahead "
+                "ledgers under work/ and stale/ (every draw made, published or not). Noise-only controls read "
+                "no private data; no-DP cells are NOT private."
+            )
         reasons = []
         if self.unaccounted:
-            reasons.append(f"{len(self.unaccounted)} DP cells have no write-ahead ledger of their own that accounts "
-                           f"for their set ({_some(self.unaccounted)})")
+            reasons.append(
+                f"{len(self.unaccounted)} DP cells have no write-ahead ledger of their own that accounts "
+                f"for their set ({_some(self.unaccounted)})"
+            )
         if self.unreadable:
             reasons.append(f"{len(self.unreadable)} privacy files cannot be read ({_some(self.unreadable)})")
         if self.seeded:
-            reasons.append(f"{self.seeded} ledgers hold seeded draws (noise reproducible from a user seed), "
-                           "which carry no guarantee")
+            reasons.append(
+                f"{self.seeded} ledgers hold seeded draws (noise reproducible from a user seed), "
+                "which carry no guarantee"
+            )
         return f"{each} Their composition is NOT stated: " + "; ".join(reasons) + "."
 
 
@@ -106,8 +114,10 @@ class _Ledgers:
     def count_runs(self, folder: Path) -> None:
         """Count every write-ahead ledger under ``folder``, following symbolic links, less those inside a run
         folder whose own counted ledger starts with theirs (a checkpoint's copy)."""
-        found = sorted((Path(root) / LEDGER for root, _, files in os.walk(folder, followlinks=True) if LEDGER in files),
-                       key=lambda p: (len(p.parts), p))
+        found = sorted(
+            (Path(root) / LEDGER for root, _, files in os.walk(folder, followlinks=True) if LEDGER in files),
+            key=lambda p: (len(p.parts), p),
+        )
         kept: list[tuple[Path, Ledger]] = []
         for path in found:
             ledger = self.get(path)
@@ -154,8 +164,16 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     merged = Ledger([entry for ledger in counted for entry in ledger])
     seeded = sum(not ledger.private_release for ledger in counted)
     stated = dp_cells and not (unaccounted or ledgers.unreadable or seeded)
-    return GridPrivacy(merged.epsilon(delta) if stated else None, delta, len(counted), merged.count, dp_cells,
-                       tuple(unaccounted), seeded, tuple(ledgers.unreadable))
+    return GridPrivacy(
+        merged.epsilon(delta) if stated else None,
+        delta,
+        len(counted),
+        merged.count,
+        dp_cells,
+        tuple(unaccounted),
+        seeded,
+        tuple(ledgers.unreadable),
+    )
 
 
 def _accounting_ledger(cell: Path, sidecar: dict[str, Any], ledgers: _Ledgers) -> Path | None:

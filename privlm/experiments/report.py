@@ -49,9 +49,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for (method, epsilon, n), group in groups.items():
         acc = np.array([r["accuracy"] for r in group])
         entry = {
-            "method": method, "epsilon": epsilon, "n_per_class": n, "seeds": len(group),
+            "method": method,
+            "epsilon": epsilon,
+            "n_per_class": n,
+            "seeds": len(group),
             "label": _label(method, epsilon, get_method(method).takes_epsilon),
-            "accuracy_mean": float(acc.mean()), "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+            "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
             "ci_low_mean": float(np.mean([r["ci_low"] for r in group])),
             "ci_high_mean": float(np.mean([r["ci_high"] for r in group])),
             "n_train_mean": float(np.mean([r["n_train"] for r in group])),
@@ -73,8 +77,10 @@ def verdicts(summary: Sequence[dict[str, Any]]) -> list[str]:
         if not get_method(entry["method"]).takes_epsilon:
             continue
         rivals = [
-            e for e in summary
-            if e["n_per_class"] == entry["n_per_class"] and base_name(e["method"]) != FULL_POOL
+            e
+            for e in summary
+            if e["n_per_class"] == entry["n_per_class"]
+            and base_name(e["method"]) != FULL_POOL
             and not get_method(e["method"]).takes_epsilon
         ]
         if not rivals:
@@ -95,8 +101,12 @@ def _controls(config: ExperimentConfig) -> dict[str, str]:
     """Each method's noise-only control: the table with the same base method and parameters plus ``noise_only``."""
     params = {m.name: m.params for m in config.methods}
     return {
-        name: control for name in params for control, p in params.items()
-        if p.get("noise_only") and not params[name].get("noise_only") and base_name(name) == base_name(control)
+        name: control
+        for name in params
+        for control, p in params.items()
+        if p.get("noise_only")
+        and not params[name].get("noise_only")
+        and base_name(name) == base_name(control)
         and {k: v for k, v in p.items() if k != "noise_only"} == params[name]
     }
 
@@ -109,15 +119,25 @@ def against_noise(summary: Sequence[dict[str, Any]], config: ExperimentConfig) -
     for entry in summary:
         if entry["epsilon"] is None or entry["method"] not in controls:
             continue
-        same = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] == entry["epsilon"]
-                and e["method"] == controls[entry["method"]]]
-        no_dp = [e for e in summary if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] is None
-                 and e["method"] == entry["method"]]
+        same = [
+            e
+            for e in summary
+            if e["n_per_class"] == entry["n_per_class"]
+            and e["epsilon"] == entry["epsilon"]
+            and e["method"] == controls[entry["method"]]
+        ]
+        no_dp = [
+            e
+            for e in summary
+            if e["n_per_class"] == entry["n_per_class"] and e["epsilon"] is None and e["method"] == entry["method"]
+        ]
         for control in same:
             diff = entry["accuracy_mean"] - control["accuracy_mean"]
-            line = (f"n={entry['n_per_class']}: {entry['label']} {entry['accuracy_mean']:.1%} vs noise-only "
-                    f"{control['label']} {control['accuracy_mean']:.1%}: {100 * diff:+.1f} points from the private data "
-                    f"({entry['seeds']} and {control['seeds']} seeds)")
+            line = (
+                f"n={entry['n_per_class']}: {entry['label']} {entry['accuracy_mean']:.1%} vs noise-only "
+                f"{control['label']} {control['accuracy_mean']:.1%}: {100 * diff:+.1f} points from the private data "
+                f"({entry['seeds']} and {control['seeds']} seeds)"
+            )
             if no_dp:
                 line += f"; {100 * (entry['accuracy_mean'] - no_dp[0]['accuracy_mean']):+.1f} points vs no DP"
             lines.append(line + ".")
@@ -137,11 +157,20 @@ def plot_accuracy_vs_n(summary: Sequence[dict[str, Any]]) -> bytes:
     for label in dict.fromkeys(e["label"] for e in summary):
         points = sorted((e for e in summary if e["label"] == label), key=lambda e: e["n_per_class"])
         if base_name(points[0]["method"]) == FULL_POOL:
-            ax.axhline(points[0]["accuracy_mean"], color="black", linestyle="--", label=f"{label} (n={points[0]['n_per_class']})")
+            ax.axhline(
+                points[0]["accuracy_mean"],
+                color="black",
+                linestyle="--",
+                label=f"{label} (n={points[0]['n_per_class']})",
+            )
             continue
         ax.errorbar(
-            [e["n_per_class"] for e in points], [e["accuracy_mean"] for e in points],
-            yerr=[e["accuracy_std"] for e in points], marker="o", capsize=3, label=label,
+            [e["n_per_class"] for e in points],
+            [e["accuracy_mean"] for e in points],
+            yerr=[e["accuracy_std"] for e in points],
+            marker="o",
+            capsize=3,
+            label=label,
         )
     ax.set_xticks(sorted({e["n_per_class"] for e in summary if base_name(e["method"]) != FULL_POOL}))
     ax.set_xlabel("training examples per class (n)")
@@ -164,8 +193,14 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
             points = [e for e in entries if e["method"] == method and e["n_per_class"] == n]
             points.sort(key=lambda e: no_dp_x if e["epsilon"] is None else e["epsilon"])
             xs = [no_dp_x if e["epsilon"] is None else e["epsilon"] for e in points]
-            ax.errorbar(xs, [e["accuracy_mean"] for e in points], yerr=[e["accuracy_std"] for e in points],
-                        marker="o", capsize=3, label=f"{method}, n={n}")
+            ax.errorbar(
+                xs,
+                [e["accuracy_mean"] for e in points],
+                yerr=[e["accuracy_std"] for e in points],
+                marker="o",
+                capsize=3,
+                label=f"{method}, n={n}",
+            )
     ax.set_xscale("log")
     ticks = sorted(set(finite))
     has_no_dp = any(e["epsilon"] is None for e in entries)
@@ -179,16 +214,34 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
 
 
 def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    head = ["method", "n/class", "train size", "seeds", "accuracy (mean ± sd)", "95% CI (mean)", "MIA adv.", "MIA AUC", "wall s", "privacy"]
+    head = [
+        "method",
+        "n/class",
+        "train size",
+        "seeds",
+        "accuracy (mean ± sd)",
+        "95% CI (mean)",
+        "MIA adv.",
+        "MIA AUC",
+        "wall s",
+        "privacy",
+    ]
     body = []
     for e in sorted(summary, key=lambda e: (e["n_per_class"], -e["accuracy_mean"])):
-        body.append([
-            e["label"], str(e["n_per_class"] or WHOLE_SPLIT), f"{e['n_train_mean']:.1f}".removesuffix(".0"), str(e["seeds"]),
-            f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}", f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
-            f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
-            f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",
-            f"{e['wall_time_s']:.0f}", e["privacy"],
-        ])
+        body.append(
+            [
+                e["label"],
+                str(e["n_per_class"] or WHOLE_SPLIT),
+                f"{e['n_train_mean']:.1f}".removesuffix(".0"),
+                str(e["seeds"]),
+                f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}",
+                f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
+                f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
+                f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",
+                f"{e['wall_time_s']:.0f}",
+                e["privacy"],
+            ]
+        )
     return head, body
 
 
@@ -230,8 +283,14 @@ def write_report(
     found = verdicts(summary)
     noise = against_noise(summary, config)
     spent = [grid_privacy(out, rows, config.delta).statement()]
-    md = ["# Experiment report", "", *[f"- {f}" for f in facts], "",
-          "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md = [
+        "# Experiment report",
+        "",
+        *[f"- {f}" for f in facts],
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     md += ["| " + " | ".join(r) + " |" for r in body]
     verdict_title = "Against the best baseline" + (" (PROVISIONAL: the grid is unfinished)" if unfinished else "")
     if found:
@@ -242,9 +301,7 @@ def write_report(
     md += ["", "## Privacy of the grid", "", *spent]
     md += ["", *[f"![{name}](plots/{name}.png)" for name in plots], ""]
     write_text_atomic(out / "report.md", "\n".join(md))
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body
-    )
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
     images = "".join(
         f'<h2>{name}</h2><img alt="{name}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
         for name, png in plots.items()
@@ -254,11 +311,17 @@ def write_report(
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{border:1px solid #ccc;"
         "padding:3px 6px;font-size:13px}table{border-collapse:collapse}</style></head><body>"
         "<h1>Experiment report</h1><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in facts) + "</ul>"
-        "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + cells + "</table>"
+        "<table><tr>"
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr>"
+        + cells
+        + "</table>"
         + "".join(
             f"<h2>{html.escape(title)}</h2><ul>" + "".join(f"<li>{html.escape(v)}</li>" for v in lines) + "</ul>"
-            for title, lines in ((verdict_title, found), (noise_title, noise), ("Privacy of the grid", spent)) if lines
+            for title, lines in ((verdict_title, found), (noise_title, noise), ("Privacy of the grid", spent))
+            if lines
         )
-        + images + "</body></html>"
+        + images
+        + "</body></html>"
     )
     write_text_atomic(out / "report.html", page)

@@ -183,7 +183,8 @@ def run_experiment(
         validation = subsample(valid.examples, config.validation_size, config.data_seed)
     test = subsample(
         load_dataset(config.data_spec(), split="test", seed=config.data_seed, labels=config.labels).examples,
-        config.test_size, config.data_seed,
+        config.test_size,
+        config.data_seed,
     )
     template, words = train.verbalizer.template, train.verbalizer.label_words
     model, tokenizer = load_model(config.model, seed=config.data_seed)
@@ -205,9 +206,18 @@ def run_experiment(
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
             ctx = MethodContext(
-                model=model, tokenizer=tokenizer, pool=pool, label_names=train.label_names, template=template,
-                label_words=words, n_per_class=cell.n_per_class, seed=cell.seed, epsilon=cell.epsilon,
-                delta=config.delta, workdir=out / "work" / cell.key, pool_features=features,
+                model=model,
+                tokenizer=tokenizer,
+                pool=pool,
+                label_names=train.label_names,
+                template=template,
+                label_words=words,
+                n_per_class=cell.n_per_class,
+                seed=cell.seed,
+                epsilon=cell.epsilon,
+                delta=config.delta,
+                workdir=out / "work" / cell.key,
+                pool_features=features,
                 params={**_default_instructions(train, method), **spec.params},
                 private_cache=private_cache,
             )
@@ -218,15 +228,34 @@ def run_experiment(
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
         scores = fit_and_score(
-            model, tokenizer, train_set, test, template, words, finetune, validation=validation, grid=grid,
-            members=pool if config.mia else None, nonmembers=nonmembers if config.mia else None, on_step=hooks.step,
+            model,
+            tokenizer,
+            train_set,
+            test,
+            template,
+            words,
+            finetune,
+            validation=validation,
+            grid=grid,
+            members=pool if config.mia else None,
+            nonmembers=nonmembers if config.mia else None,
+            on_step=hooks.step,
         )
         row = {
-            "config_hash": config.hash, "shared_hash": config.shared_hash, "method_hash": config.method_hash(cell.method),
-            "cell": cell.key, "method": cell.method, "n_per_class": cell.n_per_class,
-            "seed": cell.seed, "epsilon": cell.epsilon, "delta": config.delta if cell.epsilon is not None else None,
-            "epsilon_spent": _epsilon_spent(set_path), "privacy": method.privacy, **scores,
-            "set_s": round(generation_s, 3), "wall_time_s": round(time.perf_counter() - start, 3),
+            "config_hash": config.hash,
+            "shared_hash": config.shared_hash,
+            "method_hash": config.method_hash(cell.method),
+            "cell": cell.key,
+            "method": cell.method,
+            "n_per_class": cell.n_per_class,
+            "seed": cell.seed,
+            "epsilon": cell.epsilon,
+            "delta": config.delta if cell.epsilon is not None else None,
+            "epsilon_spent": _epsilon_spent(set_path),
+            "privacy": method.privacy,
+            **scores,
+            "set_s": round(generation_s, 3),
+            "wall_time_s": round(time.perf_counter() - start, 3),
         }
         log.append(row)
         return row
@@ -269,7 +298,11 @@ def _pool_features(model: Any, tokenizer: Any, pool: list[Any], path: Path) -> n
 def _epsilon_spent(set_path: Path) -> float | None:
     """The largest ``epsilon_spent`` the method recorded on the set's rows (its ledger's answer, which
     counts redraws: it may exceed the cell's target ε), or ``None`` when the rows carry none."""
-    spent = [r["epsilon_spent"] for r in map(json.loads, set_path.read_text().splitlines()) if r.get("epsilon_spent") is not None]
+    spent = [
+        r["epsilon_spent"]
+        for r in map(json.loads, set_path.read_text().splitlines())
+        if r.get("epsilon_spent") is not None
+    ]
     return max(spent) if spent else None
 
 

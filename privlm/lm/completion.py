@@ -141,8 +141,13 @@ def encode_completion(
 
 
 def _encode(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str, max_length: int, template: str,
-    row: int | str | None, specials: list[int],
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    completion: str,
+    max_length: int,
+    template: str,
+    row: int | str | None,
+    specials: list[int],
 ) -> EncodedCompletion:
     context = _context(tokenizer, prompt, template, specials)
     target = list(tokenizer(context.lead + completion, add_special_tokens=False)["input_ids"])

@@ -54,7 +54,9 @@ def hidden_features(
     if fixed_shape:
         batches = shape_buckets([len(ids) for ids in encoded], batch_size, max_length)
     else:
-        batches = [(list(range(s, min(s + batch_size, len(encoded)))), None) for s in range(0, len(encoded), batch_size)]
+        batches = [
+            (list(range(s, min(s + batch_size, len(encoded)))), None) for s in range(0, len(encoded), batch_size)
+        ]
     out: np.ndarray | None = None  # (len(texts), width of the backbone's output), allocated at the first batch
     was_training = model.training
     model.eval()
@@ -63,7 +65,9 @@ def hidden_features(
             for indices, width in batches:
                 chunk = [encoded[i] for i in indices]
                 ids, mask, lengths = padded_batch(chunk, pad, width=width, rows=batch_size if fixed_shape else None)
-                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[: len(chunk)]  # no LM head
+                hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[
+                    : len(chunk)
+                ]  # no LM head
                 if pooling == "mean":
                     weights = mask[: len(chunk)].to(hidden.dtype)[:, :, None]
                     pooled = ((hidden * weights).sum(1) / weights.sum(1)).double().numpy()

@@ -58,7 +58,9 @@ def finetune_classifier(
             raise UserError(f"label {label} of {text[:40]!r} is outside 0..{len(label_words) - 1}")
     model = copy.deepcopy(model).requires_grad_(not config.lora_rank)
     if config.lora_rank:
-        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
+        lora = LoraConfig(
+            r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear"
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # LoRA's A matrices are drawn from the global generator
             model = get_peft_model(model, lora)
@@ -86,7 +88,9 @@ def finetune_classifier(
                 on_step(step, losses[-1])
         record = {"epoch": epoch, "train_loss": sum(losses) / len(losses)}
         if validation:
-            accuracy = evaluate_accuracy(model, tokenizer, validation, template, label_words, max_length=config.max_length)
+            accuracy = evaluate_accuracy(
+                model, tokenizer, validation, template, label_words, max_length=config.max_length
+            )
             record["validation_accuracy"] = accuracy.value
             if result.validation_accuracy is None or accuracy.value > result.validation_accuracy:
                 result.validation_accuracy, result.best_epoch = accuracy.value, epoch
@@ -130,7 +134,9 @@ def select_and_finetune(
             model, tokenizer, train, template, label_words, config, validation=validation, on_step=offset_step
         )
         done_steps += config.epochs * math.ceil(len(train) / config.batch_size)
-        rows.append({**asdict(config), "validation_accuracy": result.validation_accuracy, "best_epoch": result.best_epoch})
+        rows.append(
+            {**asdict(config), "validation_accuracy": result.validation_accuracy, "best_epoch": result.best_epoch}
+        )
         if best is None or result.validation_accuracy > best.validation_accuracy:
             best = result
     return best, rows

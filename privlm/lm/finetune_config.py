@@ -25,7 +25,9 @@ class FinetuneConfig:
             if getattr(self, name) < 1:
                 raise UserError(f"fine-tuning {name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.lora_rank < 0:
-            raise UserError(f"fine-tuning needs lr > 0 and lora_rank >= 0, got lr={self.lr}, lora_rank={self.lora_rank}")
+            raise UserError(
+                f"fine-tuning needs lr > 0 and lora_rank >= 0, got lr={self.lr}, lora_rank={self.lora_rank}"
+            )
 
 
 PRESETS: dict[str, FinetuneConfig] = {

@@ -65,7 +65,9 @@ class PoissonGaussianStep:
         spec = clipping_spec(self.clipping)
         if not spec.randomized:
             if self.probes is not None:
-                raise UserError(f"probes only apply to {'/'.join(RANDOMIZED_MODES)} clipping, got probes={self.probes!r}")
+                raise UserError(
+                    f"probes only apply to {'/'.join(RANDOMIZED_MODES)} clipping, got probes={self.probes!r}"
+                )
             return
         if self.probes is None:
             raise UserError(f"{self.clipping} clipping needs the number of probes")

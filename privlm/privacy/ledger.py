@@ -130,8 +130,12 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form of the whole ledger."""
-        return {"format": FORMAT, "version": VERSION, "private_release": self.private_release,
-                "entries": [entry.to_dict() for entry in self._entries]}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "private_release": self.private_release,
+            "entries": [entry.to_dict() for entry in self._entries],
+        }
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically; refuse if the file on disk holds entries this ledger does not start with."""

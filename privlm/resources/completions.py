@@ -95,7 +95,9 @@ def completion_spec(
     data, train, validation, test = (_name(v) for v in (data, train, validation, test))
     if train is None and validation is None and test is None:
         if data is None:
-            raise UserError("no data: give --data NAME (split 80/10/10) or the splits as files, --train FILE --test FILE")
+            raise UserError(
+                "no data: give --data NAME (split 80/10/10) or the splits as files, --train FILE --test FILE"
+            )
         return data
     return DataSpec(data, train, validation, test)
 
@@ -213,7 +215,10 @@ def _load_spec(spec: DataSpec, split: str | None, seed: int) -> CompletionDatase
         raise UserError(f"no {split} data: give --{split} FILE, or --data NAME to split one data set 80/10/10")
     chosen = [available[split]] if split is not None else list(available.values())
     return CompletionDataset(
-        name=str(spec), split=split, seed=seed, rows=tuple(row for data in chosen for row in data.rows),
+        name=str(spec),
+        split=split,
+        seed=seed,
+        rows=tuple(row for data in chosen for row in data.rows),
         split_sizes={which: len(data) if data is not None else 0 for which, data in parts.items()},
     )
 
@@ -221,13 +226,17 @@ def _load_spec(spec: DataSpec, split: str | None, seed: int) -> CompletionDatase
 def _row(prompt: object, completion: object, where: str) -> CompletionRow:
     for column, value in ((PROMPT, prompt), (COMPLETION, completion)):
         if not isinstance(value, str) or not value.strip():
-            raise UserError(f"{where}: '{column}' must be a non-empty string (the value is not shown: rows are private)")
+            raise UserError(
+                f"{where}: '{column}' must be a non-empty string (the value is not shown: rows are private)"
+            )
     assert isinstance(prompt, str) and isinstance(completion, str)
     return CompletionRow(prompt.strip(), completion.strip())
 
 
 def _read_jsonl(path: Path) -> tuple[CompletionRow, ...]:
-    return _nonempty(path, [_row(r[PROMPT], r[COMPLETION], where) for where, r in jsonl_rows(path, (PROMPT, COMPLETION))])
+    return _nonempty(
+        path, [_row(r[PROMPT], r[COMPLETION], where) for where, r in jsonl_rows(path, (PROMPT, COMPLETION))]
+    )
 
 
 def _read_csv(path: Path) -> tuple[CompletionRow, ...]:

@@ -54,7 +54,9 @@ BUILTIN: dict[str, tuple[Callable[[], Corpus], Verbalizer]] = {
     "bbc-news": (sources.bbc_news, verbalizers.BBC_NEWS),
 }
 PREFIXES: dict[str, Callable[[str, LabelSpec | None], Corpus]] = {
-    "jsonl:": read_jsonl, "csv:": read_csv, "hf:": read_hub_dataset,
+    "jsonl:": read_jsonl,
+    "csv:": read_csv,
+    "hf:": read_hub_dataset,
 }
 NEEDS_LABELS = ("jsonl:", "csv:")  # hf: needs them unless its label column is a ClassLabel
 
@@ -129,7 +131,9 @@ def data_spec(
     data, train, validation, test = (_dataset_name(v) for v in (data, train, validation, test))
     if train is None and validation is None and test is None:
         if data is None:
-            raise UserError("no data: give --data NAME (split 80/10/10) or the splits as files, --train FILE --test FILE")
+            raise UserError(
+                "no data: give --data NAME (split 80/10/10) or the splits as files, --train FILE --test FILE"
+            )
         return data
     return DataSpec(data, train, validation, test)
 
@@ -180,8 +184,9 @@ def _split(name: str, seed: int, spec: LabelSpec | None) -> Splits:
     return corpus, verbalizer, indices
 
 
-def _load(name: str, split: str | None, seed: int, corpus: Corpus, verbalizer: Verbalizer,
-          indices: dict[str, list[int]]) -> Dataset:
+def _load(
+    name: str, split: str | None, seed: int, corpus: Corpus, verbalizer: Verbalizer, indices: dict[str, list[int]]
+) -> Dataset:
     """``split`` (``None``: all) of data set ``name``, read and split by :func:`_split`."""
     chosen = corpus.examples if split is None else tuple(corpus.examples[i] for i in indices[split])
     return Dataset(
@@ -221,8 +226,12 @@ def _load_spec(spec: DataSpec, split: str | None, seed: int, labels: LabelSpec |
     chosen = [available[split]] if split is not None else list(available.values())
     first = reference or chosen[0]
     return Dataset(
-        name=str(spec), split=split, seed=seed, examples=tuple(e for data in chosen for e in data.examples),
-        label_names=first.label_names, verbalizer=first.verbalizer,
+        name=str(spec),
+        split=split,
+        seed=seed,
+        examples=tuple(e for data in chosen for e in data.examples),
+        label_names=first.label_names,
+        verbalizer=first.verbalizer,
         split_sizes={part: len(parts[part]) if parts[part] is not None else 0 for part in SPLITS},
     )
 

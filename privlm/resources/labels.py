@@ -34,7 +34,7 @@ from privlm.errors import UserError
 _DIGITS = re.compile(r"[0-9]+")
 SYNTAX = (
     "--labels NAME,NAME,... (e.g. --labels negative,positive; --labels negative=bad,positive=great "
-    "also sets each class's label word; TOML: labels = [\"negative\", \"positive\"])"
+    'also sets each class\'s label word; TOML: labels = ["negative", "positive"])'
 )
 
 
@@ -115,8 +115,7 @@ def with_template(spec: LabelSpec | None, template: str | None, source: str = "-
 def missing_labels_error(name: str) -> UserError:
     """The error for user data loaded without public class names."""
     return UserError(
-        f"{name}: user data needs its class names as public input, never read off the private rows: "
-        f"pass {SYNTAX}"
+        f"{name}: user data needs its class names as public input, never read off the private rows: pass {SYNTAX}"
     )
 
 

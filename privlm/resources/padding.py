@@ -39,7 +39,9 @@ def padded_batch(
     width = int(lengths.max()) if width is None else width
     total = len(sequences) if rows is None else rows
     if len(sequences) > total or int(lengths.max()) > width:
-        raise ValueError(f"{len(sequences)} sequences of up to {int(lengths.max())} tokens exceed the shape {total} × {width}")
+        raise ValueError(
+            f"{len(sequences)} sequences of up to {int(lengths.max())} tokens exceed the shape {total} × {width}"
+        )
     ids = torch.full((total, width), pad_id, dtype=torch.long)
     mask = torch.zeros(total, width, dtype=torch.long)
     mask[len(sequences) :, 0] = 1  # filler rows attend to one pad token (an all-masked row is undefined)

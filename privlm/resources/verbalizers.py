@@ -63,11 +63,15 @@ def check_instruction(instruction: str, source: str = "--instruction") -> str:
     try:
         names = {name for _, name, _, _ in Formatter().parse(instruction) if name is not None}
     except ValueError as exc:
-        raise UserError(f"{source} {instruction!r} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from exc
+        raise UserError(
+            f"{source} {instruction!r} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}"
+        ) from exc
     unknown = sorted(names - set(INSTRUCTION_FIELDS))
     if unknown:
-        raise UserError(f"{source} {instruction!r} has the unknown field {{{unknown[0]}}}; "
-                        "the fields are {label_name}, {label_word} and {prompt}")
+        raise UserError(
+            f"{source} {instruction!r} has the unknown field {{{unknown[0]}}}; "
+            "the fields are {label_name}, {label_word} and {prompt}"
+        )
     if not names & {"label_name", "label_word"}:
         raise UserError(f"{source} {instruction!r} must name the class by {{label_name}} or {{label_word}}")
     return instruction
@@ -81,8 +85,10 @@ def format_instructions(
     space dropped) filled in. The one function that formats instruction templates: the zero/few-shot
     baselines' (:meth:`Verbalizer.instructions`) and GRADMM's instructed candidates."""
     shown = fill(template, "...").rstrip()
-    return [instruction.format(label_name=name, label_word=word, prompt=shown)
-            for name, word in zip(label_names, label_words)]
+    return [
+        instruction.format(label_name=name, label_word=word, prompt=shown)
+        for name, word in zip(label_names, label_words)
+    ]
 
 
 @dataclass(frozen=True)
@@ -117,12 +123,19 @@ class Verbalizer:
 SENTIMENT = Verbalizer("{text} It was ", ("bad", "great"))
 # Built-ins other than movie reviews name their own generation instruction (zero/few-shot baselines,
 # GRADMM's instructed candidates, PE's and dp-finetune's class prompts); SENTIMENT keeps the default.
-TWEETS = Verbalizer("{text} Does the tweet express joy or sadness? ", ("sadness", "joy"),
-                    "Write one short tweet that expresses {label_word}.")
-TWEETS_3CLASS = Verbalizer("{text} Is the tweet negative, neutral or positive? ", ("negative", "neutral", "positive"),
-                           "Write one short tweet with a {label_word} tone.")
+TWEETS = Verbalizer(
+    "{text} Does the tweet express joy or sadness? ",
+    ("sadness", "joy"),
+    "Write one short tweet that expresses {label_word}.",
+)
+TWEETS_3CLASS = Verbalizer(
+    "{text} Is the tweet negative, neutral or positive? ",
+    ("negative", "neutral", "positive"),
+    "Write one short tweet with a {label_word} tone.",
+)
 BBC_NEWS = Verbalizer(
-    "{text} This news article is about ", ("business", "entertainment", "politics", "sports", "technology"),
+    "{text} This news article is about ",
+    ("business", "entertainment", "politics", "sports", "technology"),
     "Write the first two sentences of a news article about {label_word}.",
 )
 GENERIC_TEMPLATE = "{text} Label: "

@@ -60,13 +60,17 @@ class SynthCommand:
         """The run folder beside ``out`` where the method keeps its release (ledger, ``run.json``) for reuse."""
         return _resolve(self.run_folder)(out)
 
-    def start(self, request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
+    def start(
+        self, request: SynthRequest
+    ) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
         """Check ``request`` (before any model is loaded) and return the run."""
         unknown = set(request.options) - {o.field for o in self.options}
         if unknown:
             raise UserError(f"--method {request.method} takes no {', '.join(sorted(unknown))} option")
         if self.dp_only and not request.dp:
-            raise UserError(f"--method {request.method} is differentially private only: give --epsilon and --delta, not --no-dp")
+            raise UserError(
+                f"--method {request.method} is differentially private only: give --epsilon and --delta, not --no-dp"
+            )
         return _resolve(self.prepare)(request)
 
 
@@ -102,7 +106,9 @@ class SynthRequest:
         unless ``resume``; the rows are read now (bad rows or a cut larger than a class refused before
         anything is written) unless a resume may reuse a saved release without them."""
         if workdir.exists() and not self.resume:
-            raise UserError(f"{workdir} holds a run for {self.out}; pass --resume to continue or reuse it, or remove it")
+            raise UserError(
+                f"{workdir} holds a run for {self.out}; pass --resume to continue or reuse it, or remove it"
+            )
         load = private_examples(self.data, self.private_per_class, self.labels)
         return load().copy if self.private_per_class is not None or not self.resume else load
 
@@ -129,11 +135,19 @@ class SynthOutcome:
 
     def summary(self) -> dict[str, Any]:
         """The ``--json`` output."""
-        return {"out": str(self.out), "method": self.method, "rows": self.rows, "privacy": self.privacy,
-                **self.extra, "wall_s": self.wall_s}
+        return {
+            "out": str(self.out),
+            "method": self.method,
+            "rows": self.rows,
+            "privacy": self.privacy,
+            **self.extra,
+            "wall_s": self.wall_s,
+        }
 
 
-def private_examples(data: str | DataSpec, per_class: int | None, labels: object = None) -> Callable[[], list[tuple[str, int]]]:
+def private_examples(
+    data: str | DataSpec, per_class: int | None, labels: object = None
+) -> Callable[[], list[tuple[str, int]]]:
     """A loader of the private examples: the train split, the first ``per_class`` of each class.
 
     Unit of privacy: this list *is* the private dataset of the guarantee (add/remove one of its

@@ -142,7 +142,9 @@ def synth_methods() -> dict[str, str]:
 
 def synth_commands() -> dict[str, SynthCommand]:
     """``privlm synth --method`` names → their commands, in name order."""
-    return {m.synth: m.command for _, m in sorted(load_methods().items()) if m.synth is not None and m.command is not None}
+    return {
+        m.synth: m.command for _, m in sorted(load_methods().items()) if m.synth is not None and m.command is not None
+    }
 
 
 def methods_table() -> str:

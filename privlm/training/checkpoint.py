@@ -130,7 +130,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
         weights = load_file(str(path / "trainable.safetensors"))
     except (OSError, ValueError, RuntimeError) as err:
         raise UserError(f"{path}: unreadable checkpoint ({err})") from err
-    return Checkpoint(path, int(meta["step"]), weights, state["optimizer"], state["rng"], Ledger.load(path / "privacy.json"), meta)
+    return Checkpoint(
+        path, int(meta["step"]), weights, state["optimizer"], state["rng"], Ledger.load(path / "privacy.json"), meta
+    )
 
 
 def replace_folder(source: Path, target: Path) -> None:

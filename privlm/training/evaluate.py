@@ -17,9 +17,7 @@ from privlm.lm.scoring import accuracy_ci, option_scores
 from privlm.training.data import TaskData, encode, make_collate
 
 
-def perplexity(
-    model: PreTrainedModel, batches: list[dict[str, torch.Tensor]]
-) -> tuple[float, int]:
+def perplexity(model: PreTrainedModel, batches: list[dict[str, torch.Tensor]]) -> tuple[float, int]:
     """exp(mean next-token NLL) over every target token of ``batches``, and the number of tokens."""
     total, tokens = 0.0, 0
     was_training = model.training
@@ -37,22 +35,38 @@ def perplexity(
 
 
 def label_word_scores(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, data: TaskData, max_length: int,
-    *, batch_size: int = 8, max_examples: int | None = None,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data: TaskData,
+    max_length: int,
+    *,
+    batch_size: int = 8,
+    max_examples: int | None = None,
 ) -> np.ndarray:
     """Label-word scores (M, K) of the first ``max_examples`` test examples (:func:`option_scores`)."""
     test = data.test[:max_examples] if max_examples else data.test
-    return option_scores(model, tokenizer, [t for t, _ in test], data.verbalizer.template, data.verbalizer.label_words,
-                         batch_size=batch_size, max_length=max_length)
+    return option_scores(
+        model,
+        tokenizer,
+        [t for t, _ in test],
+        data.verbalizer.template,
+        data.verbalizer.label_words,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
 
 
-def classify_report(scores: np.ndarray, gold: Sequence[int], seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def classify_report(
+    scores: np.ndarray, gold: Sequence[int], seed: int = 0
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Accuracy with its 95% bootstrap interval, and one record per test example (index, gold, predicted =
     argmax of the scores, the K scores), from ``scores`` (M, K) and the gold classes (M,)."""
     gold = np.asarray(gold)[: len(scores)]
     predicted = scores.argmax(axis=1)
-    records = [{"index": i, "gold": int(y), "predicted": int(p), "scores": [float(v) for v in row]}
-               for i, (y, p, row) in enumerate(zip(gold, predicted, scores))]
+    records = [
+        {"index": i, "gold": int(y), "predicted": int(p), "scores": [float(v) for v in row]}
+        for i, (y, p, row) in enumerate(zip(gold, predicted, scores))
+    ]
     return accuracy_ci(predicted == gold, seed=seed).as_dict(), records
 
 

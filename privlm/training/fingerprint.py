@@ -124,7 +124,6 @@ def _flat_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
 
-
 def data_fingerprint(rows: Sequence[Any], collate: Callable[[list], Any] | None = None) -> str:
     """SHA-256 (hex) of the training rows in order: each row's canonical bytes (when it has a canonical
     form) and those of ``collate([row])``, the model input it becomes (when ``collate`` is given), so a
@@ -152,8 +151,11 @@ def _public_config(value: Any) -> Any:
     if hasattr(value, "to_dict") and not isinstance(value, Mapping):
         value = value.to_dict()
     if isinstance(value, Mapping):
-        return {str(k): _public_config(v) for k, v in value.items()
-                if not str(k).startswith("_") and str(k) not in _LOCATION_KEYS}
+        return {
+            str(k): _public_config(v)
+            for k, v in value.items()
+            if not str(k).startswith("_") and str(k) not in _LOCATION_KEYS
+        }
     if isinstance(value, (set, frozenset)):
         return sorted((_public_config(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, (list, tuple)):
@@ -192,6 +194,8 @@ def model_fingerprint(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def fingerprints(module: nn.Module, rows: Sequence[Any], collate: Callable[[list], Any] | None = None) -> dict[str, str]:
+def fingerprints(
+    module: nn.Module, rows: Sequence[Any], collate: Callable[[list], Any] | None = None
+) -> dict[str, str]:
     """``{"data": ..., "model": ...}`` for a checkpoint's ``meta.json`` (private: see module docstring)."""
     return {"data": data_fingerprint(rows, collate), "model": model_fingerprint(module)}

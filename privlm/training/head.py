@@ -45,8 +45,10 @@ def label_token_ids(tokenizer: PreTrainedTokenizerBase, verbalizer: Verbalizer) 
             raise UserError(f"label word {word!r} encodes to no tokens")
         ids.append(int(tokens[0]))
     if len(set(ids)) < len(ids):
-        raise UserError(f"label words {list(verbalizer.label_words)} share a first token; the label-word objective "
-                        "needs label words that start with distinct tokens")
+        raise UserError(
+            f"label words {list(verbalizer.label_words)} share a first token; the label-word objective "
+            "needs label words that start with distinct tokens"
+        )
     return ids
 
 

@@ -105,8 +105,13 @@ class TrainConfig(DPSGDSettings):
     log_every: int = 10
 
     OPTION_NAMES: ClassVar[dict[str, str]] = {
-        "epsilon": "--epsilon", "delta": "--delta", "max_grad_norm": "--clip", "norm_mode": "--norm-mode",
-        "probes": "--probes", "accountant": "--accountant", "physical_batch_size": "--physical-batch-size",
+        "epsilon": "--epsilon",
+        "delta": "--delta",
+        "max_grad_norm": "--clip",
+        "norm_mode": "--norm-mode",
+        "probes": "--probes",
+        "accountant": "--accountant",
+        "physical_batch_size": "--physical-batch-size",
         "loss_noise_fraction": "--loss-noise-fraction",
     }
 
@@ -120,9 +125,13 @@ class TrainConfig(DPSGDSettings):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.lora_layers is not None and (self.lora < 1 or self.lora_layers < 1):
-            raise UserError(f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})")
+            raise UserError(
+                f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})"
+            )
         if self.head_only and (self.task != "classify" or self.lora or self.lora_layers is not None):
-            raise UserError("--head-only trains the label-word rows of a classify task: it excludes --lora and --task lm")
+            raise UserError(
+                "--head-only trains the label-word rows of a classify task: it excludes --lora and --task lm"
+            )
         if not (self.epochs > 0 and self.lr > 0 and self.max_grad_norm > 0 and self.lora >= 0):
             raise UserError(
                 f"need --epochs > 0, --lr > 0, --clip > 0 and --lora >= 0 "
@@ -203,8 +212,9 @@ def prepare(
     engine = private_model = event = None
     if config.private:
         engine = config.privacy_engine(streams)
-        private_model, optimizer, private_loader = config.make_private(engine, module, optimizer, loader,
-                                                                       epochs=config.epochs, loss_fn=loss_fn)
+        private_model, optimizer, private_loader = config.make_private(
+            engine, module, optimizer, loader, epochs=config.epochs, loss_fn=loss_fn
+        )
         sample_rate = private_loader.batch_sampler.sample_rate
         event = engine.event
     else:
@@ -214,18 +224,44 @@ def prepare(
     if event is not None and config.noise_multiplier is not None and config.epsilon is not None:
         budget = steps_within_budget(event, config.epsilon, config.delta, total, config.accountant)
         if budget == 0:
-            raise UserError(f"noise multiplier {config.noise_multiplier} (accounted {event.noise_multiplier:.4g}) "
-                            f"cannot take a single step within ε = {config.epsilon}")
-    return Run(config, module, optimizer, engine, private_model, rows, collate, loss_fn, sample_rate, total,
-               streams, ctx, event, budget)
+            raise UserError(
+                f"noise multiplier {config.noise_multiplier} (accounted {event.noise_multiplier:.4g}) "
+                f"cannot take a single step within ε = {config.epsilon}"
+            )
+    return Run(
+        config,
+        module,
+        optimizer,
+        engine,
+        private_model,
+        rows,
+        collate,
+        loss_fn,
+        sample_rate,
+        total,
+        streams,
+        ctx,
+        event,
+        budget,
+    )
 
 
-def steps_within_budget(event: PoissonGaussianStep, epsilon: float, delta: float, upper: int, method: str = "pld") -> int:
+def steps_within_budget(
+    event: PoissonGaussianStep, epsilon: float, delta: float, upper: int, method: str = "pld"
+) -> int:
     """The largest n ≤ ``upper`` with ε(n repetitions of ``event``) ≤ ``epsilon`` (bisection; ε grows with n)."""
 
     def eps(n: int) -> float:
-        return dpsgd_epsilon(event.noise_multiplier, event.sample_rate, n, delta, event.clipping, event.probes, method,
-                             snapped=event.snapped)
+        return dpsgd_epsilon(
+            event.noise_multiplier,
+            event.sample_rate,
+            n,
+            delta,
+            event.clipping,
+            event.probes,
+            method,
+            snapped=event.snapped,
+        )
 
     if eps(upper) <= epsilon:
         return upper
@@ -286,9 +322,14 @@ def _restore(run: Run, state: ckpt.Checkpoint) -> None:
 
 
 def _meta(run: Run) -> dict[str, Any]:
-    return {"config": run.config.resume_key(), "sample_rate": run.sample_rate, "total_steps": run.total_steps,
-            "noise_multiplier": run.noise_multiplier, "accounted_noise_multiplier": run.accounted_noise_multiplier,
-            "world": run.ctx.world}
+    return {
+        "config": run.config.resume_key(),
+        "sample_rate": run.sample_rate,
+        "total_steps": run.total_steps,
+        "noise_multiplier": run.noise_multiplier,
+        "accounted_noise_multiplier": run.accounted_noise_multiplier,
+        "world": run.ctx.world,
+    }
 
 
 def check_run_dir(
@@ -301,7 +342,9 @@ def check_run_dir(
     found = ckpt.checkpoints(run_dir) if run_dir.is_dir() else []
     if not resume:
         if found or (run_dir / "privacy.json").exists():
-            raise UserError(f"{run_dir} already holds a training run; pass --resume to continue it or choose a new --out")
+            raise UserError(
+                f"{run_dir} already holds a training run; pass --resume to continue it or choose a new --out"
+            )
         return None
     if (run_dir / ckpt.FINISHED).exists():
         raise UserError(f"{run_dir} holds a finished run (its checkpoints were deleted); choose a new --out")
@@ -311,12 +354,17 @@ def check_run_dir(
         return None
     state = ckpt.load_checkpoint(found[-1])
     saved, now = state.meta.get("config") or {}, _json_roundtrip(config.resume_key())
-    differing = [f"{key}: {saved.get(key)!r} then, {now.get(key)!r} now" for key in sorted(set(saved) | set(now))
-                 if saved.get(key) != now.get(key)]
+    differing = [
+        f"{key}: {saved.get(key)!r} then, {now.get(key)!r} now"
+        for key in sorted(set(saved) | set(now))
+        if saved.get(key) != now.get(key)
+    ]
     if state.meta.get("world") != world:
         differing.append(f"world size: {state.meta.get('world')} then, {world} now")
     if differing:
-        raise UserError(f"{found[-1]} was written with other settings ({'; '.join(differing)}); resume with the same options")
+        raise UserError(
+            f"{found[-1]} was written with other settings ({'; '.join(differing)}); resume with the same options"
+        )
     if fingerprints is not None:
         _check_fingerprints(found[-1], state.meta.get("fingerprints"), fingerprints)
     return state
@@ -324,9 +372,9 @@ def check_run_dir(
 
 _FINGERPRINTED = {
     "data": "other training data (the fingerprint of the training rows read differs: another --data file or "
-            "version, --max-train, --max-length or tokenizer)",
+    "version, --max-train, --max-length or tokenizer)",
     "model": "another model (the fingerprint of the initial weights and model configuration differs: another "
-             "--model, model seed or LoRA initialisation)",
+    "--model, model seed or LoRA initialisation)",
 }
 
 
@@ -334,12 +382,16 @@ def _check_fingerprints(path: Path, saved: Any, now: dict[str, str]) -> None:
     """Refuse a resume whose data or model fingerprint differs from the checkpoint's. The message names which
     one differs, never a fingerprint (the data fingerprint is a function of the private data)."""
     if not isinstance(saved, dict):
-        raise UserError(f"{path} holds no data and model fingerprints (written by an older privlm), so resuming it "
-                        "cannot be checked against its training data and model; start a new run (another --out)")
+        raise UserError(
+            f"{path} holds no data and model fingerprints (written by an older privlm), so resuming it "
+            "cannot be checked against its training data and model; start a new run (another --out)"
+        )
     for key, what in _FINGERPRINTED.items():
         if saved.get(key) != now[key]:
-            raise UserError(f"{path} was written for {what}; replaying its saved noise on them would reveal "
-                            "a noise-free difference, so it is not resumed: resume with the same inputs or choose a new --out")
+            raise UserError(
+                f"{path} was written for {what}; replaying its saved noise on them would reveal "
+                "a noise-free difference, so it is not resumed: resume with the same inputs or choose a new --out"
+            )
 
 
 def _json_roundtrip(value: Any) -> Any:
@@ -351,8 +403,11 @@ def _trim_metrics(path: Path, step: int) -> None:
     under the write-ahead order, but a torn last line or an older privlm's may)."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-            and json.loads(line).get("step", 0) <= step]
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step
+    ]
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
@@ -452,14 +507,22 @@ def train_loop(
             rng = _rng_state(run)
             if ctx.is_main:
                 held = ledger.prefix(step) if run.event is not None else ledger
-                ckpt.save_checkpoint(run_dir, step, run.module, run.optimizer.state_dict(), rng, held,
-                                     {**_meta(run), "fingerprints": prints})
+                ckpt.save_checkpoint(
+                    run_dir,
+                    step,
+                    run.module,
+                    run.optimizer.state_dict(),
+                    rng,
+                    held,
+                    {**_meta(run), "fingerprints": prints},
+                )
             barrier(ctx)
         if on_progress is not None:
             on_progress(step, end, shown, epsilon)
     stopped = "budget" if end < run.total_steps else "done"
-    return LoopResult(end, run.total_steps, stopped, _epsilon(run), start or None,
-                      time.perf_counter() - start_time, history)
+    return LoopResult(
+        end, run.total_steps, stopped, _epsilon(run), start or None, time.perf_counter() - start_time, history
+    )
 
 
 def _epsilon(run: Run) -> float | None:
@@ -471,8 +534,10 @@ def _check_fingerprints_across_ranks(prints: dict[str, str], ctx: DistContext) -
     every = gather_objects(prints, ctx)
     differing = sorted(key for key in prints if any(p[key] != every[0][key] for p in every))
     if differing:
-        raise UserError(f"the {' and '.join(differing)} fingerprint differs between ranks: every rank must read "
-                        "the same training rows in the same order and load the same model")
+        raise UserError(
+            f"the {' and '.join(differing)} fingerprint differs between ranks: every rank must read "
+            "the same training rows in the same order and load the same model"
+        )
 
 
 def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianStep | None) -> tuple[Ledger, int]:
@@ -498,8 +563,10 @@ def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianSt
         return on_disk, covered
     if state.ledger.entries[: len(on_disk)] == on_disk.entries:
         return state.ledger, state.step
-    raise UserError(f"{path} covers {covered} steps, fewer than {state.path} ({state.step}), and is not a prefix "
-                    "of the checkpoint's ledger; the run folder is inconsistent")
+    raise UserError(
+        f"{path} covers {covered} steps, fewer than {state.path} ({state.step}), and is not a prefix "
+        "of the checkpoint's ledger; the run folder is inconsistent"
+    )
 
 
 def _empty_batch(run: Run) -> Any:

@@ -91,12 +91,20 @@ def _key(
     head: LabelWordHead, train: Sequence[EncodedOption], test: Sequence[EncodedOption], dtype: str, max_length: int
 ) -> dict[str, str]:
     shapes = f"batches of {BATCH_ROWS} rows x widths {WIDTH_STEP}, {2 * WIDTH_STEP}, ... up to {max_length}"
-    return {"train": data_fingerprint(train), "test": data_fingerprint(test), "model": model_fingerprint(head),
-            "layout": f"{LAYOUT}; {shapes}; {dtype}"}
+    return {
+        "train": data_fingerprint(train),
+        "test": data_fingerprint(test),
+        "model": model_fingerprint(head),
+        "layout": f"{LAYOUT}; {shapes}; {dtype}",
+    }
 
 
-_WHAT = {"train": "other training rows", "test": "other test rows", "model": "another model or label words",
-         "layout": "another cache layout or dtype"}
+_WHAT = {
+    "train": "other training rows",
+    "test": "other test rows",
+    "model": "another model or label words",
+    "layout": "another cache layout or dtype",
+}
 
 
 def load_or_build(
@@ -123,7 +131,9 @@ def load_or_build(
     key = _key(head, train, test, dtype, max_length)
     meta_path = cache_dir / "meta.json"
     if meta_path.exists():
-        _check_key(json.loads(meta_path.read_text(encoding="utf-8")).get("key", {}), key, f"the feature cache {cache_dir}")
+        _check_key(
+            json.loads(meta_path.read_text(encoding="utf-8")).get("key", {}), key, f"the feature cache {cache_dir}"
+        )
         tensors = load_file(str(cache_dir / "features.safetensors"))
         return Features(tensors["train"], tensors["test"])
     if on_build is not None:
@@ -131,8 +141,10 @@ def load_or_build(
     start = time.perf_counter()
     partial = cache_dir.parent / f".{cache_dir.name}.partial"
     _check_partial(partial, key)
-    train_features, test_features = (_build_in_chunks(partial, split, head, rows, pad_id, max_length, DTYPES[dtype], chunk)
-                                     for split, rows in (("train", train), ("test", test)))
+    train_features, test_features = (
+        _build_in_chunks(partial, split, head, rows, pad_id, max_length, DTYPES[dtype], chunk)
+        for split, rows in (("train", train), ("test", test))
+    )
     features = Features(train_features, test_features, time.perf_counter() - start)
     _write(cache_dir, features, key)
     shutil.rmtree(partial, ignore_errors=True)
@@ -143,8 +155,9 @@ def _check_key(saved: dict, key: dict[str, str], what: str) -> None:
     """Refuse a cache whose saved key differs from ``key`` (names what differs, never a fingerprint)."""
     differing = [_WHAT[k] for k in _WHAT if saved.get(k) != key[k]]
     if differing:
-        raise UserError(f"{what} was built for {', '.join(differing)}; it is not reused: "
-                        "delete it or choose another cache folder")
+        raise UserError(
+            f"{what} was built for {', '.join(differing)}; it is not reused: delete it or choose another cache folder"
+        )
 
 
 def _check_partial(partial: Path, key: dict[str, str]) -> None:
@@ -158,8 +171,14 @@ def _check_partial(partial: Path, key: dict[str, str]) -> None:
 
 
 def _build_in_chunks(
-    partial: Path, split: str, head: LabelWordHead, rows: Sequence[EncodedOption], pad_id: int, max_length: int,
-    dtype: torch.dtype, chunk: int,
+    partial: Path,
+    split: str,
+    head: LabelWordHead,
+    rows: Sequence[EncodedOption],
+    pad_id: int,
+    max_length: int,
+    dtype: torch.dtype,
+    chunk: int,
 ) -> Tensor:
     """h of ``rows`` (len(rows), d) in ``dtype``, computed ``chunk`` rows at a time (by position; within a
     chunk each row's batch shape is still a function of its own length); each finished chunk is saved
@@ -185,8 +204,12 @@ def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.", dir=cache_dir.parent))
     try:
         save_file({"train": features.train, "test": features.test}, str(tmp / "features.safetensors"))
-        meta = {"key": key, "n_train": features.train.shape[0], "n_test": features.test.shape[0],
-                "note": "PRIVATE: features and fingerprints of the private data; never copy into a release"}
+        meta = {
+            "key": key,
+            "n_train": features.train.shape[0],
+            "n_test": features.test.shape[0],
+            "note": "PRIVATE: features and fingerprints of the private data; never copy into a release",
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if cache_dir.exists():
             cache_dir.rmdir()
@@ -203,4 +226,7 @@ def cached_rows(features: Tensor, classes: Sequence[int]) -> list[tuple[Tensor, 
 
 def collate_cached(rows: Sequence[tuple[Tensor, int]]) -> dict[str, Tensor]:
     """``{"features": (B, d), "classes": (B,)}``."""
-    return {"features": torch.stack([h for h, _ in rows]), "classes": torch.tensor([y for _, y in rows], dtype=torch.long)}
+    return {
+        "features": torch.stack([h for h, _ in rows]),
+        "classes": torch.tensor([y for _, y in rows], dtype=torch.long),
+    }

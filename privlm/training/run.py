@@ -45,8 +45,11 @@ _BLOCK = re.compile(r"\.(?:layers|h)\.(\d+)\.")
 
 def top_block_linears(model: PreTrainedModel, blocks: int) -> list[str]:
     """Names of the linear layers (``nn.Linear``, GPT-2 ``Conv1D``) inside the last ``blocks`` decoder blocks."""
-    found = [(int(m.group(1)), name) for name, module in model.named_modules()
-             if isinstance(module, (torch.nn.Linear, Conv1D)) and (m := _BLOCK.search(name))]
+    found = [
+        (int(m.group(1)), name)
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.Linear, Conv1D)) and (m := _BLOCK.search(name))
+    ]
     if not found:
         raise UserError(f"{type(model).__name__}: no decoder blocks named '.layers.N.' or '.h.N.' to restrict LoRA to")
     depth = max(i for i, _ in found) + 1
@@ -89,9 +92,13 @@ def save_head(head: LabelWordHead, data: TaskData, model_name: str, run_dir: Pat
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_file({"rows": head.rows.weight.detach().contiguous()}, str(tmp / "label_rows.safetensors"))
-    info = {"base_model": model_name, "label_words": list(data.verbalizer.label_words), "template": data.verbalizer.template,
-            "label_token_ids": head.label_ids.tolist(),
-            "use": "replace these rows of the base model's output layer (untied) to get the trained classifier"}
+    info = {
+        "base_model": model_name,
+        "label_words": list(data.verbalizer.label_words),
+        "template": data.verbalizer.template,
+        "label_token_ids": head.label_ids.tolist(),
+        "use": "replace these rows of the base model's output layer (untied) to get the trained classifier",
+    }
     (tmp / "head.json").write_text(json.dumps(info, indent=2) + "\n")
     replace_folder(tmp, target)
     return target
@@ -114,8 +121,13 @@ class Session:
 
 
 def set_up(
-    model_name: str, data_name: str | DataSpec, config: TrainConfig, max_train: int | None = None, labels: object = None,
-    cache_dir: Path | None = None, on_cache_build: Callable[[int], None] | None = None,
+    model_name: str,
+    data_name: str | DataSpec,
+    config: TrainConfig,
+    max_train: int | None = None,
+    labels: object = None,
+    cache_dir: Path | None = None,
+    on_cache_build: Callable[[int], None] | None = None,
 ) -> Session:
     """Load, check (T against the model's context, labels for ``classify``), encode, wrap for DP-SGD and
     calibrate σ; every bad input raises :class:`UserError` here, before any training. ``max_train``
@@ -147,16 +159,27 @@ def set_up(
             if cache_dir is None:
                 raise UserError("a cached head-only run needs a cache folder")
             test_rows = encode(data, tokenizer, config.max_length, split="test")
-            features = prefix_cache.load_or_build(cache_dir, module, rows, test_rows, pad_token_id(tokenizer),
-                                                  config.max_length, config.cache, on_cache_build)
+            features = prefix_cache.load_or_build(
+                cache_dir,
+                module,
+                rows,
+                test_rows,
+                pad_token_id(tokenizer),
+                config.max_length,
+                config.cache,
+                on_cache_build,
+            )
             rows = prefix_cache.cached_rows(features.train, [y for _, y in data.train])
             collate = prefix_cache.collate_cached
     else:
         # The adapters' initial values are public and fixed (seed 0 without --seed, like the tiny models' weights):
         # a resume rebuilds the very model it started from, which the model fingerprint checks.
         module = with_lora(model, config.lora, config.seed or 0, config.lora_layers)
-        loss_fn = (None if label_ids is None else
-                   functools.partial(label_word_lm_losses, label_ids=torch.tensor(label_ids, dtype=torch.long)))
+        loss_fn = (
+            None
+            if label_ids is None
+            else functools.partial(label_word_lm_losses, label_ids=torch.tensor(label_ids, dtype=torch.long))
+        )
     module.train()
     run = prepare(module, rows, collate, config, ctx, loss_fn)
     return Session(model_name, str(data_name), config, module, tokenizer, data, run, features, cache_dir)
@@ -207,14 +230,24 @@ def fine_tune(
     run, config = session.run, session.config
     result = train_loop(run, run_dir, resume, on_progress)
     summary: dict[str, Any] = {
-        "model": session.model_name, "data": session.data_name, "task": config.task, "private": config.private,
+        "model": session.model_name,
+        "data": session.data_name,
+        "task": config.task,
+        "private": config.private,
         "private_release": config.private and run.streams.private,
-        "norm_mode": config.norm_mode if config.private else None, "n_train": len(run.rows),
-        "steps": result.steps, "planned_steps": result.total_steps, "stopped": result.stopped,
-        "sample_rate": run.sample_rate, "noise_multiplier": run.noise_multiplier,
+        "norm_mode": config.norm_mode if config.private else None,
+        "n_train": len(run.rows),
+        "steps": result.steps,
+        "planned_steps": result.total_steps,
+        "stopped": result.stopped,
+        "sample_rate": run.sample_rate,
+        "noise_multiplier": run.noise_multiplier,
         "accounted_noise_multiplier": run.accounted_noise_multiplier,
-        "epsilon": result.epsilon, "delta": config.delta if config.private else None,
-        "resumed_from": result.resumed_from, "world_size": run.ctx.world, "train_wall_s": round(result.wall_s, 1),
+        "epsilon": result.epsilon,
+        "delta": config.delta if config.private else None,
+        "resumed_from": result.resumed_from,
+        "world_size": run.ctx.world,
+        "train_wall_s": round(result.wall_s, 1),
     }
     if session.features is not None:  # seconds spent computing the frozen features (None: read from the cache)
         summary["cache_build_s"] = None if session.features.build_s is None else round(session.features.build_s, 1)

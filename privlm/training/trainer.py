@@ -107,7 +107,9 @@ class PrivateTrainer(Trainer):
         if self.args.world_size > 1 or self.args.n_gpu > 1:
             raise UserError("PrivateTrainer runs on one process; for several use `privlm train` under torchrun")
         if getattr(self.args, "include_num_input_tokens_seen", "no") not in (False, "no", None):
-            raise UserError("include_num_input_tokens_seen would log the token count of the private batches; switch it off")
+            raise UserError(
+                "include_num_input_tokens_seen would log the token count of the private batches; switch it off"
+            )
         self.privacy = privacy
         self.args.max_grad_norm = 0.0
         self.engine: PrivacyEngine | None = None
@@ -125,7 +127,9 @@ class PrivateTrainer(Trainer):
             raise UserError("PrivateTrainer cannot resume a Trainer checkpoint; use `privlm train --resume`")
         self.privacy.loss_release()  # refuse a bad loss release before any training
         if (Path(self.args.output_dir) / "privacy.json").exists():
-            raise UserError(f"{self.args.output_dir} already holds a privacy ledger (another run); choose a new output_dir")
+            raise UserError(
+                f"{self.args.output_dir} already holds a privacy ledger (another run); choose a new output_dir"
+            )
         output = super().train(**kwargs)
         dp_loss = _mean(self.released_losses)
         metrics = {k: v for k, v in output.metrics.items() if k != "train_loss"}
@@ -147,7 +151,12 @@ class PrivateTrainer(Trainer):
         self.create_optimizer()
         self.engine = p.privacy_engine()
         self.private_model, self.optimizer, self._private_loader = p.make_private(
-            self.engine, self.model, self.optimizer, loader, epochs=epochs, loss_fn=p.loss_fn,
+            self.engine,
+            self.model,
+            self.optimizer,
+            loader,
+            epochs=epochs,
+            loss_fn=p.loss_fn,
             loss_reduction=p.loss_reduction,
         )
         sampler = self._private_loader.batch_sampler

@@ -29,7 +29,9 @@ def load(folder: Path) -> dict[str, dict[int, tuple[dict, list[dict]]]]:
     out: dict[str, dict[int, tuple[dict, list[dict]]]] = defaultdict(dict)
     for path in sorted((folder / "cells").glob("*.json")):
         match = re.fullmatch(r"(.+?)(?:-s(\d+))?", path.stem)  # zero-shot cells have no seed
-        predictions = [json.loads(line) for line in (folder / "predictions" / f"{path.stem}.jsonl").read_text().splitlines()]
+        predictions = [
+            json.loads(line) for line in (folder / "predictions" / f"{path.stem}.jsonl").read_text().splitlines()
+        ]
         out[match.group(1)][int(match.group(2) or 0)] = (json.loads(path.read_text()), predictions)
     return out
 
@@ -48,9 +50,12 @@ def paired_interval(a: list[np.ndarray], b: list[np.ndarray], seed: int = 0) -> 
 
 def report(folder: Path) -> str:
     cells = load(folder)
-    lines = [f"# {folder.name}: finished cells", "",
-             "| setting | seeds | test accuracy per seed | mean | σ (accounted) | ε | train s (cell s) | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# {folder.name}: finished cells",
+        "",
+        "| setting | seeds | test accuracy per seed | mean | σ (accounted) | ε | train s (cell s) | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for setting, seeds in sorted(cells.items()):
         summaries = [seeds[s][0] for s in sorted(seeds)]
         accuracies = [s["test"]["accuracy"] for s in summaries]
@@ -58,14 +63,25 @@ def report(folder: Path) -> str:
         if "steps" not in first:  # zero-shot: no training
             lines.append(f"| {setting} | – | {accuracies[0]:.1%} | {accuracies[0]:.1%} | – | 0 | – | – |")
             continue
-        sigma = "–" if first["noise_multiplier"] is None else f"{first['noise_multiplier']:.3f} ({first['accounted_noise_multiplier']:.3f})"
+        sigma = (
+            "–"
+            if first["noise_multiplier"] is None
+            else f"{first['noise_multiplier']:.3f} ({first['accounted_noise_multiplier']:.3f})"
+        )
         epsilon = "∞" if first["epsilon"] is None else f"{max(s['epsilon'] for s in summaries):.3f}"
-        lines.append(f"| {setting} | {','.join(map(str, sorted(seeds)))} | {' / '.join(f'{a:.1%}' for a in accuracies)} | "
-                     f"{np.mean(accuracies):.1%} | {sigma} | {epsilon} | "
-                     f"{np.mean([s['train_wall_s'] for s in summaries]):.1f} ({np.mean([s['cell_wall_s'] for s in summaries]):.0f}) | "
-                     f"{max(s['peak_rss_mb'] for s in summaries):.0f} |")
-    lines += ["", "## Randomized vs exact, paired (same seed: same batches and noise direction)", "",
-              "| pair | seeds | per-seed difference (points) | agree on | mean difference, 95% paired bootstrap |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {setting} | {','.join(map(str, sorted(seeds)))} | {' / '.join(f'{a:.1%}' for a in accuracies)} | "
+            f"{np.mean(accuracies):.1%} | {sigma} | {epsilon} | "
+            f"{np.mean([s['train_wall_s'] for s in summaries]):.1f} ({np.mean([s['cell_wall_s'] for s in summaries]):.0f}) | "
+            f"{max(s['peak_rss_mb'] for s in summaries):.0f} |"
+        )
+    lines += [
+        "",
+        "## Randomized vs exact, paired (same seed: same batches and noise direction)",
+        "",
+        "| pair | seeds | per-seed difference (points) | agree on | mean difference, 95% paired bootstrap |",
+        "|---|---|---|---|---|",
+    ]
     for prefix in sorted({re.sub(r"eps.*", "", s) for s in cells}):
         for a, b in PAIRS:
             left, right = cells.get(prefix + a, {}), cells.get(prefix + b, {})
@@ -76,9 +92,11 @@ def report(folder: Path) -> str:
             ys = [correct(right[s][1]) for s in seeds]
             agree = [sum(p["predicted"] == q["predicted"] for p, q in zip(left[s][1], right[s][1])) for s in seeds]
             mean, low, high = paired_interval(xs, ys)
-            lines.append(f"| {prefix}{a} − {prefix}{b} | {','.join(map(str, seeds))} | "
-                         f"{' / '.join(f'{100 * (x.mean() - y.mean()):+.1f}' for x, y in zip(xs, ys))} | "
-                         f"{' / '.join(f'{n}/{len(xs[0])}' for n in agree)} | {100 * mean:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] |")
+            lines.append(
+                f"| {prefix}{a} − {prefix}{b} | {','.join(map(str, seeds))} | "
+                f"{' / '.join(f'{100 * (x.mean() - y.mean()):+.1f}' for x, y in zip(xs, ys))} | "
+                f"{' / '.join(f'{n}/{len(xs[0])}' for n in agree)} | {100 * mean:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] |"
+            )
     lines += ["", "## Confusion matrices (summed over seeds; rows gold, columns predicted)", ""]
     for setting, seeds in sorted(cells.items()):
         k = len(seeds[min(seeds)][1][0]["scores"])

@@ -46,22 +46,45 @@ def run_cell(results: Path, name: str, data: str, max_length: int, args: list[st
     out = RUNS / name
     if (out / "FINISHED").exists():  # finished but its summary was lost: rerun the (seeded) cell from scratch
         shutil.rmtree(out)
-    command = [PRIVLM, "train", "--model", "smollm2-135m", "--data", data, "--task", "classify",
-               "--max-length", str(max_length), "--cache-dir", str(RUNS / f"cache-{data}-T{max_length}"),
-               "--checkpoint-every", "50", *args, "--out", str(out), "--resume", "--json"]
+    command = [
+        PRIVLM,
+        "train",
+        "--model",
+        "smollm2-135m",
+        "--data",
+        data,
+        "--task",
+        "classify",
+        "--max-length",
+        str(max_length),
+        "--cache-dir",
+        str(RUNS / f"cache-{data}-T{max_length}"),
+        "--checkpoint-every",
+        "50",
+        *args,
+        "--out",
+        str(out),
+        "--resume",
+        "--json",
+    ]
     shown = " ".join(c if c != PRIVLM else "privlm" for c in command).replace(str(ROOT) + "/", "")
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sys.stderr, cwd=ROOT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=sys.stderr, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     stdout = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
         print(f"{name}: failed (status {status})", flush=True)
         return None
     summary = json.loads(stdout)
-    summary.update(cell=name, command=shown, cell_wall_s=round(time.perf_counter() - start, 1),
-                   peak_rss_mb=round(usage.ru_maxrss / 1024, 1))
+    summary.update(
+        cell=name,
+        command=shown,
+        cell_wall_s=round(time.perf_counter() - start, 1),
+        peak_rss_mb=round(usage.ru_maxrss / 1024, 1),
+    )
     (results / "predictions").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "predictions.jsonl", results / "predictions" / f"{name}.jsonl")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -79,14 +102,37 @@ def recipe() -> dict:
     scored = []
     for lr, epochs, batch in GRID:
         name = f"tweets-lr{lr:g}-ep{epochs}-b{batch}"
-        summary = run_cell(results, name, "tweets", 256, ["--epsilon", "3", "--norm-mode", "mixed", "--seed", "0",
-                                                          "--lr", str(lr), "--epochs", str(epochs), "--batch-size", str(batch)])
+        summary = run_cell(
+            results,
+            name,
+            "tweets",
+            256,
+            [
+                "--epsilon",
+                "3",
+                "--norm-mode",
+                "mixed",
+                "--seed",
+                "0",
+                "--lr",
+                str(lr),
+                "--epochs",
+                str(epochs),
+                "--batch-size",
+                str(batch),
+            ],
+        )
         if summary is None:
             sys.exit(f"recipe cell {name} failed")
         scored.append((summary["test"]["accuracy"], -GRID.index((lr, epochs, batch)), lr, epochs, batch))
     accuracy, _, lr, epochs, batch = max(scored)
-    chosen = {"lr": lr, "epochs": epochs, "batch_size": batch, "tweets_test_accuracy": accuracy,
-              "chosen_on": "tweets (seeded 80/10/10 split, test split), eps=3, mixed, seed 0; not a reported data set"}
+    chosen = {
+        "lr": lr,
+        "epochs": epochs,
+        "batch_size": batch,
+        "tweets_test_accuracy": accuracy,
+        "chosen_on": "tweets (seeded 80/10/10 split, test split), eps=3, mixed, seed 0; not a reported data set",
+    }
     path.write_text(json.dumps(chosen, indent=2) + "\n")
     return chosen
 
@@ -98,27 +144,67 @@ def main() -> None:
     private3 = ["--epsilon", "3", "--delta", "1e-5"]
     cells = []
     for seed in SEEDS:
-        cells += [(BBC, f"bbc-T256-eps3-mixed-s{seed}", "bbc-news", 256, [*private3, "--norm-mode", "mixed"], seed),
-                  (BBC, f"bbc-T256-eps3-hutchinson32-s{seed}", "bbc-news", 256,
-                   [*private3, "--norm-mode", "hutchinson", "--probes", "32"], seed),
-                  (BBC, f"bbc-T256-nondp-s{seed}", "bbc-news", 256, ["--no-dp"], seed)]
+        cells += [
+            (BBC, f"bbc-T256-eps3-mixed-s{seed}", "bbc-news", 256, [*private3, "--norm-mode", "mixed"], seed),
+            (
+                BBC,
+                f"bbc-T256-eps3-hutchinson32-s{seed}",
+                "bbc-news",
+                256,
+                [*private3, "--norm-mode", "hutchinson", "--probes", "32"],
+                seed,
+            ),
+            (BBC, f"bbc-T256-nondp-s{seed}", "bbc-news", 256, ["--no-dp"], seed),
+        ]
     for seed in SEEDS:
         for mode in ("hutchinson", "hutchpp"):
-            cells.append((BBC, f"bbc-T256-eps0.7-{mode}32-s{seed}", "bbc-news", 256,
-                          ["--epsilon", "0.7", "--delta", "1e-5", "--norm-mode", mode, "--probes", "32"], seed))
+            cells.append(
+                (
+                    BBC,
+                    f"bbc-T256-eps0.7-{mode}32-s{seed}",
+                    "bbc-news",
+                    256,
+                    ["--epsilon", "0.7", "--delta", "1e-5", "--norm-mode", mode, "--probes", "32"],
+                    seed,
+                )
+            )
     for seed in SEEDS:
-        cells += [(RT, f"rt-eps3-mixed-s{seed}", "rotten-tomatoes", 256, [*private3, "--norm-mode", "mixed"], seed),
-                  (RT, f"rt-eps3-hutchinson32-s{seed}", "rotten-tomatoes", 256,
-                   [*private3, "--norm-mode", "hutchinson", "--probes", "32"], seed),
-                  (RT, f"rt-nondp-s{seed}", "rotten-tomatoes", 256, ["--no-dp"], seed)]
-    cells += [(BBC, "bbc-T1024-eps3-hutchinson32-s0", "bbc-news", 1024,
-               [*private3, "--norm-mode", "hutchinson", "--probes", "32"], 0),
-              (BBC, "bbc-T1024-eps3-mixed-s0", "bbc-news", 1024, [*private3, "--norm-mode", "mixed"], 0),
-              (BBC, "bbc-T1024-nondp-s0", "bbc-news", 1024, ["--no-dp"], 0)]
+        cells += [
+            (RT, f"rt-eps3-mixed-s{seed}", "rotten-tomatoes", 256, [*private3, "--norm-mode", "mixed"], seed),
+            (
+                RT,
+                f"rt-eps3-hutchinson32-s{seed}",
+                "rotten-tomatoes",
+                256,
+                [*private3, "--norm-mode", "hutchinson", "--probes", "32"],
+                seed,
+            ),
+            (RT, f"rt-nondp-s{seed}", "rotten-tomatoes", 256, ["--no-dp"], seed),
+        ]
+    cells += [
+        (
+            BBC,
+            "bbc-T1024-eps3-hutchinson32-s0",
+            "bbc-news",
+            1024,
+            [*private3, "--norm-mode", "hutchinson", "--probes", "32"],
+            0,
+        ),
+        (BBC, "bbc-T1024-eps3-mixed-s0", "bbc-news", 1024, [*private3, "--norm-mode", "mixed"], 0),
+        (BBC, "bbc-T1024-nondp-s0", "bbc-news", 1024, ["--no-dp"], 0),
+    ]
     for eps in ("1", "4"):
-        cells += [(RT, f"rt-eps{eps}-hutchinson32-s{seed}", "rotten-tomatoes", 256,
-                   ["--epsilon", eps, "--delta", "1e-5", "--norm-mode", "hutchinson", "--probes", "32"], seed)
-                  for seed in SEEDS]
+        cells += [
+            (
+                RT,
+                f"rt-eps{eps}-hutchinson32-s{seed}",
+                "rotten-tomatoes",
+                256,
+                ["--epsilon", eps, "--delta", "1e-5", "--norm-mode", "hutchinson", "--probes", "32"],
+                seed,
+            )
+            for seed in SEEDS
+        ]
     for results, name, data, max_length, args, seed in cells:
         run_cell(results, name, data, max_length, [*args, *hyper, "--seed", str(seed)])
     print(f"[{time.strftime('%H:%M:%S')}] all cells done", flush=True)

@@ -18,9 +18,11 @@ from privlm.training.loop import TrainConfig
 from privlm.training.run import evaluate_session, set_up
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = (("bbc-news", 256, ROOT / "results" / "bbc_news_v2", "bbc-T256"),
-            ("bbc-news", 1024, ROOT / "results" / "bbc_news_v2", "bbc-T1024"),
-            ("rotten-tomatoes", 256, ROOT / "results" / "rotten_tomatoes_dpft", "rt"))
+SETTINGS = (
+    ("bbc-news", 256, ROOT / "results" / "bbc_news_v2", "bbc-T256"),
+    ("bbc-news", 1024, ROOT / "results" / "bbc_news_v2", "bbc-T1024"),
+    ("rotten-tomatoes", 256, ROOT / "results" / "rotten_tomatoes_dpft", "rt"),
+)
 
 for data, max_length, results, setting in SETTINGS:
     cache = ROOT / "runs" / "bbc_news_v2" / f"cache-{data}-T{max_length}"
@@ -35,7 +37,12 @@ for data, max_length, results, setting in SETTINGS:
     (results / "predictions").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(scratch / "predictions.jsonl", results / "predictions" / f"{name}.jsonl")
     shutil.rmtree(scratch)
-    summary = {"cell": name, "data": data, "max_length": max_length, "test": metrics,
-               "note": "untrained label-word head on the cached (bfloat16) features: the zero-shot classifier"}
+    summary = {
+        "cell": name,
+        "data": data,
+        "max_length": max_length,
+        "test": metrics,
+        "note": "untrained label-word head on the cached (bfloat16) features: the zero-shot classifier",
+    }
     (results / "cells" / f"{name}.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(name, metrics)

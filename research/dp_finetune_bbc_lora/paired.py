@@ -34,8 +34,11 @@ for cell in ("zero-shot", "exact-mixed", "hutchinson-k32", "non-private"):
     correct[cell] = predicted == labels
     confusion = np.zeros((len(summary["classes"]),) * 2, dtype=int)
     np.add.at(confusion, (labels, predicted), 1)
-    summary[cell] = {"accuracy": float(correct[cell].mean()), "n_test": int(labels.size),
-                     "confusion_true_by_predicted": confusion.tolist()}
+    summary[cell] = {
+        "accuracy": float(correct[cell].mean()),
+        "n_test": int(labels.size),
+        "confusion_true_by_predicted": confusion.tolist(),
+    }
 a, b = correct["hutchinson-k32"], correct["exact-mixed"]
 rng = np.random.default_rng(0)
 idx = rng.integers(0, a.size, size=(10_000, a.size))
@@ -43,11 +46,15 @@ diffs = a[idx].mean(1) - b[idx].mean(1)
 summary["hutchinson_minus_exact"] = {
     "difference": float(a.mean() - b.mean()),
     "paired_bootstrap_95": [float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))],
-    "both_right": int((a & b).sum()), "only_hutchinson": int((a & ~b).sum()),
-    "only_exact": int((~a & b).sum()), "both_wrong": int((~a & ~b).sum()),
+    "both_right": int((a & b).sum()),
+    "only_hutchinson": int((a & ~b).sum()),
+    "only_exact": int((~a & b).sum()),
+    "both_wrong": int((~a & ~b).sum()),
 }
 summary["wall_s"] = round(time.perf_counter() - start, 1)
 summary["private_release"] = False  # the cells were trained with --seed 0: whoever knows it can regenerate the noise
-summary["private_release_note"] = "predictions of the adapters trained with --seed 0 (and --no-dp): not a private release"
+summary["private_release_note"] = (
+    "predictions of the adapters trained with --seed 0 (and --no-dp): not a private release"
+)
 (HERE / "paired.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps(summary, indent=2))

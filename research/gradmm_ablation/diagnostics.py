@@ -48,14 +48,14 @@ def target_structure(targets: torch.Tensor, label_tokens: tuple[int, ...]) -> di
     """Share of each class target's squared norm in the label-token rows, and the classes' cosine."""
     flat = targets.flatten(1)
     return {
-        "label_row_energy_share": [
-            float(t[list(label_tokens)].norm() ** 2 / t.norm() ** 2) for t in targets
-        ],
+        "label_row_energy_share": [float(t[list(label_tokens)].norm() ** 2 / t.norm() ** 2) for t in targets],
         "cos_between_class_targets": float(F.cosine_similarity(flat[0], flat[1], dim=0)),
     }
 
 
-def _row_losses(hidden: torch.Tensor, probs: torch.Tensor, label_token: int, target: torch.Tensor, rows: torch.Tensor) -> np.ndarray:
+def _row_losses(
+    hidden: torch.Tensor, probs: torch.Tensor, label_token: int, target: torch.Tensor, rows: torch.Tensor
+) -> np.ndarray:
     """Per-example ``1 − cos`` restricted to the vocabulary rows ``rows`` (bool, V) of the LM-head gradient."""
     resid = probs.clone()
     resid[:, label_token] -= 1.0
@@ -65,10 +65,14 @@ def _row_losses(hidden: torch.Tensor, probs: torch.Tensor, label_token: int, tar
 
 
 @torch.no_grad()
-def class_signal(model, tokenizer, prompt, targets: torch.Tensor, texts: list[tuple[str, int]], max_tokens: int) -> dict:
+def class_signal(
+    model, tokenizer, prompt, targets: torch.Tensor, texts: list[tuple[str, int]], max_tokens: int
+) -> dict:
     """Per-example matching losses of real held-out texts against each class target (see module docstring),
     over all vocabulary rows (GRADMM's objective), the label-token rows only, and the other rows only."""
-    hidden = torch.cat([last_hidden_from_ids(model, [encode_text(tokenizer, prompt, t, max_tokens)]) for t, _ in texts]).float()
+    hidden = torch.cat(
+        [last_hidden_from_ids(model, [encode_text(tokenizer, prompt, t, max_tokens)]) for t, _ in texts]
+    ).float()
     probs = torch.softmax(head_logits(model, hidden).float(), dim=-1)
     targets = targets.float()
     labels = torch.zeros(targets.shape[1], dtype=torch.bool)
@@ -76,9 +80,13 @@ def class_signal(model, tokenizer, prompt, targets: torch.Tensor, texts: list[tu
     truth = np.array([k for _, k in texts])
     out: dict = {}
     for name, rows in (("all_rows", torch.ones_like(labels)), ("label_rows", labels), ("other_rows", ~labels)):
-        losses = np.stack([_row_losses(hidden, probs, tok, targets[c], rows) for c, tok in enumerate(prompt.label_token_ids)], 1)
+        losses = np.stack(
+            [_row_losses(hidden, probs, tok, targets[c], rows) for c, tok in enumerate(prompt.label_token_ids)], 1
+        )
         if name == "all_rows":  # the library's objective, computed independently
-            lib = per_example_matching_loss(hidden, head_logits(model, hidden).float(), prompt.label_token_ids[0], targets[0])
+            lib = per_example_matching_loss(
+                hidden, head_logits(model, hidden).float(), prompt.label_token_ids[0], targets[0]
+            )
             assert np.allclose(lib.numpy(), losses[:, 0], atol=1e-4)
         for c in range(losses.shape[1]):
             own = (truth == c).astype(int)
@@ -99,7 +107,8 @@ def dp_targets(model, tokenizer, pool, prompt, clean: torch.Tensor, max_tokens: 
         factors = private_factors(model, tokenizer, pool, prompt, max_tokens=max_tokens)
         release = draw_release(model, prompt, factors, epsilon=epsilon, delta=1e-5, max_tokens=max_tokens)
         out[str(epsilon)] = {
-            "noise_multiplier": release.noise_multiplier, "noise_norm_per_class": release.noise_norm(),
+            "noise_multiplier": release.noise_multiplier,
+            "noise_norm_per_class": release.noise_norm(),
             "cos_with_no_dp_target": [
                 float(F.cosine_similarity(release.targets[c].flatten().float(), clean[c].flatten().float(), dim=0))
                 for c in range(len(clean))
@@ -119,17 +128,25 @@ def admm_trace(objective, projector: Projector, start: torch.Tensor, rho: float,
         match = objective(x)
         (grad_match,) = torch.autograd.grad(match, x, retain_graph=True)
         (match + 0.5 * rho * (x - x0).pow(2).sum()).backward()
-        trace.append({
-            "step": step, "match": match.item(), "grad_match_norm": grad_match.norm().item(),
-            "grad_penalty_norm": (rho * (x - x0)).norm().item(),
-            "rms_move": (x - x0).pow(2).mean().sqrt().item(),
-        })
+        trace.append(
+            {
+                "step": step,
+                "match": match.item(),
+                "grad_match_norm": grad_match.norm().item(),
+                "grad_penalty_norm": (rho * (x - x0)).norm().item(),
+                "rms_move": (x - x0).pow(2).mean().sqrt().item(),
+            }
+        )
         opt.step()
     ids = projector(x.detach())
     with torch.no_grad():
         return {
-            "rho": rho, "lr": lr, "steps": steps, "trace": trace,
-            "match_start": objective(x0).item(), "match_continuous": objective(x.detach()).item(),
+            "rho": rho,
+            "lr": lr,
+            "steps": steps,
+            "trace": trace,
+            "match_start": objective(x0).item(),
+            "match_continuous": objective(x.detach()).item(),
             "match_projected": objective(projector.embed(ids)).item(),
             "tokens_changed_by_projection": float((ids != start).float().mean()),
         }
@@ -149,8 +166,13 @@ def main() -> None:
     model.requires_grad_(False)
     prompt = build_prompt(tokenizer, train.verbalizer.template, train.verbalizer.label_words, train.label_names)
     release = draw_release(  # all rows: the measurements below are about the full (paper's) release
-        model, prompt, private_factors(model, tokenizer, pool, prompt, max_tokens=config.max_private_tokens),
-        epsilon=None, delta=None, dp=False, max_tokens=config.max_private_tokens,
+        model,
+        prompt,
+        private_factors(model, tokenizer, pool, prompt, max_tokens=config.max_private_tokens),
+        epsilon=None,
+        delta=None,
+        dp=False,
+        max_tokens=config.max_private_tokens,
     )
     targets = release.targets
     projector = Projector(model, tokenizer, projection_context(tokenizer, prompt), config.top_k)
@@ -159,8 +181,13 @@ def main() -> None:
     steps = config.outer_steps * config.inner_steps
     result = {
         "command": "python research/gradmm_ablation/diagnostics.py --out " + str(args.out),
-        "setting": {"model": "smollm2-135m", "dataset": "rotten-tomatoes", "pool_per_class": 50,
-                    "held_out_per_class": 50, "gradmm": config.to_dict()},
+        "setting": {
+            "model": "smollm2-135m",
+            "dataset": "rotten-tomatoes",
+            "pool_per_class": 50,
+            "held_out_per_class": 50,
+            "gradmm": config.to_dict(),
+        },
         "target_structure": target_structure(targets, prompt.label_token_ids),
         "class_signal_held_out": class_signal(model, tokenizer, prompt, targets, held_out, config.max_private_tokens),
         "dp_targets": dp_targets(model, tokenizer, pool, prompt, targets, config.max_private_tokens),

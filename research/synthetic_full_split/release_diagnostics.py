@@ -85,10 +85,13 @@ def survival(model, prompt: Prompt, factors: PrivateFactors, rows, draws: int) -
 def class_signal(model, prompt: Prompt, targets: torch.Tensor, rows, held_out: PrivateFactors) -> dict:
     """AUCs of the per-example matching loss on held-out texts (see module docstring, item 3)."""
     logits = head_logits(model, held_out.hidden)
-    losses = np.stack([
-        per_example_matching_loss(held_out.hidden, logits, tok, targets[c].to(held_out.hidden.dtype), rows).numpy()
-        for c, tok in enumerate(prompt.label_token_ids)
-    ], axis=1)
+    losses = np.stack(
+        [
+            per_example_matching_loss(held_out.hidden, logits, tok, targets[c].to(held_out.hidden.dtype), rows).numpy()
+            for c, tok in enumerate(prompt.label_token_ids)
+        ],
+        axis=1,
+    )
     truth = held_out.labels.numpy()
     out = {}
     for c in range(losses.shape[1]):
@@ -105,10 +108,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("research/synthetic_full_split/release_diagnostics.json"))
     parser.add_argument("--draws", type=int, default=3)
-    parser.add_argument("--factors", type=Path, default=None,
-                        help="the whole split's factors cached by the rotten_tomatoes_full experiment "
-                        "(work/private-cache/…/gradmm-factors-*.pt: same model, prompt and max tokens), "
-                        "instead of a second pass over the data")
+    parser.add_argument(
+        "--factors",
+        type=Path,
+        default=None,
+        help="the whole split's factors cached by the rotten_tomatoes_full experiment "
+        "(work/private-cache/…/gradmm-factors-*.pt: same model, prompt and max tokens), "
+        "instead of a second pass over the data",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     max_tokens = make_config("demo").max_private_tokens
@@ -117,25 +124,41 @@ def main() -> None:
     model, tokenizer = load_model("smollm2-135m", seed=0)
     model.requires_grad_(False)
     prompt = build_prompt(tokenizer, train.verbalizer.template, train.verbalizer.label_words, train.label_names)
-    whole = (PrivateFactors.load(args.factors) if args.factors is not None
-             else private_factors(model, tokenizer, list(train.examples), prompt, max_tokens=max_tokens))
+    whole = (
+        PrivateFactors.load(args.factors)
+        if args.factors is not None
+        else private_factors(model, tokenizer, list(train.examples), prompt, max_tokens=max_tokens)
+    )
     if len(whole.labels) != len(train.examples):
-        raise SystemExit(f"{args.factors} holds {len(whole.labels)} examples, not the train split's {len(train.examples)}")
+        raise SystemExit(
+            f"{args.factors} holds {len(whole.labels)} examples, not the train split's {len(train.examples)}"
+        )
     small_pool = [train.examples[i] for i in per_class_indices(train.labels, 50, 0)]
-    sets = {"pool_50_per_class": private_factors(model, tokenizer, small_pool, prompt, max_tokens=max_tokens),
-            "whole_train_split": whole}
+    sets = {
+        "pool_50_per_class": private_factors(model, tokenizer, small_pool, prompt, max_tokens=max_tokens),
+        "whole_train_split": whole,
+    }
     held_out = private_factors(model, tokenizer, list(validation.examples), prompt, max_tokens=max_tokens)
     result: dict = {
         "command": f"OMP_NUM_THREADS=1 python research/synthetic_full_split/release_diagnostics.py --out {args.out}"
         + (f" --factors {args.factors}" if args.factors else ""),
-        "setting": {"model": "smollm2-135m", "dataset": "rotten-tomatoes", "data_seed": 0, "clip": 1.0,
-                    "delta": DELTA, "max_private_tokens": max_tokens, "held_out": "validation split",
-                    "held_out_size": len(validation.examples)},
+        "setting": {
+            "model": "smollm2-135m",
+            "dataset": "rotten-tomatoes",
+            "data_seed": 0,
+            "clip": 1.0,
+            "delta": DELTA,
+            "max_private_tokens": max_tokens,
+            "held_out": "validation split",
+            "held_out_size": len(validation.examples),
+        },
     }
     for kind in RELEASES:
         rows = released_rows(prompt, kind)
-        entry: dict = {"released_dim_per_class": (len(rows) if rows else model.get_output_embeddings().weight.shape[0])
-                       * whole.hidden.shape[1]}
+        entry: dict = {
+            "released_dim_per_class": (len(rows) if rows else model.get_output_embeddings().weight.shape[0])
+            * whole.hidden.shape[1]
+        }
         for name, factors in sets.items():
             entry[name] = survival(model, prompt, factors, rows, args.draws)
         targets = {

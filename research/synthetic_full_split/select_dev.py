@@ -56,8 +56,10 @@ def main() -> None:
     model.requires_grad_(False)
     val = load_dataset("rotten-tomatoes", "validation", seed=0)
     prompt = build_prompt(tokenizer, val.verbalizer.suffix, val.verbalizer.label_words, val.label_names)
-    releases = {name: Release.load(ROOT / name / "synthetic.jsonl.gradmm" / "release.pt")
-                for name in (args.cell, args.noise_cell)}
+    releases = {
+        name: Release.load(ROOT / name / "synthetic.jsonl.gradmm" / "release.pt")
+        for name in (args.cell, args.noise_cell)
+    }
     (pool_dir,) = list((ROOT / "public-candidates").iterdir())
     cands = []
     for f in sorted(pool_dir.iterdir()):
@@ -92,8 +94,11 @@ def main() -> None:
                 gram, inner = match_terms(model, release, sub, labs)
                 picks_set += [int(idx[j]) for j in greedy_match(gram, inner, args.n)]
                 picks_set_own += [int(idx[j]) for j in greedy_match(gram[:1], inner[:1], args.n)]
-                cos = inner / gram.diagonal(dim1=1, dim2=2).sqrt() / torch.stack(
-                    [release.targets[lab].double().norm() for lab in labs])[:, None]
+                cos = (
+                    inner
+                    / gram.diagonal(dim1=1, dim2=2).sqrt()
+                    / torch.stack([release.targets[lab].double().norm() for lab in labs])[:, None]
+                )
                 contrast = (cos[0] - cos[1]).numpy()
                 picks_rank += [int(idx[j]) for j in np.argsort(-contrast, kind="stable")[: args.n]]
                 margin = (proj[idx] - mid) * (1 if k == 1 else -1)
@@ -103,8 +108,14 @@ def main() -> None:
             score(f"{kind}:rank-contrastive{tag}", picks_rank)
             score(f"{kind}:rank-margin{tag}", picks_margin)
     summary = {k: {"mean": float(np.mean(v)), "sd": float(np.std(v)), "runs": len(v)} for k, v in results.items()}
-    summary["_meta"] = {"pool": len(cands), "per_class_after_filter": [int(((labels == k) & (predicted == k)).sum()) for k in (0, 1)],
-                        "validation": len(val_y), "n": args.n, "cell": args.cell, "noise_cell": args.noise_cell}
+    summary["_meta"] = {
+        "pool": len(cands),
+        "per_class_after_filter": [int(((labels == k) & (predicted == k)).sum()) for k in (0, 1)],
+        "validation": len(val_y),
+        "n": args.n,
+        "cell": args.cell,
+        "noise_cell": args.noise_cell,
+    }
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     for k, v in summary.items():
         print(k, v)

@@ -19,8 +19,19 @@ HERE = Path(__file__).resolve().parent
 DPFT = HERE.parent / "rotten_tomatoes_dpft"
 TEST_SIZE, DATA_SEED = 300, 0  # research/synthetic_methods/config.toml
 FOLDERS = (HERE, HERE.parent / "rotten_tomatoes_full")
-METHODS = ("pe", "dp-finetune-gen", "gradmm", "gradmm@contrast", "gradmm@instruct", "gradmm@instruct-own", "gradmm@noise",
-           "gradmm@instruct-noise", "zero-shot", "random", "herding")
+METHODS = (
+    "pe",
+    "dp-finetune-gen",
+    "gradmm",
+    "gradmm@contrast",
+    "gradmm@instruct",
+    "gradmm@instruct-own",
+    "gradmm@noise",
+    "gradmm@instruct-noise",
+    "zero-shot",
+    "random",
+    "herding",
+)
 
 
 def rows() -> list[dict]:
@@ -62,8 +73,10 @@ def table() -> str:
     for row in rows():
         if row["method"] in METHODS and row["n_per_class"] in (20, 100):
             cells[(row["method"], row["epsilon"])][row["n_per_class"]].append(row)
-    lines = ["| method | ε | n = 20: accuracy % (seeds) | set s | n = 100: accuracy % (seeds) | set s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| method | ε | n = 20: accuracy % (seeds) | set s | n = 100: accuracy % (seeds) | set s |",
+        "|---|---|---|---|---|---|",
+    ]
     for method in METHODS:
         for eps in (1.0, 4.0, None):
             if (method, eps) not in cells:
@@ -76,16 +89,20 @@ def table() -> str:
                     continue
                 acc = [100 * r["accuracy"] for r in found]
                 sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
-                parts += [f"{statistics.mean(acc):.1f} ± {sd:.1f} ({len(acc)})",
-                          f"{statistics.mean(r['set_s'] for r in found):.0f}"]
+                parts += [
+                    f"{statistics.mean(acc):.1f} ± {sd:.1f} ({len(acc)})",
+                    f"{statistics.mean(r['set_s'] for r in found):.0f}",
+                ]
             lines.append(f"| {method} | {'none' if eps is None else f'{eps:g}'} | " + " | ".join(parts) + " |")
     for eps, found in sorted(direct_rows().items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         acc = [a for a, _ in found]
         sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
         cell = f"{statistics.mean(acc):.1f} ± {sd:.1f} ({len(acc)})"
         train_s = f"{statistics.mean(t for _, t in found):.0f}"
-        lines.append(f"| DP fine-tuning directly (all 8,453, head-only) | {'none' if eps is None else eps} | "
-                     f"{cell} | {train_s} | {cell} | {train_s} |")
+        lines.append(
+            f"| DP fine-tuning directly (all 8,453, head-only) | {'none' if eps is None else eps} | "
+            f"{cell} | {train_s} | {cell} | {train_s} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -23,8 +23,22 @@ def _run(argv, capsys):
 
 def test_small_audit_passes_and_finds_leakage(capsys, tmp_path):
     """The CI audit: white-box canaries on the tiny model, exact and hutchinson, accounted ε = 8."""
-    code, out, _ = _run(["audit", "--quick", "--mechanisms", "dpsgd-whitebox", "--modes", "exact,hutchinson",
-                         "--epsilons", "8", "--json", "--out", str(tmp_path)], capsys)
+    code, out, _ = _run(
+        [
+            "audit",
+            "--quick",
+            "--mechanisms",
+            "dpsgd-whitebox",
+            "--modes",
+            "exact,hutchinson",
+            "--epsilons",
+            "8",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+        capsys,
+    )
     rows = json.loads(out)
     assert code == 0 and len(rows) == 2
     assert all(0.3 < r["epsilon_lower_bound"] <= r["accounted_epsilon"] <= 8.0 for r in rows)
@@ -32,17 +46,37 @@ def test_small_audit_passes_and_finds_leakage(capsys, tmp_path):
 
 
 def test_broken_mechanism_exits_1_and_is_named(capsys, skipped_clipping):
-    code, _, err = _run(["audit", "--quick", "--mechanisms", "dpsgd-whitebox", "--modes", "exact",
-                         "--epsilons", "1", "--canary-norm", "10"], capsys)
+    code, _, err = _run(
+        [
+            "audit",
+            "--quick",
+            "--mechanisms",
+            "dpsgd-whitebox",
+            "--modes",
+            "exact",
+            "--epsilons",
+            "1",
+            "--canary-norm",
+            "10",
+        ],
+        capsys,
+    )
     assert code == 1, err
     assert "VIOLATION: dpsgd-whitebox (exact, target ε=1)" in " ".join(err.split())
 
 
 @pytest.mark.parametrize(
     "args",
-    [["--mechanisms", "nope"], ["--epsilons", "one"], ["--epsilons", "-1"], ["--delta", "2"],
-     ["--canaries", "1"], ["--canary-norm", "0.5"], ["--modes", "full", "--mechanisms", "dpsgd-whitebox"],
-     ["--mechanisms", ","]],
+    [
+        ["--mechanisms", "nope"],
+        ["--epsilons", "one"],
+        ["--epsilons", "-1"],
+        ["--delta", "2"],
+        ["--canaries", "1"],
+        ["--canary-norm", "0.5"],
+        ["--modes", "full", "--mechanisms", "dpsgd-whitebox"],
+        ["--mechanisms", ","],
+    ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, args):
     code, _, err = _run(["audit", "--quick", *args], capsys)

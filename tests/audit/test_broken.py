@@ -13,14 +13,20 @@ from privlm.audit.training import RunSettings
 DELTA = 1e-5
 
 
-def _audit(canaries: GradientCanaries | ShiftCanaries, settings: RunSettings, guess_counts: tuple[int, ...] | None = None):
+def _audit(
+    canaries: GradientCanaries | ShiftCanaries, settings: RunSettings, guess_counts: tuple[int, ...] | None = None
+):
     outcome = canaries.run(settings)
     return best_lower_bound(outcome.scores, outcome.included, outcome.delta, guess_counts=guess_counts), outcome
 
 
 # One full-batch step (q = 1) at a claimed ε = 2: σ/2 doubles the Gaussian's μ (0.50 → 1.00); 10,000
 # canaries and 500 guesses (fixed in advance) then reach ≈ 2.1–2.6 (20 simulated seeds: mean 2.33, min 2.06).
-HALF_NOISE = (GradientCanaries(canaries=10_000, real_examples=0), RunSettings(norm_mode="exact", epsilon=2.0, delta=DELTA, sample_rate=1.0, steps=1), (500,))
+HALF_NOISE = (
+    GradientCanaries(canaries=10_000, real_examples=0),
+    RunSettings(norm_mode="exact", epsilon=2.0, delta=DELTA, sample_rate=1.0, steps=1),
+    (500,),
+)
 
 
 def test_halved_noise_is_caught(halved_noise):
@@ -38,8 +44,10 @@ def test_the_same_audit_passes_the_unbroken_mechanism():
 @pytest.mark.parametrize("mode", ["exact", "hutchinson"])
 def test_skipped_clipping_is_caught(skipped_clipping, mode):
     """Canaries of norm 10·C, left unclipped, move their coordinate ten times what is accounted."""
-    bound, outcome = _audit(GradientCanaries(canaries=500, canary_norm=10.0, real_examples=0),
-                            RunSettings(norm_mode=mode, epsilon=2.0, delta=DELTA, sample_rate=0.5, steps=10))
+    bound, outcome = _audit(
+        GradientCanaries(canaries=500, canary_norm=10.0, real_examples=0),
+        RunSettings(norm_mode=mode, epsilon=2.0, delta=DELTA, sample_rate=0.5, steps=10),
+    )
     assert bound.epsilon > outcome.accounted_epsilon, (bound, outcome.accounted_epsilon)
 
 
@@ -48,12 +56,28 @@ def test_skipped_clipping_is_caught(skipped_clipping, mode):
 # ε = 2 at δ = 1e-4: σ = 3.13 (4.3 at δ = 1e-5, where the k = 8 envelope's tail dominates; m·δ = 0.013
 # costs the bound almost nothing), 64 guesses fixed in advance. Seed 0: 63 of 64 right, bound 2.54 (the
 # fixed clipper: 37 of 64, bound 0).
-SHIFT = (ShiftCanaries(canaries=128, columns=8, run_length=120),
-         RunSettings(norm_mode="hutchinson", epsilon=2.0, delta=1e-4, sample_rate=1.0, steps=1, probes=8, physical_batch_size=2), (64,))
+SHIFT = (
+    ShiftCanaries(canaries=128, columns=8, run_length=120),
+    RunSettings(
+        norm_mode="hutchinson", epsilon=2.0, delta=1e-4, sample_rate=1.0, steps=1, probes=8, physical_batch_size=2
+    ),
+    (64,),
+)
 # The same design at CI size: σ = 0.5 given (no claim worth exceeding), 32 canaries, 16 guesses.
-SHIFT_SMALL = (ShiftCanaries(canaries=32, columns=4, run_length=10),
-               RunSettings(norm_mode="hutchinson", epsilon=None, delta=1e-4, sample_rate=1.0, steps=1, probes=8, physical_batch_size=2, noise_multiplier=0.5),
-               (16,))
+SHIFT_SMALL = (
+    ShiftCanaries(canaries=32, columns=4, run_length=10),
+    RunSettings(
+        norm_mode="hutchinson",
+        epsilon=None,
+        delta=1e-4,
+        sample_rate=1.0,
+        steps=1,
+        probes=8,
+        physical_batch_size=2,
+        noise_multiplier=0.5,
+    ),
+    (16,),
+)
 
 
 @pytest.mark.slow
@@ -82,6 +106,10 @@ def test_per_step_probes_show_nothing_at_small_noise():
 
 
 def test_all_three_defects_together_are_caught(halved_noise, skipped_clipping, per_micro_batch_probes):
-    bound, outcome = _audit(GradientCanaries(canaries=500, canary_norm=10.0, real_examples=0),
-                            RunSettings(norm_mode="hutchinson", epsilon=2.0, delta=DELTA, sample_rate=0.5, steps=10, physical_batch_size=16))
+    bound, outcome = _audit(
+        GradientCanaries(canaries=500, canary_norm=10.0, real_examples=0),
+        RunSettings(
+            norm_mode="hutchinson", epsilon=2.0, delta=DELTA, sample_rate=0.5, steps=10, physical_batch_size=16
+        ),
+    )
     assert bound.epsilon > outcome.accounted_epsilon, (bound, outcome.accounted_epsilon)

@@ -15,7 +15,9 @@ from privlm.randomness import SecureRandom
 
 
 def _run(mode: str, **kwargs):
-    settings = RunSettings(norm_mode=mode, epsilon=None, delta=1e-5, sample_rate=1.0, steps=1, noise_multiplier=0.2, probes=8, seed=1)
+    settings = RunSettings(
+        norm_mode=mode, epsilon=None, delta=1e-5, sample_rate=1.0, steps=1, noise_multiplier=0.2, probes=8, seed=1
+    )
     return GradientCanaries(canaries=400, real_examples=kwargs.pop("real", 0), **kwargs).run(settings)
 
 
@@ -53,8 +55,9 @@ def test_canary_gradient_is_its_coordinate_alone():
     rows, cols = canaries.grid()
     examples = canaries.examples(np.ones(6, dtype=bool), settings, vocab=2, seed=0)
     model = AuditModel(None, rows, cols)
-    clipper = PerSampleClipper(model, audit_losses, max_grad_norm=100.0, norm_mode="exact",
-                               randomness=SecureRandom.from_seed(0, "probes"))
+    clipper = PerSampleClipper(
+        model, audit_losses, max_grad_norm=100.0, norm_mode="exact", randomness=SecureRandom.from_seed(0, "probes")
+    )
     clipper.begin_step(1)
     try:
         batch = {k: torch.stack([e[k] for e in examples[4:5]]) for k in examples[0]}
@@ -69,7 +72,16 @@ def test_canary_gradient_is_its_coordinate_alone():
 
 def test_loss_release_is_accounted_at_the_effective_multiplier():
     """Canaries pinned at the loss bound, loss release on: σ = 1 is drawn and σ/√(1+α²) accounted."""
-    settings = RunSettings(norm_mode="exact", epsilon=None, delta=1e-5, sample_rate=0.5, steps=5, loss_noise_fraction=0.2, seed=0, noise_multiplier=1.0)
+    settings = RunSettings(
+        norm_mode="exact",
+        epsilon=None,
+        delta=1e-5,
+        sample_rate=0.5,
+        steps=5,
+        loss_noise_fraction=0.2,
+        seed=0,
+        noise_multiplier=1.0,
+    )
     outcome = GradientCanaries(canaries=100, real_examples=0).run(settings)
     q = outcome.details["sample_rate"]
     assert outcome.details["noise_multiplier"] == 1.0
@@ -79,4 +91,6 @@ def test_loss_release_is_accounted_at_the_effective_multiplier():
 @pytest.mark.parametrize("kwargs", [{"canaries": 1}, {"canary_norm": 0.5}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(UserError):
-        GradientCanaries(real_examples=0, **kwargs).run(RunSettings(norm_mode="exact", epsilon=1.0, delta=1e-5, sample_rate=0.5, steps=1))
+        GradientCanaries(real_examples=0, **kwargs).run(
+            RunSettings(norm_mode="exact", epsilon=1.0, delta=1e-5, sample_rate=0.5, steps=1)
+        )

@@ -16,7 +16,9 @@ from privlm.privacy.gaussian import gaussian_noise_multiplier
 
 def test_input_canaries_with_little_noise_are_found():
     """σ = 0.2 on a tiny Llama: trained canaries' losses fall more than untrained ones'."""
-    settings = RunSettings(norm_mode="exact", epsilon=None, delta=1e-5, sample_rate=0.5, steps=5, noise_multiplier=0.2, seed=0)
+    settings = RunSettings(
+        norm_mode="exact", epsilon=None, delta=1e-5, sample_rate=0.5, steps=5, noise_multiplier=0.2, seed=0
+    )
     outcome = InputCanaries(canaries=64).run(settings)
     assert outcome.scores[outcome.included].mean() > outcome.scores[~outcome.included].mean() + 0.05
     assert outcome.details["steps"] == 5 and np.isfinite(outcome.accounted_epsilon)
@@ -51,7 +53,9 @@ def test_gradmm_canaries_reach_a_real_bound_below_the_claim(release, seeded_os_k
 @pytest.mark.slow
 def test_input_canaries_train_smollm2_lora_adapters():
     """The SmolLM2 black-box cell at a smoke size: LoRA on the last 2 blocks, one step."""
-    settings = RunSettings(norm_mode="exact", epsilon=8.0, delta=1e-5, sample_rate=0.5, steps=1, physical_batch_size=16, seed=0)
+    settings = RunSettings(
+        norm_mode="exact", epsilon=8.0, delta=1e-5, sample_rate=0.5, steps=1, physical_batch_size=16, seed=0
+    )
     outcome = InputCanaries(canaries=16, model="smollm2-135m", lora_rank=8, lora_layers=2).run(settings)
     assert outcome.scores.shape == (16,) and np.isfinite(outcome.scores).all()
     assert outcome.details["model"] == "smollm2-135m" and outcome.accounted_epsilon <= 8.0 + 1e-9

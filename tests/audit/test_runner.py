@@ -20,13 +20,19 @@ def test_grid_expands_mechanisms_modes_and_epsilons():
     cells = grid(["dpsgd-whitebox", "gradmm"], None, [1, 8])
     assert len(cells) == (4 + 2) * 2
     assert grid(["dpsgd-whitebox", "dp-loss"], ["hutchinson"], [4]) == [
-        Cell("dpsgd-whitebox", "hutchinson", 4.0), Cell("dp-loss", "hutchinson", 4.0)]
+        Cell("dpsgd-whitebox", "hutchinson", 4.0),
+        Cell("dp-loss", "hutchinson", 4.0),
+    ]
 
 
 @pytest.mark.parametrize(
     ("mechanisms", "modes", "epsilons"),
-    [(["nope"], None, [1]), (["gradmm"], ["exact"], [1]), (["dpsgd-whitebox"], None, [0.0]),
-     (["dpsgd-whitebox"], None, [float("inf")])],
+    [
+        (["nope"], None, [1]),
+        (["gradmm"], ["exact"], [1]),
+        (["dpsgd-whitebox"], None, [0.0]),
+        (["dpsgd-whitebox"], None, [float("inf")]),
+    ],
 )
 def test_grid_refuses_bad_requests(mechanisms, modes, epsilons):
     with pytest.raises(UserError):
@@ -87,8 +93,13 @@ def fixture_mechanism(tmp_path, monkeypatch):
     source = folder / "audit_fixture_mechanism.py"
     source.write_text(_FIXTURE.format(scale=1.0))
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setitem(registry.MECHANISMS, "fixture", registry.AuditedMechanism(
-        "fixture", ("gaussian",), ("pe_canaries",), "audit_fixture_mechanism:run_cell", "test-only Gaussian release"))
+    monkeypatch.setitem(
+        registry.MECHANISMS,
+        "fixture",
+        registry.AuditedMechanism(
+            "fixture", ("gaussian",), ("pe_canaries",), "audit_fixture_mechanism:run_cell", "test-only Gaussian release"
+        ),
+    )
     monkeypatch.delitem(sys.modules, "audit_fixture_mechanism", raising=False)
 
     def break_it():
@@ -98,7 +109,9 @@ def fixture_mechanism(tmp_path, monkeypatch):
     return break_it
 
 
-def test_a_mechanism_broken_after_a_cached_run_is_caught_by_a_rerun_with_the_same_out(tmp_path, fixture_mechanism, capsys):
+def test_a_mechanism_broken_after_a_cached_run_is_caught_by_a_rerun_with_the_same_out(
+    tmp_path, fixture_mechanism, capsys
+):
     """The cache is keyed by the code a cell runs: a stale cell is run again, so the broken code is audited."""
     from privlm.cli import main
 
@@ -153,8 +166,12 @@ def test_scale_fields_are_exactly_the_scale_fields_each_mechanism_reads(monkeypa
 
         return Recorder
 
-    for module, name in ((privlm.audit.gradient, "GradientCanaries"), (privlm.audit.gradmm, "GradmmCanaries"),
-                         (privlm.audit.inputs, "InputCanaries"), (privlm.audit.pe, "PECanaries")):
+    for module, name in (
+        (privlm.audit.gradient, "GradientCanaries"),
+        (privlm.audit.gradmm, "GradmmCanaries"),
+        (privlm.audit.inputs, "InputCanaries"),
+        (privlm.audit.pe, "PECanaries"),
+    ):
         monkeypatch.setattr(module, name, recording(name))
     record = runner.MECHANISMS[mechanism]
     names = [f.name for f in fields(runner.Scale)]
@@ -174,11 +191,21 @@ def test_family_wise_verdicts_and_ceilings():
     """Each verdict is tested at 5 %/K; a cell whose ceiling is not above its claim cannot detect anything."""
     rng = np.random.default_rng(0)
     included = rng.random(1000) < 0.5
-    leaky = {"mechanism": "m", "mode": "x", "epsilon": 1.0, "accounted_epsilon": 1.0, "delta": 1e-5,
-             "seconds": 0.0, "scores": (included + 0.3 * rng.standard_normal(1000)).tolist(), "included": included.tolist()}
+    leaky = {
+        "mechanism": "m",
+        "mode": "x",
+        "epsilon": 1.0,
+        "accounted_epsilon": 1.0,
+        "delta": 1e-5,
+        "seconds": 0.0,
+        "scores": (included + 0.3 * rng.standard_normal(1000)).tolist(),
+        "included": included.tolist(),
+    }
     alone, in_grid = verdict(leaky, 1), verdict(leaky, 39)
     assert alone["family_lower_bound"] == alone["epsilon_lower_bound"]  # a grid of one: no correction
-    assert in_grid["family_lower_bound"] < in_grid["epsilon_lower_bound"] and in_grid["family_ceiling"] < alone["ceiling"]
+    assert (
+        in_grid["family_lower_bound"] < in_grid["epsilon_lower_bound"] and in_grid["family_ceiling"] < alone["ceiling"]
+    )
     assert alone["violation"] and alone["detectable"]
     blind = verdict({**leaky, "accounted_epsilon": 8.0}, 39)
     assert not blind["detectable"] and not blind["violation"] and blind["family_ceiling"] < 8.0
@@ -187,10 +214,25 @@ def test_family_wise_verdicts_and_ceilings():
 
 
 def _row(bound: float, accounted: float) -> dict:
-    return {"mechanism": "dpsgd-whitebox", "mode": "exact", "epsilon": 1.0, "accounted_epsilon": accounted,
-            "epsilon_lower_bound": bound, "family_lower_bound": bound, "violation": bound > accounted,
-            "detectable": True, "guesses": 10, "correct": 9, "canaries": 100, "ceiling": 3.0,
-            "family_ceiling": 3.0, "family_size": 2, "family_confidence": 0.95, "seconds": 1.0, "delta": 1e-5}
+    return {
+        "mechanism": "dpsgd-whitebox",
+        "mode": "exact",
+        "epsilon": 1.0,
+        "accounted_epsilon": accounted,
+        "epsilon_lower_bound": bound,
+        "family_lower_bound": bound,
+        "violation": bound > accounted,
+        "detectable": True,
+        "guesses": 10,
+        "correct": 9,
+        "canaries": 100,
+        "ceiling": 3.0,
+        "family_ceiling": 3.0,
+        "family_size": 2,
+        "family_confidence": 0.95,
+        "seconds": 1.0,
+        "delta": 1e-5,
+    }
 
 
 def test_violations_name_the_mechanism_and_the_table_marks_them():

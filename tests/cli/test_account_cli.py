@@ -40,7 +40,9 @@ def test_side_by_side_json_has_every_kind(capsys) -> None:
 
 
 def test_target_epsilon_prints_calibrated_sigma(capsys) -> None:
-    code, out, _ = _run(BASE + ["--target-epsilon", "2.0", "--clipping", "hutchinson", "--probes", "64", "--json"], capsys)
+    code, out, _ = _run(
+        BASE + ["--target-epsilon", "2.0", "--clipping", "hutchinson", "--probes", "64", "--json"], capsys
+    )
     assert code == 0
     sigma = json.loads(out)["noise_multiplier"]
     assert dpsgd_epsilon(sigma, 0.02, 200, 1e-5, "hutchinson", 64) <= 2.0
@@ -84,4 +86,7 @@ def test_unbounded_epsilon_is_strict_json(capsys) -> None:
     args = BASE + ["--noise-multiplier", "0.5", "--clipping", "hutchinson", "--probes", "1", "--json"]
     code, out, _ = _run(args, capsys)
     assert code == 0
-    assert json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))["epsilon"] == "inf"
+    assert (
+        json.loads(out, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))["epsilon"]
+        == "inf"
+    )

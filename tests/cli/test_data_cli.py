@@ -124,8 +124,9 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path: Path, capsys: pyt
     name_of = {e["text"]: e["label_name"] for e in a["examples"]}
     assert b["examples"] and all(name_of.get(e["text"], "pos") == e["label_name"] == "pos" for e in b["examples"])
     # the rows both files share land in the same split, in the same order
-    assert [e["text"] for e in b["examples"]] == [e["text"] for e in a["examples"] if e["text"] in
-                                                  {x["text"] for x in b["examples"]}]
+    assert [e["text"] for e in b["examples"]] == [
+        e["text"] for e in a["examples"] if e["text"] in {x["text"] for x in b["examples"]}
+    ]
 
 
 def test_labels_for_a_builtin_data_set_must_match(capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,8 +25,11 @@ def label_filter_agrees(monkeypatch) -> None:
         generate, "select", lambda cands, _pred, per_class, n: select(cands, [c.label for c in cands], per_class, n)
     )
     matching = generate.select_matching  # the demo's generate-select: same filter, same agreement
-    monkeypatch.setattr(generate, "select_matching", lambda model, release, cands, _pred, *rest:
-                        matching(model, release, cands, [c.label for c in cands], *rest))
+    monkeypatch.setattr(
+        generate,
+        "select_matching",
+        lambda model, release, cands, _pred, *rest: matching(model, release, cands, [c.label for c in cands], *rest),
+    )
 
 
 def _demo(args: list[str], capsys) -> dict:
@@ -60,15 +63,35 @@ def test_demo_prints_no_size_of_a_user_file_and_names_what_is_not_dp(
 ) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     notes = tmp_path / "notes.jsonl"
-    notes.write_text("".join(json.dumps({"text": f"note {i} about the {'bad' if i % 2 else 'good'} day",
-                                         "label": "bad" if i % 2 else "good"}) + "\n" for i in range(37)))
-    args = ["--model", "tiny-llama", "--data", f"jsonl:{notes}", "--labels", "good,bad", "--per-class", "2",
-            "--eval-test", "0", "--json"]
+    notes.write_text(
+        "".join(
+            json.dumps(
+                {"text": f"note {i} about the {'bad' if i % 2 else 'good'} day", "label": "bad" if i % 2 else "good"}
+            )
+            + "\n"
+            for i in range(37)
+        )
+    )
+    args = [
+        "--model",
+        "tiny-llama",
+        "--data",
+        f"jsonl:{notes}",
+        "--labels",
+        "good,bad",
+        "--per-class",
+        "2",
+        "--eval-test",
+        "0",
+        "--json",
+    ]
     facts = _demo(args, capsys)
     assert "num_examples" not in facts["data"] and "split_sizes" not in facts["data"]
     assert "37" not in json.dumps(facts["data"]) and "not released" in facts["data"]["sizes_note"]
     assert any("random real" in line for line in facts["not_differentially_private"])
-    builtin = _demo(["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "0", "--json"], capsys)
+    builtin = _demo(
+        ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "0", "--json"], capsys
+    )
     assert builtin["data"]["num_examples"] > 0 and builtin["data"]["sizes_note"].startswith("public")
 
 
@@ -94,8 +117,11 @@ def test_demo_rejects_negative_eval_test(capsys) -> None:
     assert "--eval-test must be >= 0 (got -1)" in capsys.readouterr().err
 
 
-FAST_METHODS = {"gradmm": {"preset": "instruct"}, "pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6},
-                "dp-finetune": {"lora_layers": 1}}
+FAST_METHODS = {
+    "gradmm": {"preset": "instruct"},
+    "pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6},
+    "dp-finetune": {"lora_layers": 1},
+}
 TINY = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2"]
 
 
@@ -118,7 +144,9 @@ def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
     accuracies = [run["scores"]["accuracy"] for run in facts["methods"]]
     assert facts["best_method"] == facts["methods"][accuracies.index(max(accuracies))]["method"]
     assert facts["comparison"]["synthetic"] == facts["methods"][0]["scores"]
-    ledgers = {m: p.with_name(p.name + (".gradmm" if m == "gradmm" else ".pe")) / "privacy.json" for m, p in files.items()}
+    ledgers = {
+        m: p.with_name(p.name + (".gradmm" if m == "gradmm" else ".pe")) / "privacy.json" for m, p in files.items()
+    }
     before = {m: path.read_text() for m, path in ledgers.items()}
 
     def no_new_noise(cls):
@@ -138,7 +166,9 @@ def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
     assert "cannot reuse it: give another --out" in capsys.readouterr().err.replace("\n", " ")
     # pe alone would reuse its ε = 2 set but leave the gradmm set beside it uncounted: refused up front
     assert exit_code(["demo", *TINY, "--methods", "pe", "--epsilon", "2", "--delta", "5e-6"]) == 2
-    assert "holds a gradmm set made at (ε=2.0, δ=5e-06) from an earlier demo" in capsys.readouterr().err.replace("\n", " ")
+    assert "holds a gradmm set made at (ε=2.0, δ=5e-06) from an earlier demo" in capsys.readouterr().err.replace(
+        "\n", " "
+    )
 
 
 def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, capsys, label_filter_agrees) -> None:
@@ -150,10 +180,14 @@ def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, caps
     assert "best DP synthetic set" not in printed
 
 
-@pytest.mark.parametrize("methods, fragments", [
-    ("gradmm,magic", ("'magic' is not one", "dp-finetune, gradmm, pe")), ("pe,pe", ("names a method twice",)),
-    (",", ("dp-finetune, gradmm, pe",)),
-])
+@pytest.mark.parametrize(
+    "methods, fragments",
+    [
+        ("gradmm,magic", ("'magic' is not one", "dp-finetune, gradmm, pe")),
+        ("pe,pe", ("names a method twice",)),
+        (",", ("dp-finetune, gradmm, pe",)),
+    ],
+)
 def test_demo_rejects_a_bad_method_list_before_writing(tmp_path: Path, monkeypatch, capsys, methods, fragments) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     assert exit_code(["demo", *TINY, "--methods", methods]) == 2
@@ -163,8 +197,11 @@ def test_demo_rejects_a_bad_method_list_before_writing(tmp_path: Path, monkeypat
 
 
 def test_best_method_is_the_top_accuracy_ties_to_the_first_and_unscored_sets_never_win() -> None:
-    runs = [{"method": "gradmm", "scores": {"accuracy": 0.5}}, {"method": "pe", "scores": {"accuracy": 0.7}},
-            {"method": "dp-finetune", "scores": {"accuracy": 0.7}}]
+    runs = [
+        {"method": "gradmm", "scores": {"accuracy": 0.5}},
+        {"method": "pe", "scores": {"accuracy": 0.7}},
+        {"method": "dp-finetune", "scores": {"accuracy": 0.7}},
+    ]
     assert demo_module.best_method(runs) == "pe"
     assert demo_module.best_method([{"method": "pe", "scores": None}, *runs[:1]]) == "gradmm"
     assert demo_module.best_method([{"method": "pe", "scores": None}]) is None

@@ -15,14 +15,16 @@ GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "l
 BAD = ["slow", "dull", "wooden", "worst", "terrible", "sad", "tired", "long"]
 
 
-
 def write_keyword_rows(path: Path, n: int, seed: int, names: bool) -> None:
     rng = random.Random(seed)
     with path.open("w") as handle:
         for i in range(n):
             label = i % 2
             words = rng.sample(GOOD if label else BAD, 2)
-            row = {"text": f"the film is {words[0]} and {words[1]}", "label": ["bad", "great"][label] if names else label}
+            row = {
+                "text": f"the film is {words[0]} and {words[1]}",
+                "label": ["bad", "great"][label] if names else label,
+            }
             handle.write(json.dumps(row) + "\n")
 
 
@@ -30,11 +32,28 @@ def test_eval_fine_tunes_and_scores_a_tiny_model(tmp_path: Path, capsys: pytest.
     data, train = tmp_path / "data.jsonl", tmp_path / "train.jsonl"
     write_keyword_rows(data, 200, seed=1, names=True)  # public classes, --labels bad,great: bad=0, great=1
     write_keyword_rows(train, 32, seed=2, names=False)
-    code = run(["eval", "--model", "tiny-llama", "--preset", "tiny", "--train", str(train),
-                "--data", f"jsonl:{data}", "--labels", "bad,great", "--select-epoch", "--json"])
+    code = run(
+        [
+            "eval",
+            "--model",
+            "tiny-llama",
+            "--preset",
+            "tiny",
+            "--train",
+            str(train),
+            "--data",
+            f"jsonl:{data}",
+            "--labels",
+            "bad,great",
+            "--select-epoch",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test", labels="bad,great")) and out["n_train"] == 32
+    assert (
+        out["n_test"] == len(load_dataset(f"jsonl:{data}", split="test", labels="bad,great")) and out["n_train"] == 32
+    )
     assert out["accuracy"] >= 0.85 and out["ci_low"] <= out["accuracy"] <= out["ci_high"]
     assert 1 <= out["best_epoch"] <= out["finetune"]["epochs"]
 

@@ -12,12 +12,19 @@ from cli_helpers import exit_code as run
 
 def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"text": f"{w} film number {i}", "label": int(w == "good")}) + "\n"
-                            for i in range(40) for w in ("good", "bad")))
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"{w} film number {i}", "label": int(w == "good")}) + "\n"
+            for i in range(40)
+            for w in ("good", "bad")
+        )
+    )
     toml = tmp_path / "exp.toml"
-    toml.write_text(f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 4\nn_per_class = [2]\n'
-                    'seeds = [0]\ntest_size = 10\nvalidation_size = 4\n[finetune]\npreset = "tiny"\n'
-                    'grid = [{epochs = 1}, {epochs = 2, lr = 1e-2}]\n[methods.random]\n[methods.herding]\n')
+    toml.write_text(
+        f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 4\nn_per_class = [2]\n'
+        'seeds = [0]\ntest_size = 10\nvalidation_size = 4\n[finetune]\npreset = "tiny"\n'
+        "grid = [{epochs = 1}, {epochs = 2, lr = 1e-2}]\n[methods.random]\n[methods.herding]\n"
+    )
     out = tmp_path / "out"
     assert run(["experiment", str(toml), "--out", str(out), "--cells", "random_*", "--json"]) == 0
     assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
@@ -45,7 +52,9 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     toml.write_text("model = 1\n")
     assert run(["experiment", str(toml), "--out", str(out)]) == 2
     assert f"{toml}: missing key 'dataset'" in capsys.readouterr().err
-    toml.write_text(f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\n'
-                    'seeds = [0]\n[methods.random]\n')  # user data without its public class names
+    toml.write_text(
+        f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\npool_per_class = 4\nn_per_class = [2]\n'
+        "seeds = [0]\n[methods.random]\n"
+    )  # user data without its public class names
     assert run(["experiment", str(toml), "--out", str(tmp_path / "other")]) == 2
     assert "is user data: give its public class names, e.g. labels = [" in capsys.readouterr().err

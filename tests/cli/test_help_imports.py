@@ -12,8 +12,16 @@ import pytest
 
 HEAVY = ("torch", "transformers", "peft", "sklearn")
 HELP_ARGS = (
-    ["--help"], ["account", "--help"], ["audit", "--help"], ["data", "show", "--help"], ["demo", "--help"],
-    ["eval", "--help"], ["experiment", "--help"], ["models", "show", "--help"], ["synth", "--help"], ["train", "--help"],
+    ["--help"],
+    ["account", "--help"],
+    ["audit", "--help"],
+    ["data", "show", "--help"],
+    ["demo", "--help"],
+    ["eval", "--help"],
+    ["experiment", "--help"],
+    ["models", "show", "--help"],
+    ["synth", "--help"],
+    ["train", "--help"],
 )
 PROBE = """
 import json, sys
@@ -32,8 +40,13 @@ print(json.dumps({"code": code, "heavy": [m for m in json.loads(sys.argv[2]) if 
 def test_help_imports_no_heavy_library(args: list[str]) -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
-                          capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report == {"code": 0, "heavy": []}
     assert "Usage" in done.stdout

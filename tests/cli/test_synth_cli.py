@@ -27,7 +27,22 @@ ROWS = [
     ("great fun for the whole family", "pos"),
     ("a bad, boring film", "neg"),
 ]
-SMALL = ["--model", "tiny-llama", "--labels", "neg,pos", "--preset", "demo", "--length", "4", "--batch", "3", "--top-k", "8", "--seed", "3"]
+SMALL = [
+    "--model",
+    "tiny-llama",
+    "--labels",
+    "neg,pos",
+    "--preset",
+    "demo",
+    "--length",
+    "4",
+    "--batch",
+    "3",
+    "--top-k",
+    "8",
+    "--seed",
+    "3",
+]
 
 
 def _write_data(path: Path, rows) -> str:
@@ -59,15 +74,23 @@ def _synth(args: list[str]) -> int:
         ({}, ["--no-dp", "--optimizer", "sgd"], "admm, select"),
         ({}, ["--no-dp", "--optimizer", "select", "--source", "web"], "sample, instruct"),
         ({}, ["--no-dp", "--optimizer", "admm", "--source", "instruct"], "--optimizer select"),
-        ({}, ["--no-dp", "--optimizer", "select", "--source", "instruct", "--instruction", "Write."],
-         "must name the class by {label_name} or {label_word}"),
+        (
+            {},
+            ["--no-dp", "--optimizer", "select", "--source", "instruct", "--instruction", "Write."],
+            "must name the class by {label_name} or {label_word}",
+        ),
         ({}, ["--epsilon", "1", "--delta", "1e-5", "--private-per-class", "6"], "--private-per-class 6 is larger"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(override, flags, fragment, tmp_path, capsys) -> None:
     data = _write_data(tmp_path / "d.jsonl", ROWS)
-    options = {"--model": "tiny-llama", "--data": data, "--labels": "neg,pos", "--per-class": "2",
-               "--out": str(tmp_path / "o.jsonl")}
+    options = {
+        "--model": "tiny-llama",
+        "--data": data,
+        "--labels": "neg,pos",
+        "--per-class": "2",
+        "--out": str(tmp_path / "o.jsonl"),
+    }
     options.update(override)
     assert _synth([*[x for kv in options.items() for x in kv], *flags]) == 2
     err = capsys.readouterr().err.strip()
@@ -78,11 +101,25 @@ def test_bad_input_exits_2_with_one_line(override, flags, fragment, tmp_path, ca
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     data = _write_data(tmp_path / "d.jsonl", ROWS)
     out = tmp_path / "killed.jsonl"
-    args = [*SMALL, "--data", data, "--per-class", "3", "--outer-steps", "2", "--inner-steps", "10",
-            "--epsilon", "4", "--delta", "1e-5"]
+    args = [
+        *SMALL,
+        "--data",
+        data,
+        "--per-class",
+        "3",
+        "--outer-steps",
+        "2",
+        "--inner-steps",
+        "10",
+        "--epsilon",
+        "4",
+        "--delta",
+        "1e-5",
+    ]
     proc = subprocess.Popen(
         [sys.executable, "-c", "from privlm.cli import main; main()", "synth", *args, "--out", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     batches = GradmmPaths(out).batches
     deadline = time.monotonic() + 120
@@ -108,8 +145,21 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
     # of two empty files would prove nothing
     path = tmp_path / "d.jsonl"
     data = _write_data(path, ROWS)
-    args = [*SMALL, "--data", data, "--per-class", "3", "--outer-steps", "2", "--inner-steps", "3",
-            "--epsilon", "4", "--delta", "1e-5"]
+    args = [
+        *SMALL,
+        "--data",
+        data,
+        "--per-class",
+        "3",
+        "--outer-steps",
+        "2",
+        "--inner-steps",
+        "3",
+        "--epsilon",
+        "4",
+        "--delta",
+        "1e-5",
+    ]
     first = tmp_path / "first.jsonl"
     assert _synth([*args, "--out", str(first)]) == 0
     shown = " ".join(capsys.readouterr().out.split())
@@ -125,8 +175,10 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
     assert second.read_bytes() == first.read_bytes() and len(first.read_bytes()) > 0
     privacy, before = (json.loads(GradmmPaths(out).sidecar.read_text()) for out in (second, first))
     # each names its own run folder's ledger (grid_privacy follows it); all else is identical
-    assert (privacy.pop("ledger_file"), before.pop("ledger_file")) == ("second.jsonl.gradmm/privacy.json",
-                                                                       "first.jsonl.gradmm/privacy.json")
+    assert (privacy.pop("ledger_file"), before.pop("ledger_file")) == (
+        "second.jsonl.gradmm/privacy.json",
+        "first.jsonl.gradmm/privacy.json",
+    )
     assert privacy == before
 
 
@@ -162,8 +214,26 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
     only_pos = _write_data(tmp_path / "pos.jsonl", [(t, y) for t, y in ROWS if y == "pos"])
     outputs = []
     for data, out in ((everything, tmp_path / "a.jsonl"), (only_pos, tmp_path / "b.jsonl")):
-        args = [*SMALL, "--labels", "neg,pos,mixed=so-so", "--data", data, "--per-class", "1", "--outer-steps", "1",
-                "--inner-steps", "1", "--no-label-filter", "--epsilon", "4", "--delta", "1e-5", "--out", str(out)]
+        args = [
+            *SMALL,
+            "--labels",
+            "neg,pos,mixed=so-so",
+            "--data",
+            data,
+            "--per-class",
+            "1",
+            "--outer-steps",
+            "1",
+            "--inner-steps",
+            "1",
+            "--no-label-filter",
+            "--epsilon",
+            "4",
+            "--delta",
+            "1e-5",
+            "--out",
+            str(out),
+        ]
         assert _synth(args) == 0
         manifest = json.loads((GradmmPaths(out).workdir / "run.json").read_text())
         sidecar = json.loads(GradmmPaths(out).sidecar.read_text())

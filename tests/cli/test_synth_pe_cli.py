@@ -9,8 +9,24 @@ import pytest
 from cli_helpers import exit_code
 
 ROWS = [("a warm and funny film", "pos"), ("slow and dull", "neg"), ("great fun", "pos"), ("a bad, boring film", "neg")]
-SMALL = ["--model", "tiny-llama", "--labels", "neg,pos", "--method", "pe", "--iterations", "2", "--variations", "1",
-         "--per-class", "1", "--seed", "3", "--max-new-tokens", "6"]
+SMALL = [
+    "--model",
+    "tiny-llama",
+    "--labels",
+    "neg,pos",
+    "--method",
+    "pe",
+    "--iterations",
+    "2",
+    "--variations",
+    "1",
+    "--per-class",
+    "1",
+    "--seed",
+    "3",
+    "--max-new-tokens",
+    "6",
+]
 
 
 def _synth(args: list[str]) -> int:
@@ -40,12 +56,15 @@ def test_pe_run_reports_its_epsilon_and_resumes_without_a_new_draw(data, tmp_pat
     assert "private_per_class" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, fragment", [
-    (["--method", "magic"], "gradmm, pe"),
-    (["--iterations", "0"], "iterations"),
-    (["--population", "0.5"], "population"),
-    (["--private-per-class", "99"], "--private-per-class 99 is larger"),
-])
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--method", "magic"], "gradmm, pe"),
+        (["--iterations", "0"], "iterations"),
+        (["--population", "0.5"], "population"),
+        (["--private-per-class", "99"], "--private-per-class 99 is larger"),
+    ],
+)
 def test_bad_input_exits_2_naming_the_value(data, tmp_path, capsys, flags, fragment) -> None:
     args = [*SMALL, "--data", data, "--out", str(tmp_path / "pe.jsonl"), "--epsilon", "1", "--delta", "1e-5", *flags]
     assert _synth(args) == 2
@@ -55,17 +74,40 @@ def test_bad_input_exits_2_naming_the_value(data, tmp_path, capsys, flags, fragm
 
 def test_dp_finetune_run_reports_the_training_runs_epsilon(data, tmp_path, capsys) -> None:
     out = tmp_path / "dpft.jsonl"
-    args = ["--model", "tiny-llama", "--labels", "neg,pos", "--method", "dp-finetune", "--epochs", "1", "--lora-layers", "1",
-            "--per-class", "2", "--max-new-tokens", "6", "--data", data, "--out", str(out), "--epsilon", "3",
-            "--delta", "1e-5", "--json"]
+    args = [
+        "--model",
+        "tiny-llama",
+        "--labels",
+        "neg,pos",
+        "--method",
+        "dp-finetune",
+        "--epochs",
+        "1",
+        "--lora-layers",
+        "1",
+        "--per-class",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--data",
+        data,
+        "--out",
+        str(out),
+        "--epsilon",
+        "3",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]
     assert _synth(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert len(summary["rows"]) == 4 and summary["privacy"]["epsilon"] == 3.0 >= summary["privacy"]["epsilon_accounted"]
     assert _synth(args) == 2 and "--resume" in capsys.readouterr().err
-    assert _synth([*args[:-4], "0.5", "--delta", "1e-5", "--resume"]) == 2  # the finished ε = 3 run is not reused at 0.5
+    assert (
+        _synth([*args[:-4], "0.5", "--delta", "1e-5", "--resume"]) == 2
+    )  # the finished ε = 3 run is not reused at 0.5
     assert "--resume: epsilon was 3.0" in capsys.readouterr().err
     assert _synth([*args[:-5], "--no-dp"]) == 2 and "--epsilon" in capsys.readouterr().err
-
 
 
 @pytest.mark.parametrize("method, target", [("pe", "run_pe"), ("dp-finetune", "run_dp_finetune")])
@@ -87,7 +129,9 @@ def test_pe_and_dp_finetune_take_the_datas_own_class_instructions(tmp_path: Path
 
     monkeypatch.setattr(f"{module}.{target}", capture)
     for data in ("tweets", "rotten-tomatoes"):
-        request = SynthRequest(method, "tiny-llama", data, None, 2, tmp_path / f"{data}.jsonl", True, 1.0, 1e-5, 1, True)
+        request = SynthRequest(
+            method, "tiny-llama", data, None, 2, tmp_path / f"{data}.jsonl", True, 1.0, 1e-5, 1, True
+        )
         synth_commands()[method].start(request)(None, None, SILENT)
     assert seen[0] == ("Write one short tweet that expresses sadness.", "Write one short tweet that expresses joy.")
     assert seen[1] is None

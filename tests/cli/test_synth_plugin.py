@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PLUGIN = '''
+PLUGIN = """
 import json, sys
 from privlm.synthesis.command import SynthCommand, SynthOption, SynthOutcome, private_examples
 from privlm.synthesis.registry import Method, register_method
@@ -37,14 +37,20 @@ register_method("echo-method", Method(
 ))
 from privlm.cli import main
 main(sys.argv[1:])
-'''
+"""
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "echo_plugin.py").write_text(PLUGIN)
     env = {**os.environ, "COLUMNS": "300"}  # help on one line per option
-    return subprocess.run([sys.executable, str(tmp_path / "echo_plugin.py"), *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, str(tmp_path / "echo_plugin.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_a_registered_method_shows_in_help_and_runs_end_to_end(tmp_path):
@@ -52,8 +58,24 @@ def test_a_registered_method_shows_in_help_and_runs_end_to_end(tmp_path):
     assert shown.returncode == 0, shown.stderr
     help_text = " ".join(shown.stdout.split())
     assert "echo" in help_text and "--repeat" in help_text and "words per text" in help_text
-    done = _run(tmp_path, "synth", "--method", "echo", "--repeat", "3", "--model", "tiny-llama", "--data", "tweets",
-                "--per-class", "2", "--out", str(tmp_path / "set.jsonl"), "--no-dp", "--json")
+    done = _run(
+        tmp_path,
+        "synth",
+        "--method",
+        "echo",
+        "--repeat",
+        "3",
+        "--model",
+        "tiny-llama",
+        "--data",
+        "tweets",
+        "--per-class",
+        "2",
+        "--out",
+        str(tmp_path / "set.jsonl"),
+        "--no-dp",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["method"] == "echo" and len(summary["rows"]) == 4 and summary["rows"][0]["text"] == "echo echo echo"
@@ -61,6 +83,21 @@ def test_a_registered_method_shows_in_help_and_runs_end_to_end(tmp_path):
 
 
 def test_an_option_of_another_method_is_refused_naming_it(tmp_path):
-    done = _run(tmp_path, "synth", "--method", "pe", "--repeat", "3", "--model", "tiny-llama", "--data", "tweets",
-                "--per-class", "2", "--out", str(tmp_path / "set.jsonl"), "--no-dp")
+    done = _run(
+        tmp_path,
+        "synth",
+        "--method",
+        "pe",
+        "--repeat",
+        "3",
+        "--model",
+        "tiny-llama",
+        "--data",
+        "tweets",
+        "--per-class",
+        "2",
+        "--out",
+        str(tmp_path / "set.jsonl"),
+        "--no-dp",
+    )
     assert done.returncode == 2 and done.stderr.strip() == "error: --repeat does not apply to --method pe"

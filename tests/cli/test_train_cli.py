@@ -26,9 +26,36 @@ WORDS = ["great", "bad", "warm", "dull", "funny", "slow", "sharp", "wooden", "mo
 TEXTS = [f"review {i}: the film was " + " ".join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5)) for i in range(60)]
 LABELLED = [(text, "pos" if i % 2 else "neg") for i, text in enumerate(TEXTS)]
 # 48 training examples (--max-train 48 of the per-row split's 50), B = 8: q = 1/6, 6 steps per epoch, 36 in all
-RUN = ["--model", "tiny-llama", "--labels", "neg,pos", "--max-train", "48", "--epsilon", "8", "--delta", "1e-5", "--norm-mode", "mixed", "--max-length", "48",
-       "--batch-size", "8", "--epochs", "6", "--lr", "5e-3", "--seed", "3", "--checkpoint-every", "3",
-       "--max-test", "6", "--lora", "0"]  # full fine-tuning on the label-word objective (classify's default is head-only)
+RUN = [
+    "--model",
+    "tiny-llama",
+    "--labels",
+    "neg,pos",
+    "--max-train",
+    "48",
+    "--epsilon",
+    "8",
+    "--delta",
+    "1e-5",
+    "--norm-mode",
+    "mixed",
+    "--max-length",
+    "48",
+    "--batch-size",
+    "8",
+    "--epochs",
+    "6",
+    "--lr",
+    "5e-3",
+    "--seed",
+    "3",
+    "--checkpoint-every",
+    "3",
+    "--max-test",
+    "6",
+    "--lora",
+    "0",
+]  # full fine-tuning on the label-word objective (classify's default is head-only)
 
 
 def _write(path: Path, rows: list[dict]) -> str:
@@ -84,8 +111,22 @@ def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, caps
     unlabelled = _write(tmp_path / "texts.jsonl", [{"text": t} for t in TEXTS])
     seed_at = RUN.index("--seed")
     unseeded = RUN[:seed_at] + RUN[seed_at + 2 :]  # OS keys: a private release
-    args = [*unseeded, "--data", unlabelled, "--task", "lm", "--epochs", "1", "--lora", "4", "--out", str(tmp_path / "run"),
-            "--loss-noise-fraction", "0", "--json"]
+    args = [
+        *unseeded,
+        "--data",
+        unlabelled,
+        "--task",
+        "lm",
+        "--epochs",
+        "1",
+        "--lora",
+        "4",
+        "--out",
+        str(tmp_path / "run"),
+        "--loss-noise-fraction",
+        "0",
+        "--json",
+    ]
     assert _train(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["steps"] == 6 and summary["stopped"] == "done"
@@ -102,7 +143,9 @@ def test_lm_task_with_lora_on_unlabelled_texts_reports_perplexity(tmp_path, caps
 @pytest.fixture(scope="module")
 def uninterrupted(data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("full") / "run"
-    subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--json"]), check=True, capture_output=True, timeout=300, env=ENV)
+    subprocess.run(
+        _cli([*RUN, "--data", data, "--out", str(out), "--json"]), check=True, capture_output=True, timeout=300, env=ENV
+    )
     return out
 
 
@@ -118,8 +161,12 @@ def _ledger_steps(ledger: Ledger) -> list[int]:
 
 def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp_path, capsys):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_cli([*RUN, "--data", data, "--out", str(out), "--json"]),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    proc = subprocess.Popen(
+        _cli([*RUN, "--data", data, "--out", str(out), "--json"]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+    )
     deadline = time.monotonic() + 240
     while not list(out.glob("checkpoint-*")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -133,8 +180,14 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
 
     assert _train([*RUN, "--data", data, "--out", str(out), "--resume", "--lr", "1e-2"]) == 2  # other settings
     assert "(lr: 0.005 then, 0.01 now)" in capsys.readouterr().err
-    result = subprocess.run(_cli([*RUN, "--data", data, "--out", str(out), "--resume", "--json"]),
-                            check=True, capture_output=True, timeout=300, text=True, env=ENV)
+    result = subprocess.run(
+        _cli([*RUN, "--data", data, "--out", str(out), "--resume", "--json"]),
+        check=True,
+        capture_output=True,
+        timeout=300,
+        text=True,
+        env=ENV,
+    )
     summary = json.loads(result.stdout)
     assert summary["resumed_from"] == killed_at and summary["steps"] == 36
 
@@ -146,8 +199,11 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     ledger, full = Ledger.load(out / "privacy.json"), Ledger.load(uninterrupted / "privacy.json")
     assert _ledger_steps(ledger) == list(range(1, 37))  # every step once, none lost, none twice
     assert ledger.to_dict() == full.to_dict()
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if "epsilon" in json.loads(line)]
+    steps = [
+        json.loads(line)["step"]
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if "epsilon" in json.loads(line)
+    ]
     assert steps == sorted(set(steps))
 
 
@@ -188,8 +244,10 @@ def test_labelled_user_data_needs_public_labels_and_a_new_label_is_not_shown(dat
     without = [arg for arg in RUN if arg not in ("--labels", "neg,pos")]
     assert _train([*without, "--data", data, "--out", str(tmp_path / "run")]) == 2
     assert "--labels NAME,NAME,..." in capsys.readouterr().err
-    leaky = _write(tmp_path / "leaky.jsonl", [*({"text": t, "label": y} for t, y in LABELLED),
-                                              {"text": "patient 61", "label": "hiv_positive"}])
+    leaky = _write(
+        tmp_path / "leaky.jsonl",
+        [*({"text": t, "label": y} for t, y in LABELLED), {"text": "patient 61", "label": "hiv_positive"}],
+    )
     assert _train([*RUN, "--data", leaky, "--out", str(tmp_path / "run")]) == 2
     captured = capsys.readouterr()
     assert f"leaky.jsonl:{len(LABELLED) + 1}: label is not one of the 2 class names" in captured.err
@@ -213,11 +271,19 @@ def test_the_default_classify_recipe_trains_the_label_word_head_on_cached_featur
     out = tmp_path / "run"
     assert _train([*recipe, "--data", data, "--epochs", "2", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["saved"] == str(out / "head") and summary["steps"] == 12 and summary["cache_build_s"] is not None  # built by this run
+    assert (
+        summary["saved"] == str(out / "head") and summary["steps"] == 12 and summary["cache_build_s"] is not None
+    )  # built by this run
     rows = load_file(out / "head" / "label_rows.safetensors")["rows"]
     assert rows.shape == (2, 32)  # K label words × d
     assert json.loads((out / "head" / "head.json").read_text())["label_words"] == ["neg", "pos"]
-    assert sorted(p.name for p in out.iterdir()) == ["FINISHED", "head", "metrics.jsonl", "predictions.jsonl", "privacy.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "FINISHED",
+        "head",
+        "metrics.jsonl",
+        "predictions.jsonl",
+        "privacy.json",
+    ]
     assert _train([*recipe, "--data", data, "--lora", "4", "--head-only", "--out", str(tmp_path / "bad")]) == 2
     assert "--head-only" in capsys.readouterr().err
 

@@ -22,7 +22,9 @@ def tiny_model(name: str, lora: bool = False, seed: int = 0, untied: bool = Fals
         from peft import LoraConfig, get_peft_model
 
         targets = ["q_proj", "v_proj", "down_proj"] if name == "tiny-llama" else ["c_attn", "c_proj"]
-        config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, fan_in_fan_out=name == "tiny-gpt2")
+        config = LoraConfig(
+            r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, fan_in_fan_out=name == "tiny-gpt2"
+        )
         model = get_peft_model(model, config)
         gen = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():

@@ -56,14 +56,16 @@ def test_a_non_finite_sample_adds_exactly_nothing_to_the_clipped_sum(onehot):
     from privlm.dpsgd.norms.factors import DenseFactor, OuterFactor
 
     g = torch.Generator().manual_seed(0)
-    left = torch.randint(0, 4, (3, 2), generator=g) if onehot else torch.randn(3, 2, 4, generator=g, dtype=torch.float64)
+    left = (
+        torch.randint(0, 4, (3, 2), generator=g) if onehot else torch.randn(3, 2, 4, generator=g, dtype=torch.float64)
+    )
     right = torch.randn(3, 2, 5, generator=g, dtype=torch.float64)
     if not onehot:
         left[1, 0, 0] = float("nan")
     right[1, 1, 2] = float("inf")
     factor = OuterFactor(left, right, rows=4)
     per_sample = factor.instantiate()
-    c = clip_factors((per_sample ** 2).sum((1, 2)), 1.0)
+    c = clip_factors((per_sample**2).sum((1, 2)), 1.0)
     assert c[1] == 0 and bool((c[[0, 2]] > 0).all())
     expected = c[0] * per_sample[0] + c[2] * per_sample[2]
     torch.testing.assert_close(factor.weighted_sum(c, c != 0), expected)
@@ -82,7 +84,9 @@ def test_a_sample_whose_gradient_is_nan_is_left_out_of_the_clipped_sum(mode):
     ghost = PerSampleClipper(model, causal_lm_losses, max_grad_norm=c, norm_mode=mode, probes=8, bookkeeping=False)
     ghost.begin_step(1)
     ghost.clipped_backward(batch)  # a clean first micro-batch passes the hooked-use check
-    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, out: out.index_fill(0, torch.tensor([1]), float("nan")))
+    hook = model.get_input_embeddings().register_forward_hook(
+        lambda m, i, out: out.index_fill(0, torch.tensor([1]), float("nan"))
+    )
     try:
         with pytest.raises(UserError, match="gradient is not finite"):
             ghost.clipped_backward(batch)
@@ -112,7 +116,9 @@ def test_clipped_sum_matches_reference(cases, case, mode, bookkeeping):
 def test_bookkeeping_equals_second_backward_in_randomized_modes(cases, mode):
     model, batch, c, _ = cases["tiny-gpt2", False]
     results = [
-        _clipped(model, batch, c, norm_mode=mode, probes=6, bookkeeping=bk, randomness=SecureRandom.from_seed(7, "probes"))
+        _clipped(
+            model, batch, c, norm_mode=mode, probes=6, bookkeeping=bk, randomness=SecureRandom.from_seed(7, "probes")
+        )
         for bk in (True, False)
     ]
     torch.testing.assert_close(results[0][0].factors, results[1][0].factors, rtol=0, atol=0)
@@ -159,7 +165,9 @@ def test_second_backward_refuses_a_weight_used_outside_its_layer():
     torch.manual_seed(0)
     model, x = _FunctionalReuse(), torch.randn(5, 4, dtype=torch.float64)
     clipper = PerSampleClipper(model, _squared_outputs, max_grad_norm=0.1, bookkeeping=False)
-    with pytest.raises(UserError, match=r"lin.weight \(torch.float64\) has a gradient the hooked layer calls do not explain"):
+    with pytest.raises(
+        UserError, match=r"lin.weight \(torch.float64\) has a gradient the hooked layer calls do not explain"
+    ):
         clipper.clipped_backward(x)
     # Book-keeping releases only the hooked call: every per-sample contribution stays within C.
     clipper = PerSampleClipper(model, _squared_outputs, max_grad_norm=0.1, bookkeeping=True)
@@ -198,8 +206,14 @@ def _step_sum(model, batch, physical, streams_key, world=1):
     total = None
     for rank in range(world):
         rows = list(range(rank, batch["a"].shape[0], world))
-        clipper = PerSampleClipper(model, _bilinear_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=32,
-                                   randomness=SecureRandom.from_seed(streams_key, "probes"))
+        clipper = PerSampleClipper(
+            model,
+            _bilinear_losses,
+            max_grad_norm=1.0,
+            norm_mode="hutchinson",
+            probes=32,
+            randomness=SecureRandom.from_seed(streams_key, "probes"),
+        )
         clipper.begin_step(1)
         try:
             PrivateModel(model, clipper, physical).clipped_backward({k: v[rows] for k, v in batch.items()})
@@ -230,10 +244,14 @@ def test_clip_factors_do_not_depend_on_batch_composition(physical):
     step's probes, so the clipped sum with an added zero-gradient example equals the one without it, and
     two simulated ranks equal one process."""
     gen = torch.Generator().manual_seed(4)
-    batch = {"a": torch.randn(9, 8, generator=gen, dtype=torch.float64),
-             "b": 2 * torch.randn(9, 8, generator=gen, dtype=torch.float64)}
-    padded = {"a": torch.cat([torch.zeros(1, 8, dtype=torch.float64), batch["a"]]),
-              "b": torch.cat([torch.ones(1, 8, dtype=torch.float64), batch["b"]])}
+    batch = {
+        "a": torch.randn(9, 8, generator=gen, dtype=torch.float64),
+        "b": 2 * torch.randn(9, 8, generator=gen, dtype=torch.float64),
+    }
+    padded = {
+        "a": torch.cat([torch.zeros(1, 8, dtype=torch.float64), batch["a"]]),
+        "b": torch.cat([torch.ones(1, 8, dtype=torch.float64), batch["b"]]),
+    }
     model = _Bilinear(8).double()
     reference = _step_sum(model, batch, None, 5)
     for variant, world in ((batch, 2), (padded, 1), (padded, 2)):
@@ -243,8 +261,10 @@ def test_clip_factors_do_not_depend_on_batch_composition(physical):
 def test_probes_need_a_step_and_are_fixed_within_it_and_fresh_across_steps():
     model = _Bilinear(8).double()
     gen = torch.Generator().manual_seed(2)
-    batch = {"a": torch.randn(5, 8, generator=gen, dtype=torch.float64),
-             "b": torch.randn(5, 8, generator=gen, dtype=torch.float64)}
+    batch = {
+        "a": torch.randn(5, 8, generator=gen, dtype=torch.float64),
+        "b": torch.randn(5, 8, generator=gen, dtype=torch.float64),
+    }
     clipper = PerSampleClipper(model, _bilinear_losses, max_grad_norm=1.0, norm_mode="hutchinson", probes=4)
     try:
         with pytest.raises(RuntimeError, match="begin_step"):

@@ -26,7 +26,11 @@ def _train(norm_mode: str, probes: int = 8, sigma: float = 1.0):
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
     before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
     model, optimizer, loader = engine.make_private(
-        model, optimizer, DataLoader(rows, batch_size=4), noise_multiplier=sigma, max_grad_norm=1.0,
+        model,
+        optimizer,
+        DataLoader(rows, batch_size=4),
+        noise_multiplier=sigma,
+        max_grad_norm=1.0,
         max_physical_batch_size=2,
     )
     sizes = []
@@ -49,7 +53,13 @@ def test_training_steps_are_accounted_with_randomized_clipping():
     engine, sizes, before, after = _train("hutchinson", probes=8)
     assert engine.steps == len(sizes) == 2  # ⌈1/q⌉ with q = 4/8
     ((event, count),) = engine.accountant.events
-    assert (event.sample_rate, event.noise_multiplier, event.clipping, event.probes, count) == (0.5, 1.0, "hutchinson", 8, 2)
+    assert (event.sample_rate, event.noise_multiplier, event.clipping, event.probes, count) == (
+        0.5,
+        1.0,
+        "hutchinson",
+        8,
+        2,
+    )
     assert all(torch.isfinite(a).all() for a in after)
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
     exact = _dp_accounting_epsilon(0.5, 1.0, 2, 1e-5)

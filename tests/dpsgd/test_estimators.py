@@ -67,4 +67,3 @@ def test_hutchpp_beats_hutchinson_on_low_rank():
     se = hpp.std(0) / DRAWS**0.5
     assert ((hpp.mean(0) - exact).abs() <= 3 * se).all()
     assert (hpp.var(0) < 0.2 * hutch.var(0)).all(), (hpp.var(0), hutch.var(0))
-

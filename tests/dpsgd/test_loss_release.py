@@ -36,10 +36,17 @@ def _reference_losses(model: nn.Module, batch: dict) -> list[float]:
     return out
 
 
-def _optimizer(model: nn.Module, clipper: PerSampleClipper, sigma: float, ebs: float, release: LossRelease, seed: int = 0):
-    return DPOptimizer(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), clipper,
-                       noise_multiplier=sigma, expected_batch_size=ebs, randomness=SecureRandom.from_seed(seed, "noise"),
-                       loss_release=release)
+def _optimizer(
+    model: nn.Module, clipper: PerSampleClipper, sigma: float, ebs: float, release: LossRelease, seed: int = 0
+):
+    return DPOptimizer(
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0),
+        clipper,
+        noise_multiplier=sigma,
+        expected_batch_size=ebs,
+        randomness=SecureRandom.from_seed(seed, "noise"),
+        loss_release=release,
+    )
 
 
 @pytest.mark.parametrize("physical", [None, 2])
@@ -78,8 +85,13 @@ def test_release_noise_has_std_sigma_l_over_alpha_qn():
 def test_without_a_release_nothing_about_losses_is_released():
     model = nn.Linear(2, 1).double()
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=1.0)
-    opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.0), clipper, noise_multiplier=1.0,
-                      expected_batch_size=1.0, randomness=SecureRandom.from_seed(0, "noise"))
+    opt = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        clipper,
+        noise_multiplier=1.0,
+        expected_batch_size=1.0,
+        randomness=SecureRandom.from_seed(0, "noise"),
+    )
     opt.zero_grad()
     PrivateModel(model, clipper, None).clipped_backward(torch.ones(3, 2, dtype=torch.float64))
     opt.step()
@@ -95,8 +107,9 @@ def _train(norm_mode: str, release: LossRelease | None, **make_private):
     model = tiny_model("tiny-llama", lora=True)
     engine = PrivacyEngine(norm_mode=norm_mode, probes=8, seed=0)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
-    model, optimizer, loader = engine.make_private(model, optimizer, DataLoader(_rows(), batch_size=4), max_grad_norm=1.0,
-                                                   loss_release=release, **make_private)
+    model, optimizer, loader = engine.make_private(
+        model, optimizer, DataLoader(_rows(), batch_size=4), max_grad_norm=1.0, loss_release=release, **make_private
+    )
     released = []
     for _ in range(make_private.get("epochs") or 1):
         for batch in loader:

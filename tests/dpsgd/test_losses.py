@@ -74,8 +74,11 @@ def test_label_word_loss_is_a_k_way_softmax_over_the_label_tokens_computed_by_ha
         z = [logits[t] for t in label_ids.tolist()]
         by_hand = -(z[classes[i]] - math.log(sum(math.exp(v) for v in z)))
         assert abs(float(losses[i]) - by_hand) < 1e-12
-    full_vocab = token_losses(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                              causal_lm_labels(batch), "sum")
+    full_vocab = token_losses(
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+        causal_lm_labels(batch),
+        "sum",
+    )
     assert bool((losses < full_vocab).all())  # the vocabulary's other tokens are not in the normaliser
 
 

@@ -63,7 +63,12 @@ def test_randomized_modes_average_to_reference(cases, mode):
     """Whole-model sanity check: the mean of 60 estimates is within 4 standard errors of the truth."""
     model, batch, expected = cases["tiny-gpt2", "tied"]  # tied embedding: shared probes
     clipper = PerSampleClipper(
-        model, causal_lm_losses, max_grad_norm=1.0, norm_mode=mode, probes=6, randomness=SecureRandom.from_seed(3, "probes")
+        model,
+        causal_lm_losses,
+        max_grad_norm=1.0,
+        norm_mode=mode,
+        probes=6,
+        randomness=SecureRandom.from_seed(3, "probes"),
     )
     try:
         draws = []

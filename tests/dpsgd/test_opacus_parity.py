@@ -76,7 +76,9 @@ def _privlm_step(mode: str):
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     clipper = PerSampleClipper(model, lambda m, b: token_losses(m(b[0]), b[1]), max_grad_norm=C, norm_mode=mode)
     # Opacus with loss_reduction="sum" does not divide by a batch size: use expected batch size 1 here.
-    dp_opt = DPOptimizer(optimizer, clipper, noise_multiplier=0.0, expected_batch_size=1.0, randomness=SecureRandom.from_seed(0, "noise"))
+    dp_opt = DPOptimizer(
+        optimizer, clipper, noise_multiplier=0.0, expected_batch_size=1.0, randomness=SecureRandom.from_seed(0, "noise")
+    )
     before = [p.detach().clone() for p in model.parameters()]
     dp_opt.zero_grad()
     norms = clipper.clipped_backward((x, y)).sq_norms.sqrt()

@@ -62,7 +62,10 @@ def test_noise_on_an_empty_step_is_gaussian_sigma_c_over_expected_batch_size():
     sigma, c, ebs = 1.3, 0.4, 8.0
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=c)
     opt = DPOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), clipper, noise_multiplier=sigma, expected_batch_size=ebs,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        clipper,
+        noise_multiplier=sigma,
+        expected_batch_size=ebs,
         randomness=SecureRandom.from_seed(0, "noise"),
     )
     opt.zero_grad()
@@ -77,7 +80,10 @@ def test_stray_unclipped_gradients_are_discarded():
     model = nn.Sequential(nn.Linear(3, 2)).double()
     clipper = PerSampleClipper(model, lambda m, b: m(b).sum(1), max_grad_norm=1.0)
     opt = DPOptimizer(
-        torch.optim.SGD(model.parameters(), lr=1.0), clipper, noise_multiplier=0.0, expected_batch_size=1.0,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        clipper,
+        noise_multiplier=0.0,
+        expected_batch_size=1.0,
         randomness=SecureRandom.from_seed(1, "noise"),
     )
     opt.zero_grad()

@@ -11,7 +11,9 @@ from privlm.randomness import SecureRandom
 
 def test_poisson_batch_sizes_are_binomial():
     n, q, steps = 200, 0.05, 2000
-    sizes = torch.tensor([len(b) for b in PoissonBatchSampler(n, q, steps, SecureRandom.from_seed(0, "sampler"))], dtype=torch.float64)
+    sizes = torch.tensor(
+        [len(b) for b in PoissonBatchSampler(n, q, steps, SecureRandom.from_seed(0, "sampler"))], dtype=torch.float64
+    )
     mean, var = n * q, n * q * (1 - q)
     assert abs(sizes.mean() - mean) <= 3 * (var / steps) ** 0.5
     assert abs(sizes.var() - var) <= 0.15 * var

@@ -13,7 +13,9 @@ from privlm.lm.finetune_config import preset
 from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 
-REAL = [(f"the film is warm number {i}", 1) for i in range(12)] + [(f"the film is dull number {i}", 0) for i in range(9)]
+REAL = [(f"the film is warm number {i}", 1) for i in range(12)] + [
+    (f"the film is dull number {i}", 0) for i in range(9)
+]
 
 
 def test_matched_random_subset_has_the_same_class_counts_and_is_seeded() -> None:

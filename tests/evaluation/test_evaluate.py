@@ -18,8 +18,18 @@ def test_grid_selection_reports_the_validation_choice_and_counts_steps_across_th
     model, tok = build_tiny_model("tiny-llama", seed=0)
     grid = [preset("tiny", epochs=2, lr=1e-6), preset("tiny", epochs=3, lr=3e-3)]
     steps: list[int] = []
-    row = fit_and_score(model, tok, TRAIN, TEST, SUFFIX, WORDS, grid[0], validation=VALID, grid=grid,
-                        on_step=lambda step, loss: steps.append(step))
+    row = fit_and_score(
+        model,
+        tok,
+        TRAIN,
+        TEST,
+        SUFFIX,
+        WORDS,
+        grid[0],
+        validation=VALID,
+        grid=grid,
+        on_step=lambda step, loss: steps.append(step),
+    )
     accs = [g["validation_accuracy"] for g in row["grid"]]
     assert row["selected"]["lr"] == [1e-6, 3e-3][accs.index(max(accs))]
     assert row["validation_accuracy"] == max(accs)

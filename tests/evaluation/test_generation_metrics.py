@@ -52,7 +52,10 @@ def test_rouge_matches_counts_by_hand() -> None:
 
 def test_rouge1_equals_an_independent_unigram_count() -> None:
     reference, generated = "the market rose as shares in tech gained", "shares in tech rose as the market fell"
-    ref, gen = Counter(reference.split()), Counter(generated.split())  # stemming maps equal words alike and merges no others
+    ref, gen = (
+        Counter(reference.split()),
+        Counter(generated.split()),
+    )  # stemming maps equal words alike and merges no others
     overlap = sum((ref & gen).values())
     assert overlap == 7
     assert rouge_f1([reference], [generated])["rouge1"] == pytest.approx(f1(overlap, 8, 8))

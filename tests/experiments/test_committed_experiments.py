@@ -35,6 +35,9 @@ def test_committed_rows_keep_their_configuration_hashes(toml: Path) -> None:
     names = {spec.name for spec in config.methods}
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     hashed = [r for r in rows if r["method"] in names and "method_hash" in r]
-    stale = [r["cell"] for r in hashed if r["shared_hash"] != config.shared_hash
-             or r["method_hash"] != config.method_hash(r["method"])]
+    stale = [
+        r["cell"]
+        for r in hashed
+        if r["shared_hash"] != config.shared_hash or r["method_hash"] != config.method_hash(r["method"])
+    ]
     assert hashed and not stale

@@ -111,7 +111,9 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
         run_experiment(config, tmp_path / "resumed")
 
     count["n"] = -1000  # no more crashes; count the cells that are redone
-    first_five = {json.loads(line)["cell"] for line in (tmp_path / "resumed" / "results.jsonl").read_text().splitlines()}
+    first_five = {
+        json.loads(line)["cell"] for line in (tmp_path / "resumed" / "results.jsonl").read_text().splitlines()
+    }
     partial = run_experiment(config, tmp_path / "resumed", resume=True, only=["random"])
     assert [r["cell"] for r in partial] == [c.key for c in cells if c.key in first_five or c.method == "random"]
     assert f"{len(partial)} cells of {len(cells)} (UNFINISHED" in (tmp_path / "resumed" / "report.md").read_text()
@@ -129,8 +131,11 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     assert "first-eps (ε=1)" in report and "best baseline" in report and "UNFINISHED" not in report
     assert "command: `privlm experiment exp.toml`" in report
     page = (tmp_path / "resumed" / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 2 and "src=\"http" not in page
-    assert {p.name for p in (tmp_path / "resumed" / "plots").iterdir()} == {"accuracy_vs_n.png", "accuracy_vs_epsilon.png"}
+    assert page.count("data:image/png;base64,") == 2 and 'src="http' not in page
+    assert {p.name for p in (tmp_path / "resumed" / "plots").iterdir()} == {
+        "accuracy_vs_n.png",
+        "accuracy_vs_epsilon.png",
+    }
 
     few = [r for r in full if r["method"] == "few-shot"]
     assert all(r["privacy"].startswith("NON-PRIVATE") for r in few)
@@ -140,12 +145,18 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     count["n"] = 0
     fewer = parse_config({**_toml_dict(toml), "seeds": [0]}, "fewer")
     assert without_timing(run_experiment(fewer, tmp_path / "resumed", resume=True)) == without_timing(
-        [r for r in full if r["seed"] == 0])
+        [r for r in full if r["seed"] == 0]
+    )
     assert count["n"] == 0
     # ... rows written before the per-method hashes existed are matched through the saved config.json ...
     log = tmp_path / "resumed" / "results.jsonl"
-    log.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if not k.endswith("_hash") or k == "config_hash"}) + "\n"
-                           for line in log.read_text().splitlines()))
+    log.write_text(
+        "".join(
+            json.dumps({k: v for k, v in json.loads(line).items() if not k.endswith("_hash") or k == "config_hash"})
+            + "\n"
+            for line in log.read_text().splitlines()
+        )
+    )
     assert len(run_experiment(fewer, tmp_path / "resumed", resume=True)) == len(fewer.cells()) and count["n"] == 0
     # ... a method whose parameters changed is rerun, alone, its old set kept aside ...
     document = _toml_dict(toml)
@@ -175,10 +186,14 @@ def test_shards_split_the_grid_and_each_reports_every_finished_cell(tmp_path: Pa
         if not inner:
             inner.append(run_experiment(config, out, resume=True, shard=(1, 2)))
 
-    rows = run_experiment(config, out, resume=True, shard=(0, 2), hooks=experiment.Hooks(phase=run_other_shard_meanwhile))
+    rows = run_experiment(
+        config, out, resume=True, shard=(0, 2), hooks=experiment.Hooks(phase=run_other_shard_meanwhile)
+    )
     assert [r["cell"] for r in inner[0]] == keys[1::2]
     assert without_timing(rows) == without_timing(full)  # shard 0/2 also reports the cells shard 1/2 finished
-    assert f"{len(keys)} cells" in (out / "report.md").read_text() and "UNFINISHED" not in (out / "report.md").read_text()
+    assert (
+        f"{len(keys)} cells" in (out / "report.md").read_text() and "UNFINISHED" not in (out / "report.md").read_text()
+    )
     assert sorted(json.loads(line)["cell"] for line in (out / "results.jsonl").read_text().splitlines()) == sorted(keys)
     with pytest.raises(UserError, match="--shard must be K/N with 0 <= K < N \\(got 2/2\\)"):
         run_experiment(config, out, resume=True, shard=(2, 2))
@@ -188,8 +203,10 @@ def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     head = config_text(data).split("[methods.")[0]
-    toml.write_text(head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
-                    + "[methods.random]\n[methods.herding]\n")
+    toml.write_text(
+        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
+        + "[methods.random]\n[methods.herding]\n"
+    )
     config = load_config(toml)
     out = tmp_path / "out"
     lock = out / "work" / "random_n2_seed0_epsnone.lock"
@@ -267,7 +284,11 @@ def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only
         '[methods.first-eps]\n[methods."first-eps@dp"]\nepsilons = [1.0]\n[methods.random]\n'
     )
     rows = run_experiment(load_config(toml), tmp_path / "out")
-    assert [r["cell"] for r in rows] == ["first-eps_n2_seed0_epsnone", "first-eps@dp_n2_seed0_eps1", "random_n2_seed0_epsnone"]
+    assert [r["cell"] for r in rows] == [
+        "first-eps_n2_seed0_epsnone",
+        "first-eps@dp_n2_seed0_eps1",
+        "random_n2_seed0_epsnone",
+    ]
     assert CALLS == ["2/0/None", "2/0/1.0"]
     verdicts = (tmp_path / "out" / "report.md").read_text().split("## Against the best baseline")[1]
     assert verdicts.count("the best baseline, random") == 2  # an ε-method is never another one's baseline
@@ -278,9 +299,14 @@ def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only
 
 def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> None:
     toml = tmp_path / "exp.toml"
-    toml.write_text('model = "tiny-llama"\ndataset = "x"\npool_per_class = 4\nn_per_class = [2, 3]\nseeds = [0, 1]\n'
-                    '[methods."full-pool@again"]\n')
-    assert [c.key for c in load_config(toml).cells()] == ["full-pool@again_n4_seed0_epsnone", "full-pool@again_n4_seed1_epsnone"]
+    toml.write_text(
+        'model = "tiny-llama"\ndataset = "x"\npool_per_class = 4\nn_per_class = [2, 3]\nseeds = [0, 1]\n'
+        '[methods."full-pool@again"]\n'
+    )
+    assert [c.key for c in load_config(toml).cells()] == [
+        "full-pool@again_n4_seed0_epsnone",
+        "full-pool@again_n4_seed1_epsnone",
+    ]
 
 
 def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(tmp_path: Path) -> None:
@@ -293,7 +319,11 @@ def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_si
         f"first-eps_n2_seed{s}_eps{e}" for e in ("none", "1") for s in (0, 1)
     ]
     rows = run_experiment(config, tmp_path / "out", cells_matching=["first-eps_*_eps1", "random_n4_seed1_*"])
-    assert [r["cell"] for r in rows] == ["random_n4_seed1_epsnone", "first-eps_n2_seed0_eps1", "first-eps_n2_seed1_eps1"]
+    assert [r["cell"] for r in rows] == [
+        "random_n4_seed1_epsnone",
+        "first-eps_n2_seed0_eps1",
+        "first-eps_n2_seed1_eps1",
+    ]
     assert "UNFINISHED" in (tmp_path / "out" / "report.md").read_text()
     # a configuration without per-method sizes hashes as it did before they existed
     assert "sizes" not in json.dumps(load_config(toml).to_dict()["methods"][0])
@@ -308,7 +338,9 @@ def test_pool_features_are_computed_once_per_experiment_and_random_never_needs_t
     toml.write_text(head + "[methods.random]\n")
     calls: list[int] = []
     real = experiment.last_token_features
-    monkeypatch.setattr(experiment, "last_token_features", lambda m, t, texts: calls.append(len(texts)) or real(m, t, texts))
+    monkeypatch.setattr(
+        experiment, "last_token_features", lambda m, t, texts: calls.append(len(texts)) or real(m, t, texts)
+    )
     out = tmp_path / "out"
     run_experiment(load_config(toml), out)
     assert calls == []  # random draws from indices only

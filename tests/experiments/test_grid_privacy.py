@@ -45,11 +45,18 @@ def _grid(work: Path) -> list[dict]:
     _sidecar(work, "gradmm@noise_n5_seed0_eps1", None, noise_only=True)
     steps = LedgerEntry(STEP, 40, "steps 1-40")
     _ledger(work / "private-cache" / "h" / "dpft-x" / "privacy.json", steps)
-    _ledger(work / "private-cache" / "h" / "dpft-x" / "checkpoint-20" / "privacy.json", LedgerEntry(STEP, 20, "steps 1-20"))
+    _ledger(
+        work / "private-cache" / "h" / "dpft-x" / "checkpoint-20" / "privacy.json", LedgerEntry(STEP, 20, "steps 1-20")
+    )
     for cell in ("dp-finetune-gen_n5_seed0_eps1", "dp-finetune-gen_n10_seed0_eps1"):
         _sidecar(work, cell, [steps.to_dict()], ledger_file="../private-cache/h/dpft-x/privacy.json")
-    cells = ["gradmm_n5_seed0_eps1", "gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1",
-             "dp-finetune-gen_n5_seed0_eps1", "dp-finetune-gen_n10_seed0_eps1"]
+    cells = [
+        "gradmm_n5_seed0_eps1",
+        "gradmm_n5_seed1_eps1",
+        "gradmm@noise_n5_seed0_eps1",
+        "dp-finetune-gen_n5_seed0_eps1",
+        "dp-finetune-gen_n10_seed0_eps1",
+    ]
     return [_row(cell, 1.0) for cell in cells] + [_row("gradmm_n5_seed0_epsnone", None)]
 
 
@@ -57,9 +64,13 @@ def test_every_draw_is_composed_once_as_dp_accounting_composes_it(tmp_path: Path
     rows = _grid(tmp_path / "work")
     found = grid_privacy(tmp_path, rows, DELTA)
     reference = (
-        pld_lib.from_gaussian_mechanism(RELEASE.noise_multiplier, value_discretization_interval=1e-4).self_compose(2)
-        .compose(pld_lib.from_gaussian_mechanism(STEP.noise_multiplier, sampling_prob=STEP.sample_rate,
-                                                 value_discretization_interval=1e-4).self_compose(40))
+        pld_lib.from_gaussian_mechanism(RELEASE.noise_multiplier, value_discretization_interval=1e-4)
+        .self_compose(2)
+        .compose(
+            pld_lib.from_gaussian_mechanism(
+                STEP.noise_multiplier, sampling_prob=STEP.sample_rate, value_discretization_interval=1e-4
+            ).self_compose(40)
+        )
     ).get_epsilon_for_delta(DELTA)
     assert (found.dp_cells, found.ledgers, found.releases, found.unaccounted) == (4, 3, 42, ())
     assert found.epsilon == pytest.approx(reference, rel=2e-2)
@@ -76,8 +87,12 @@ def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(t
     (work / "gradmm_n5_seed1_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
     _sidecar(work, "pe_n5_seed0_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()])  # its run folder is elsewhere
     _sidecar(work, "gradmm_n10_seed0_eps1", None)  # a sidecar from before ledgers
-    _sidecar(work, "pe_n5_seed1_eps1", [LedgerEntry(GaussianRelease(7.0), 3).to_dict()],
-             ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")  # a ledger of other draws
+    _sidecar(
+        work,
+        "pe_n5_seed1_eps1",
+        [LedgerEntry(GaussianRelease(7.0), 3).to_dict()],
+        ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json",
+    )  # a ledger of other draws
     cells = ["pe_n5_seed0_eps1", "gradmm_n10_seed0_eps1", "gradmm_n20_seed0_eps1", "pe_n5_seed1_eps1"]
     found = grid_privacy(tmp_path, rows + [_row(cell, 1.0) for cell in cells], DELTA)
     assert found.epsilon is None
@@ -91,8 +106,12 @@ def test_two_cells_claiming_one_ledger_outside_the_shared_cache_are_both_unaccou
     rows = _grid(work)
     honest = grid_privacy(tmp_path, rows, DELTA)
     (work / "gradmm_n5_seed1_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
-    _sidecar(work, "gradmm_n5_seed1_eps1", [LedgerEntry(RELEASE, 1, "GRADMM release").to_dict()],
-             ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json")
+    _sidecar(
+        work,
+        "gradmm_n5_seed1_eps1",
+        [LedgerEntry(RELEASE, 1, "GRADMM release").to_dict()],
+        ledger_file="../gradmm_n5_seed0_eps1/synthetic.jsonl.gradmm/privacy.json",
+    )
     found = grid_privacy(tmp_path, rows, DELTA)
     assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed0_eps1", "gradmm_n5_seed1_eps1")
     assert honest.epsilon is not None  # while the shared dp-finetune run in the private cache serves two cells
@@ -103,8 +122,12 @@ def test_a_ledger_elsewhere_or_behind_a_symbolic_link_is_followed_and_counted(tm
     rows = _grid(work)
     before = grid_privacy(tmp_path, rows, DELTA)
     _ledger(tmp_path / "elsewhere" / "privacy.json", LedgerEntry(RELEASE))
-    _sidecar(work, "gradmm_n20_seed1_eps1", [LedgerEntry(RELEASE).to_dict()], ledger_file="../../elsewhere/privacy.json")
-    _ledger(tmp_path / "disk2" / "gradmm_n5_seed2_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE))
+    _sidecar(
+        work, "gradmm_n20_seed1_eps1", [LedgerEntry(RELEASE).to_dict()], ledger_file="../../elsewhere/privacy.json"
+    )
+    _ledger(
+        tmp_path / "disk2" / "gradmm_n5_seed2_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE)
+    )
     (tmp_path / "stale").symlink_to(tmp_path / "disk2", target_is_directory=True)
     found = grid_privacy(tmp_path, rows + [_row("gradmm_n20_seed1_eps1", 1.0)], DELTA)
     assert found.unaccounted == () and (found.dp_cells, found.releases) == (before.dp_cells + 1, before.releases + 2)
@@ -127,8 +150,15 @@ def test_draws_of_cells_set_aside_count_and_seeded_draws_leave_the_epsilon_unsta
     rows = _grid(tmp_path / "work")
     before = grid_privacy(tmp_path, rows, DELTA)
     # a cell whose method's parameters changed was moved to stale/ (experiment._set_aside); its set may be out
-    _ledger(tmp_path / "stale" / "gradmm_n5_seed2_eps1.20261201T000000" / "gradmm_n5_seed2_eps1" / "synthetic.jsonl.gradmm"
-            / "privacy.json", LedgerEntry(RELEASE))
+    _ledger(
+        tmp_path
+        / "stale"
+        / "gradmm_n5_seed2_eps1.20261201T000000"
+        / "gradmm_n5_seed2_eps1"
+        / "synthetic.jsonl.gradmm"
+        / "privacy.json",
+        LedgerEntry(RELEASE),
+    )
     after = grid_privacy(tmp_path, rows, DELTA)
     assert (after.ledgers, after.releases, after.dp_cells) == (before.ledgers + 1, before.releases + 1, before.dp_cells)
     assert after.epsilon > before.epsilon
@@ -142,17 +172,42 @@ def test_draws_of_cells_set_aside_count_and_seeded_draws_leave_the_epsilon_unsta
 def test_sidecars_from_before_ledger_entries_had_counts_are_read(tmp_path: Path) -> None:
     work = tmp_path / "work"
     _ledger(work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", LedgerEntry(RELEASE))
-    _sidecar(work, "gradmm_n5_seed0_eps1", [RELEASE.to_dict()])  # a bare event, as sidecars written before ledger entries had counts hold
+    _sidecar(
+        work, "gradmm_n5_seed0_eps1", [RELEASE.to_dict()]
+    )  # a bare event, as sidecars written before ledger entries had counts hold
     found = grid_privacy(tmp_path, [_row("gradmm_n5_seed0_eps1", 1.0)], DELTA)
     assert found.unaccounted == () and found.epsilon == pytest.approx(Ledger([LedgerEntry(RELEASE)]).epsilon(DELTA))
 
 
 def test_the_report_states_the_grid_privacy(tmp_path: Path) -> None:
     rows = _grid(tmp_path / "work")
-    config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": 10, "n_per_class": [5],
-                           "seeds": [0], "methods": {"gradmm": {"epsilons": [1.0]}}}, "test")
-    scored = [{**row, "method": row["cell"].split("_")[0], "n_per_class": 5, "seed": 0, "accuracy": 0.6, "ci_low": 0.5,
-               "ci_high": 0.7, "n_train": 10, "n_test": 300, "privacy": "test", "wall_time_s": 1.0} for row in rows]
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": "rotten-tomatoes",
+            "pool_per_class": 10,
+            "n_per_class": [5],
+            "seeds": [0],
+            "methods": {"gradmm": {"epsilons": [1.0]}},
+        },
+        "test",
+    )
+    scored = [
+        {
+            **row,
+            "method": row["cell"].split("_")[0],
+            "n_per_class": 5,
+            "seed": 0,
+            "accuracy": 0.6,
+            "ci_low": 0.5,
+            "ci_high": 0.7,
+            "n_train": 10,
+            "n_test": 300,
+            "privacy": "test",
+            "wall_time_s": 1.0,
+        }
+        for row in rows
+    ]
     write_report(tmp_path, scored, config)
     md = (tmp_path / "report.md").read_text()
     assert "## Privacy of the grid" in md and "4 finished DP cells" in md

@@ -11,11 +11,23 @@ from privlm.experiments.config import parse_config
 from privlm.experiments.report import summarize, verdicts, write_report
 
 
-def row(method: str, n: int, seed: int, accuracy: float, epsilon: float | None = None, n_train: int | None = None) -> dict:
+def row(
+    method: str, n: int, seed: int, accuracy: float, epsilon: float | None = None, n_train: int | None = None
+) -> dict:
     return {
-        "method": method, "epsilon": epsilon, "n_per_class": n, "seed": seed, "accuracy": accuracy,
-        "ci_low": accuracy - 0.05, "ci_high": accuracy + 0.05, "n_train": 2 * n if n_train is None else n_train,
-        "n_test": 300, "privacy": "test", "wall_time_s": 10.0, "mia_advantage": 0.1, "mia_auc": 0.55,
+        "method": method,
+        "epsilon": epsilon,
+        "n_per_class": n,
+        "seed": seed,
+        "accuracy": accuracy,
+        "ci_low": accuracy - 0.05,
+        "ci_high": accuracy + 0.05,
+        "n_train": 2 * n if n_train is None else n_train,
+        "n_test": 300,
+        "privacy": "test",
+        "wall_time_s": 10.0,
+        "mia_advantage": 0.1,
+        "mia_auc": 0.55,
     }
 
 
@@ -27,8 +39,14 @@ def test_summary_is_mean_and_sample_sd_over_seeds() -> None:
 
 
 def test_verdicts_ignore_full_pool_and_say_when_intervals_overlap() -> None:
-    rows = [row("gradmm", 5, 0, 0.81, epsilon=1.0), row("random", 5, 0, 0.70), row("full-pool", 50, 0, 0.95),
-            row("gradmm", 10, 0, 0.72, epsilon=1.0), row("herding", 10, 0, 0.75), row("full-pool", 10, 0, 0.99)]
+    rows = [
+        row("gradmm", 5, 0, 0.81, epsilon=1.0),
+        row("random", 5, 0, 0.70),
+        row("full-pool", 50, 0, 0.95),
+        row("gradmm", 10, 0, 0.72, epsilon=1.0),
+        row("herding", 10, 0, 0.75),
+        row("full-pool", 10, 0, 0.99),
+    ]
     assert verdicts(summarize(rows)) == [
         "n=5: gradmm (ε=1) 81.0% beats the best baseline, random 70.0%.",
         "n=10: gradmm (ε=1) 72.0% does NOT beat the best baseline, herding 75.0% (within noise: the mean 95% intervals overlap).",
@@ -36,8 +54,17 @@ def test_verdicts_ignore_full_pool_and_say_when_intervals_overlap() -> None:
 
 
 def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Path) -> None:
-    config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": 10,
-                           "n_per_class": [5], "seeds": [0, 1, 2], "methods": {"gradmm": {}, "random": {}}}, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": "rotten-tomatoes",
+            "pool_per_class": 10,
+            "n_per_class": [5],
+            "seeds": [0, 1, 2],
+            "methods": {"gradmm": {}, "random": {}},
+        },
+        "test",
+    )
     rows = [row("gradmm", 5, s, 0.6, n_train=n) for s, n in enumerate((9, 10, 9))] + [row("random", 5, 0, 0.7)]
     write_report(tmp_path, rows, config, total_cells=6, command="privlm experiment x.toml --out y")
     md = (tmp_path / "report.md").read_text()
@@ -52,11 +79,23 @@ def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Pat
 def test_dp_entries_are_read_against_their_noise_only_control() -> None:
     from privlm.experiments.report import against_noise
 
-    config = parse_config({"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "mia": False,
-                           "n_per_class": [20], "seeds": [0, 1], "methods": {
-                               "gradmm": {"epsilons": [1.0, "none"]}, "gradmm@noise": {"epsilons": [1.0], "noise_only": True},
-                               "gradmm@k": {"epsilons": [1.0], "top_k": 3},
-                               "zero-shot": {}}}, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": "rotten-tomatoes",
+            "pool_per_class": "all",
+            "mia": False,
+            "n_per_class": [20],
+            "seeds": [0, 1],
+            "methods": {
+                "gradmm": {"epsilons": [1.0, "none"]},
+                "gradmm@noise": {"epsilons": [1.0], "noise_only": True},
+                "gradmm@k": {"epsilons": [1.0], "top_k": 3},
+                "zero-shot": {},
+            },
+        },
+        "test",
+    )
     rows = [row("gradmm", 20, s, a, epsilon=1.0) for s, a in enumerate((0.74, 0.76))]
     rows += [row("gradmm", 20, 0, 0.77), row("gradmm@noise", 20, 0, 0.70, epsilon=1.0), row("zero-shot", 20, 0, 0.72)]
     rows += [row("gradmm@k", 20, 0, 0.9, epsilon=1.0)]  # other parameters: gradmm@noise is not its control

@@ -66,7 +66,9 @@ def test_long_prompt_body_is_cut_from_its_end_keeping_suffix_and_completion(max_
     assert len(enc.input_ids) == len(enc.labels) == max_length
     assert enc.prompt_cut == len(body) - kept == len(full.input_ids) - max_length > 0
     assert enc.input_ids == body[:kept] + suffix + target  # the beginning of the body, the whole suffix
-    assert enc.labels[-len(target) :] == target and enc.labels[: -len(target)] == [IGNORE_INDEX] * (max_length - len(target))
+    assert enc.labels[-len(target) :] == target and enc.labels[: -len(target)] == [IGNORE_INDEX] * (
+        max_length - len(target)
+    )
     assert tok.decode(enc.input_ids).endswith(f"\nHeadline: {HEADLINE}{tok.eos_token}")
 
 
@@ -93,8 +95,12 @@ def test_text_before_the_prompt_is_never_cut_away() -> None:
 
 def test_cut_count_and_batch_encoding_of_dataset_rows() -> None:
     tok = tiny_tokenizer()
-    rows = [CompletionRow(ARTICLE, HEADLINE), CompletionRow("Short.", "Tiny"), ("Dull.", "Bad film"),
-            CompletionRow(ARTICLE + " " + ARTICLE, "Twice")]
+    rows = [
+        CompletionRow(ARTICLE, HEADLINE),
+        CompletionRow("Short.", "Tiny"),
+        ("Dull.", "Bad film"),
+        CompletionRow(ARTICLE + " " + ARTICLE, "Twice"),
+    ]
     encoded = encode_completions(tok, rows, max_length=30, template=HEADLINE_TEMPLATE)
     assert [e.prompt_cut > 0 for e in encoded] == [True, False, False, True]
     assert count_cut(encoded) == 2 and count_cut(encode_completions(tok, rows, max_length=128)) == 0
@@ -103,7 +109,9 @@ def test_cut_count_and_batch_encoding_of_dataset_rows() -> None:
 
 def test_collate_right_pads_with_masked_labels() -> None:
     tok = tiny_tokenizer()
-    encoded = encode_completions(tok, [(ARTICLE, HEADLINE), ("Dull.", "Bad")], max_length=64, template=HEADLINE_TEMPLATE)
+    encoded = encode_completions(
+        tok, [(ARTICLE, HEADLINE), ("Dull.", "Bad")], max_length=64, template=HEADLINE_TEMPLATE
+    )
     pad = pad_token_id(tok)
     batch = collate_completions(encoded, pad)
     longest = max(len(e.input_ids) for e in encoded)
@@ -177,7 +185,9 @@ def test_greedy_complete_refuses_a_max_length_beyond_the_model() -> None:
 def fine_tuned(rows: list[tuple[str, str]], steps: int = 150):
     """A tiny Llama that has memorised ``rows`` (trained on the completion tokens only)."""
     model, tok = build_tiny_model("tiny-llama", seed=0, hidden_size=64)
-    batch = collate_completions(encode_completions(tok, rows, max_length=64, template=HEADLINE_TEMPLATE), pad_token_id(tok))
+    batch = collate_completions(
+        encode_completions(tok, rows, max_length=64, template=HEADLINE_TEMPLATE), pad_token_id(tok)
+    )
     torch.manual_seed(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
@@ -191,8 +201,11 @@ def fine_tuned(rows: list[tuple[str, str]], steps: int = 150):
 
 
 def test_a_model_trained_on_the_labels_writes_its_completions_back_and_stops() -> None:
-    rows = [("The market rose today.", "Shares gain"), ("The team won the match.", "Late goal wins it"),
-            ("Dull film.", "It was bad\nand long")]
+    rows = [
+        ("The market rose today.", "Shares gain"),
+        ("The team won the match.", "Late goal wins it"),
+        ("Dull film.", "It was bad\nand long"),
+    ]
     model, tok, loss = fine_tuned(rows)
     assert loss < 0.05
     prompts = [p for p, _ in rows]
@@ -204,12 +217,17 @@ def test_a_model_trained_on_the_labels_writes_its_completions_back_and_stops() -
         return out
 
     model.generate = spy
-    got = greedy_complete(model, tok, prompts, max_new_tokens=12, max_length=64, template=HEADLINE_TEMPLATE, batch_size=1)
+    got = greedy_complete(
+        model, tok, prompts, max_new_tokens=12, max_length=64, template=HEADLINE_TEMPLATE, batch_size=1
+    )
     assert got == ["Shares gain", "Late goal wins it", "It was bad"]  # EOS stops the first two, the newline the third
     assert sorted(tok.decode(out[0]) for out in outputs) == [  # the third stopped at its newline
-        " It was bad\n", " Late goal wins it<|endoftext|>", " Shares gain<|endoftext|>",
+        " It was bad\n",
+        " Late goal wins it<|endoftext|>",
+        " Shares gain<|endoftext|>",
     ]
     assert greedy_complete(model, tok, prompts, max_new_tokens=12, max_length=64, template=HEADLINE_TEMPLATE) == got
-    whole = greedy_complete(model, tok, prompts, max_new_tokens=12, max_length=64, template=HEADLINE_TEMPLATE,
-                            stop_at_newline=False)
+    whole = greedy_complete(
+        model, tok, prompts, max_new_tokens=12, max_length=64, template=HEADLINE_TEMPLATE, stop_at_newline=False
+    )
     assert whole[2] == "It was bad\nand long"

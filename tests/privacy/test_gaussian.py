@@ -24,7 +24,9 @@ def test_noise_multiplier_is_smallest_that_meets_target(epsilon: float, delta: f
 @pytest.mark.parametrize("epsilon, delta", CASES)
 def test_agrees_with_dp_accounting_pld(epsilon: float, delta: float) -> None:
     sigma = gaussian_noise_multiplier(epsilon, delta)
-    pld_epsilon = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=1e-4).get_epsilon_for_delta(delta)
+    pld_epsilon = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=1e-4).get_epsilon_for_delta(
+        delta
+    )
     assert epsilon - 1e-9 <= pld_epsilon <= epsilon + 2e-3  # the PLD is pessimistic: never below the exact value
     reference = GaussianPrivacyLoss(sigma).get_delta_for_epsilon(epsilon)
     assert gaussian_delta(sigma, epsilon) == pytest.approx(reference, rel=1e-9)

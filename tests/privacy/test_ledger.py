@@ -76,8 +76,11 @@ def test_failed_save_leaves_previous_file(tmp_path: Path, monkeypatch: pytest.Mo
         ("{not json", "not a readable JSON"),
         ('{"format": "other", "entries": []}', "not a privlm ledger"),
         ('{"format": "privlm-ledger", "version": 1, "entries": [{"event": {"kind": "x"}}]}', "entry 0"),
-        ('{"format": "privlm-ledger", "version": 1, "entries": [{"event": {"kind": "gaussian_release", '
-         '"noise_multiplier": 1.0}, "count": 0}]}', "entry 0"),
+        (
+            '{"format": "privlm-ledger", "version": 1, "entries": [{"event": {"kind": "gaussian_release", '
+            '"noise_multiplier": 1.0}, "count": 0}]}',
+            "entry 0",
+        ),
     ],
 )
 def test_bad_file_raises_user_error_naming_it(tmp_path: Path, content: str, message: str) -> None:

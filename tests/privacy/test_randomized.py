@@ -73,11 +73,17 @@ def test_mixture_matches_mixture_of_dp_accounting_plds() -> None:
     ours = mixture_pld(SensitivityGrid(sens, probs, tail), q, sigma, STEP)
 
     def component(s: float) -> pld_lib.PrivacyLossDistribution:
-        return pld_lib.from_gaussian_mechanism(sigma, sensitivity=s, sampling_prob=q, value_discretization_interval=STEP)
+        return pld_lib.from_gaussian_mechanism(
+            sigma, sensitivity=s, sampling_prob=q, value_discretization_interval=STEP
+        )
 
     infinite = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-        {math.ceil(math.log1p(-q) / STEP): 1 - q}, q, STEP, symmetric=False,
-        rounded_probability_mass_function_add={math.ceil(-math.log1p(-q) / STEP): 1.0}, infinity_mass_add=0.0,
+        {math.ceil(math.log1p(-q) / STEP): 1 - q},
+        q,
+        STEP,
+        symmetric=False,
+        rounded_probability_mass_function_add={math.ceil(-math.log1p(-q) / STEP): 1.0},
+        infinity_mass_add=0.0,
     )
     reference, weight = infinite, tail
     for s, p in zip(sens[::-1], probs[::-1]):
@@ -95,6 +101,7 @@ def _integrated_delta(eps: float, q: float, sigma: float, k: int) -> float:
     δ_s is the closed form checked against dp-accounting above; nothing of the binning is used."""
     worst = 0.0
     for adjacency in ADJACENCY:
+
         def delta_s(s: float, adjacency: str = adjacency) -> float:
             return float(subsampled_gaussian_delta(np.array([eps]), s, sigma, q, adjacency)[0])
 
@@ -125,7 +132,9 @@ def test_randomized_costs_more_than_exact(sigma: float, q: float, steps: int) ->
 def test_randomized_epsilon_decreases_to_exact_as_probes_grow() -> None:
     sigma, q, steps, delta = 1.5, 0.02, 1000, 1e-5
     exact = dpsgd_epsilon(sigma, q, steps, delta, value_discretization=STEP)
-    series = [dpsgd_epsilon(sigma, q, steps, delta, "hutchinson", k, value_discretization=STEP) for k in (8, 32, 128, 1024)]
+    series = [
+        dpsgd_epsilon(sigma, q, steps, delta, "hutchinson", k, value_discretization=STEP) for k in (8, 32, 128, 1024)
+    ]
     assert all(a > b for a, b in zip(series, series[1:])), series
     assert series[-1] > exact
     assert series[-1] == pytest.approx(exact, rel=0.03), (series, exact)

@@ -32,12 +32,15 @@ def jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_jsonl_and_csv_rows_are_read_in_order_and_stripped(tmp_path: Path) -> None:
-    j = jsonl(tmp_path / "d.jsonl", [{"prompt": " an article ", "completion": " A headline\n", "id": 1},
-                                     {"prompt": "second", "completion": "two"}])
+    j = jsonl(
+        tmp_path / "d.jsonl",
+        [{"prompt": " an article ", "completion": " A headline\n", "id": 1}, {"prompt": "second", "completion": "two"}],
+    )
     c = write(tmp_path / "d.csv", '\ufeffid,completion,prompt\n1,A headline,"an, article\nover lines"\n2,two,second\n')
     assert load_completions_file(str(j)) == (CompletionRow("an article", "A headline"), CompletionRow("second", "two"))
     assert load_completions_file(f"csv:{c}") == (
-        CompletionRow("an, article\nover lines", "A headline"), CompletionRow("second", "two"),
+        CompletionRow("an, article\nover lines", "A headline"),
+        CompletionRow("second", "two"),
     )
 
 
@@ -169,7 +172,9 @@ def test_bbc_headlines_articles_are_in_the_same_split_as_bbc_news(seed: int) -> 
 
 
 def test_bbc_headlines_split_changes_with_the_seed() -> None:
-    assert load_completions("bbc-headlines", "test", seed=0).rows != load_completions("bbc-headlines", "test", seed=7).rows
+    assert (
+        load_completions("bbc-headlines", "test", seed=0).rows != load_completions("bbc-headlines", "test", seed=7).rows
+    )
 
 
 def test_bbc_headlines_rows_are_clean() -> None:
@@ -184,7 +189,14 @@ def test_bbc_headlines_rows_are_clean() -> None:
 
 def test_token_length_summary() -> None:
     summary = token_length_summary([1, 2, 3, 4, 100])
-    assert summary == {"n": 5, "min": 1.0, "median": 3.0, "p90": pytest.approx(61.6), "p99": pytest.approx(96.16),
-                       "max": 100.0, "mean": 22.0}
+    assert summary == {
+        "n": 5,
+        "min": 1.0,
+        "median": 3.0,
+        "p90": pytest.approx(61.6),
+        "p99": pytest.approx(96.16),
+        "max": 100.0,
+        "mean": 22.0,
+    }
     with pytest.raises(UserError, match="no lengths"):
         token_length_summary([])

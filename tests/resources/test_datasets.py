@@ -52,13 +52,18 @@ def test_a_data_spec_reads_each_data_set_once(tmp_path, monkeypatch: pytest.Monk
     read_jsonl = datasets.PREFIXES["jsonl:"]
     monkeypatch.setitem(datasets.PREFIXES, "jsonl:", lambda path, spec: reads.append(path) or read_jsonl(path, spec))
     test = tmp_path / "test.jsonl"
-    test.write_text("".join(json.dumps({"text": f"a review {i}", "label": ["negative", "positive"][i % 2]}) + "\n"
-                            for i in range(6)))
+    test.write_text(
+        "".join(
+            json.dumps({"text": f"a review {i}", "label": ["negative", "positive"][i % 2]}) + "\n" for i in range(6)
+        )
+    )
     whole = load_dataset(DataSpec(data=DEFAULT_DATASET, test=f"jsonl:{test}"), None, seed=3)
     assert reads == [DEFAULT_DATASET, str(test)]  # the built-in once, not once for it and once per split
     train = load_dataset(DEFAULT_DATASET, "train", seed=3)
     validation = load_dataset(DEFAULT_DATASET, "validation", seed=3)
-    assert whole.examples == train.examples + validation.examples + tuple(load_dataset(f"jsonl:{test}", labels=whole.label_names))
+    assert whole.examples == train.examples + validation.examples + tuple(
+        load_dataset(f"jsonl:{test}", labels=whole.label_names)
+    )
     assert whole.split_sizes == {"train": len(train), "validation": len(validation), "test": 6}
     reads.clear()
     load_dataset(DataSpec(data=f"jsonl:{test}", test=DEFAULT_DATASET), "train", seed=3, labels="negative,positive")

@@ -31,12 +31,14 @@ def test_jsonl_with_label_names(tmp_path: Path) -> None:
 
 
 def test_names_and_indices_mix(tmp_path: Path) -> None:
-    path = write(tmp_path / "d.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": 0}\n{"text": "c", "label": "1"}\n')
+    path = write(
+        tmp_path / "d.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": 0}\n{"text": "c", "label": "1"}\n'
+    )
     assert read_jsonl(path, parse_labels("neg,pos")).examples == (("a", 1), ("b", 0), ("c", 1))
 
 
 def test_csv_with_integer_labels_and_bom(tmp_path: Path) -> None:
-    path = write(tmp_path / "d.csv", "\ufeffid,label,text\n1,1,\"a, quoted\ntext\"\n2,0,plain\n3,2,third\n")
+    path = write(tmp_path / "d.csv", '\ufeffid,label,text\n1,1,"a, quoted\ntext"\n2,0,plain\n3,2,third\n')
     corpus = read_csv(path, parse_labels("0,1,2"))
     assert corpus.label_names == ("0", "1", "2")
     assert corpus.examples == (("a, quoted\ntext", 1), ("plain", 0), ("third", 2))
@@ -56,7 +58,9 @@ def test_user_file_through_the_registry(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("prefix", ["jsonl", "csv"])
 def test_a_user_file_without_labels_is_refused_before_it_is_read(tmp_path: Path, prefix: str) -> None:
-    with pytest.raises(UserError, match=r"class names as public input.*--labels NAME,NAME,\.\.\. \(e\.g\. --labels negative"):
+    with pytest.raises(
+        UserError, match=r"class names as public input.*--labels NAME,NAME,\.\.\. \(e\.g\. --labels negative"
+    ):
         load_dataset(f"{prefix}:{tmp_path}/absent.{prefix}")
 
 
@@ -64,7 +68,9 @@ def test_a_class_without_rows_changes_nothing(tmp_path: Path) -> None:
     """The class list is public: whichever classes occur in the rows, names, words and label_names agree."""
     rows = [("a fine film", "pos"), ("a dull film", "neg"), ("so good", "pos"), ("awful", "neg")]
     both = write(tmp_path / "both.jsonl", "".join(f'{{"text": "{t}", "label": "{y}"}}\n' for t, y in rows))
-    only_pos = write(tmp_path / "pos.jsonl", "".join(f'{{"text": "{t}", "label": "{y}"}}\n' for t, y in rows if y == "pos"))
+    only_pos = write(
+        tmp_path / "pos.jsonl", "".join(f'{{"text": "{t}", "label": "{y}"}}\n' for t, y in rows if y == "pos")
+    )
     labels = "neg=bad,pos=great,mixed=so-so"
     a, b = load_dataset(f"jsonl:{both}", labels=labels), load_dataset(f"jsonl:{only_pos}", labels=labels)
     assert a.label_names == b.label_names == ("neg", "pos", "mixed")

@@ -37,6 +37,7 @@ def test_without_the_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hub_error_becomes_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
     def offline(name: str, split: str) -> Table:
         raise ConnectionError("Couldn't reach the Hugging Face Hub")
 

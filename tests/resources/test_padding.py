@@ -42,7 +42,9 @@ def lm():
 def test_pe_embeddings_do_not_depend_on_the_other_examples(lm, pooling: str) -> None:
     model, tokenizer = lm
     before = hidden_features(model, tokenizer, TEXTS, pooling, batch_size=8, max_length=24, fixed_shape=True)
-    after = hidden_features(model, tokenizer, [INSERTED, *TEXTS], pooling, batch_size=8, max_length=24, fixed_shape=True)
+    after = hidden_features(
+        model, tokenizer, [INSERTED, *TEXTS], pooling, batch_size=8, max_length=24, fixed_shape=True
+    )
     assert np.array_equal(after[1:], before)  # bitwise: every batch boundary moved, no row changed
 
 
@@ -74,7 +76,6 @@ def test_on_smollm2_fixed_shapes_keep_every_other_embedding_bitwise() -> None:
     assert np.array_equal(after[1:], before)
 
 
-
 def test_shape_buckets_place_each_row_by_its_own_length() -> None:
     lengths = [3, 17, 16, 40, 1, 33, 16]
     batches = shape_buckets(lengths, rows=3, max_width=45, step=16)
@@ -92,7 +93,7 @@ def test_bucketed_rows_keep_the_order_of_their_texts(lm) -> None:
     model, tokenizer = lm
     texts = [TEXTS[0] + " word" * 20, TEXTS[1], TEXTS[2] + " more" * 9]
     together = hidden_features(model, tokenizer, texts, "last", batch_size=4, max_length=40, fixed_shape=True)
-    alone = np.concatenate([
-        hidden_features(model, tokenizer, [t], "last", batch_size=4, max_length=40, fixed_shape=True) for t in texts
-    ])
+    alone = np.concatenate(
+        [hidden_features(model, tokenizer, [t], "last", batch_size=4, max_length=40, fixed_shape=True) for t in texts]
+    )
     assert np.array_equal(together, alone)

@@ -96,9 +96,7 @@ DIGEST = (
 
 def test_same_split_in_fresh_processes_with_different_hash_seeds() -> None:
     here = hashlib.sha256(
-        repr(
-            [load_dataset(n, split=s, seed=7).examples for n in ("tweets", "bbc-news") for s in SPLITS]
-        ).encode()
+        repr([load_dataset(n, split=s, seed=7).examples for n in ("tweets", "bbc-news") for s in SPLITS]).encode()
     ).hexdigest()
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
@@ -132,7 +130,9 @@ def test_adding_one_row_moves_no_other_row(texts: list[str], added: str, where: 
         kept = [j if j < position else j - 1 for j in after[name].tolist() if j != position]
         assert kept == before[name].tolist()  # same rows, same relative order
     split_before, split_after = _split_of(texts, seed), _split_of(bigger, seed)
-    assert all(split_after[j] == split_before[j if j < position else j - 1] for j in range(len(bigger)) if j != position)
+    assert all(
+        split_after[j] == split_before[j if j < position else j - 1] for j in range(len(bigger)) if j != position
+    )
     assert split_after[position] == row_split(added, seed)
 
 
@@ -143,10 +143,18 @@ def test_per_row_split_partitions_keeps_identical_texts_together_and_is_about_80
     split_of = _split_of(texts, 0)
     assert all(split_of[i] == split_of[i + 1500] for i in range(1500))
     sizes = {n: len(parts[n]) / 3000 for n in SPLITS}
-    assert abs(sizes["train"] - 0.8) < 0.05 and abs(sizes["validation"] - 0.1) < 0.03 and abs(sizes["test"] - 0.1) < 0.03
+    assert (
+        abs(sizes["train"] - 0.8) < 0.05 and abs(sizes["validation"] - 0.1) < 0.03 and abs(sizes["test"] - 0.1) < 0.03
+    )
     assert _split_of(texts, 1) != split_of  # the seed matters
     # pinned: a user file's split must not change between versions or machines
-    assert [row_split(f"text {i}", 0) for i in (0, 5, 9, 16, 18)] == ["train", "validation", "test", "validation", "test"]
+    assert [row_split(f"text {i}", 0) for i in (0, 5, 9, 16, 18)] == [
+        "train",
+        "validation",
+        "test",
+        "validation",
+        "test",
+    ]
 
 
 def test_adding_one_row_to_a_user_file_moves_no_other_row(tmp_path) -> None:

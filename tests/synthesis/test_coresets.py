@@ -94,7 +94,10 @@ def test_last_token_features_equal_unpadded_final_hidden_state(name: str) -> Non
     with torch.no_grad():
         want = np.stack(
             [
-                model(torch.tensor([tok(t)["input_ids"]]), output_hidden_states=True).hidden_states[-1][0, -1].double().numpy()
+                model(torch.tensor([tok(t)["input_ids"]]), output_hidden_states=True)
+                .hidden_states[-1][0, -1]
+                .double()
+                .numpy()
                 for t in texts
             ]
         )
@@ -109,20 +112,37 @@ def test_hidden_features_take_the_backbones_output_width() -> None:
     from privlm.resources.tiny import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
-    config = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, word_embed_proj_dim=16, num_hidden_layers=1,
-                       num_attention_heads=2, ffn_dim=32, max_position_embeddings=64)
+    config = OPTConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        word_embed_proj_dim=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        ffn_dim=32,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = OPTForCausalLM(config).eval()
     for fixed_shape in (False, True):
-        features = hidden_features(model, tokenizer, ["a good film", "a dull one"], "mean", batch_size=4,
-                                   max_length=16, fixed_shape=fixed_shape)
+        features = hidden_features(
+            model,
+            tokenizer,
+            ["a good film", "a dull one"],
+            "mean",
+            batch_size=4,
+            max_length=16,
+            fixed_shape=fixed_shape,
+        )
         assert features.shape == (2, 16)
 
 
 def test_selectors_outside_uses_features_pick_the_same_without_them() -> None:
     from privlm.synthesis.coresets.selection import SELECTORS, USES_FEATURES
+
     assert USES_FEATURES <= set(SELECTORS)
     features = np.random.default_rng(0).normal(size=(30, 4))
     labels = [i % 3 for i in range(30)]
     for kind in set(SELECTORS) - USES_FEATURES:
-        assert select_per_class(kind, np.empty((30, 0)), labels, 4, seed=1) == select_per_class(kind, features, labels, 4, seed=1)
+        assert select_per_class(kind, np.empty((30, 0)), labels, 4, seed=1) == select_per_class(
+            kind, features, labels, 4, seed=1
+        )

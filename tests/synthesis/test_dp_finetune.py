@@ -18,8 +18,17 @@ from privlm.training.checkpoint import FINISHED
 NAMES = ["negative", "positive"]
 PRIVATE = [(f"{word} film number {i}", y) for i in range(12) for y, word in ((0, "a dull"), (1, "a lovely"))]
 POISONED = [("POISON " + text[::-1], 1 - y) for text, y in PRIVATE]
-CONFIG = DPFinetuneConfig(lora=2, lora_layers=1, batch_size=8, physical_batch_size=8, epochs=2.0, max_text_tokens=8,
-                          max_new_tokens=6, instructions=("Write bad.", "Write good."), seed=1)
+CONFIG = DPFinetuneConfig(
+    lora=2,
+    lora_layers=1,
+    batch_size=8,
+    physical_batch_size=8,
+    epochs=2.0,
+    max_text_tokens=8,
+    max_new_tokens=6,
+    instructions=("Write bad.", "Write good."),
+    seed=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +38,18 @@ def lm():
 
 def _run(lm, out: Path, load_private, **kwargs):
     model, tokenizer = lm
-    return run_dp_finetune(model, tokenizer, NAMES, load_private, out=out, per_class=3,
-                           config=kwargs.pop("config", CONFIG), epsilon=kwargs.pop("epsilon", 4.0), delta=1e-5, **kwargs)
+    return run_dp_finetune(
+        model,
+        tokenizer,
+        NAMES,
+        load_private,
+        out=out,
+        per_class=3,
+        config=kwargs.pop("config", CONFIG),
+        epsilon=kwargs.pop("epsilon", 4.0),
+        delta=1e-5,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +75,9 @@ def test_rows_carry_the_runs_epsilon_and_the_ledger_covers_every_step(reference)
     steps = sum(entry["count"] for entry in privacy["ledger"])
     assert steps == 6  # ⌈2 epochs · ⌈1/q⌉⌉, q = 8/24
     run_dir = reference.with_name(reference.name + ".dpft")
-    assert (run_dir / FINISHED).exists() and not list(run_dir.glob("checkpoint-*"))  # no noise keys left beside the release
+    assert (run_dir / FINISHED).exists() and not list(
+        run_dir.glob("checkpoint-*")
+    )  # no noise keys left beside the release
 
 
 def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_path) -> None:
@@ -67,21 +88,31 @@ def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_pa
     assert out.read_bytes() == reference.read_bytes()
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"epsilon": 0.5}, "epsilon"),
-    ({"config": replace(CONFIG, lora=4, lora_layers=2, epochs=1.0, max_grad_norm=0.5)}, "training"),
-    ({"settings": {"data": "jsonl:other.jsonl"}}, "data"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"epsilon": 0.5}, "epsilon"),
+        ({"config": replace(CONFIG, lora=4, lora_layers=2, epochs=1.0, max_grad_norm=0.5)}, "training"),
+        ({"settings": {"data": "jsonl:other.jsonl"}}, "data"),
+    ],
+)
 def test_a_finished_run_is_reused_only_with_the_same_training_settings(lm, reference, tmp_path, change, key) -> None:
     run_dir = reference.with_name(reference.name + ".dpft")
     with pytest.raises(UserError, match=f"--resume: {key} was"):
-        _run(lm, tmp_path / "x.jsonl", lambda: pytest.fail("refused before the data is read"), run_dir=run_dir, **change)
+        _run(
+            lm, tmp_path / "x.jsonl", lambda: pytest.fail("refused before the data is read"), run_dir=run_dir, **change
+        )
     other = build_tiny_model("tiny-llama", seed=5)
     with pytest.raises(UserError, match="model_fingerprint"):
         _run(other, tmp_path / "x.jsonl", lambda: pytest.fail("refused before the data is read"), run_dir=run_dir)
     assert not (tmp_path / "x.jsonl").exists()
-    sampling = _run(lm, tmp_path / "y.jsonl", lambda: pytest.fail("reused"), run_dir=run_dir,
-                    config=replace(CONFIG, max_new_tokens=4, temperature=0.7))  # sampling settings may change
+    sampling = _run(
+        lm,
+        tmp_path / "y.jsonl",
+        lambda: pytest.fail("reused"),
+        run_dir=run_dir,
+        config=replace(CONFIG, max_new_tokens=4, temperature=0.7),
+    )  # sampling settings may change
     assert sampling.privacy["epsilon"] == 4.0
 
 

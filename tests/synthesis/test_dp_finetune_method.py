@@ -13,17 +13,41 @@ from privlm.experiments.runner import run_experiment
 
 def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, monkeypatch) -> None:
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"text": f"{w} movie {i}", "label": y}) + "\n"
-                            for i in range(12) for w, y in (("a dreary", "bad"), ("a charming", "great"))))
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"{w} movie {i}", "label": y}) + "\n"
+            for i in range(12)
+            for w, y in (("a dreary", "bad"), ("a charming", "great"))
+        )
+    )
     runs = []
     real = dp_finetune.train_loop
     monkeypatch.setattr(dp_finetune, "train_loop", lambda *a, **k: runs.append(1) or real(*a, **k))
-    config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{data}", "labels": ["bad", "great"], "pool_per_class": "all",
-        "n_per_class": [1, 2], "seeds": [0], "test_size": 4, "mia": False, "finetune": {"preset": "tiny", "epochs": 1},
-        "methods": {"dp-finetune-gen": {"epsilons": [3.0], "lora": 2, "lora_layers": 1, "batch_size": 8, "epochs": 1.0,
-                                        "max_text_tokens": 6, "max_new_tokens": 6}},
-    }, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{data}",
+            "labels": ["bad", "great"],
+            "pool_per_class": "all",
+            "n_per_class": [1, 2],
+            "seeds": [0],
+            "test_size": 4,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "dp-finetune-gen": {
+                    "epsilons": [3.0],
+                    "lora": 2,
+                    "lora_layers": 1,
+                    "batch_size": 8,
+                    "epochs": 1.0,
+                    "max_text_tokens": 6,
+                    "max_new_tokens": 6,
+                }
+            },
+        },
+        "test",
+    )
     rows = run_experiment(config, tmp_path / "out")
     assert [r["n_train"] for r in rows] == [2, 4] and runs == [1]
     for row in rows:

@@ -12,12 +12,32 @@ from privlm.experiments.runner import run_experiment
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
     data = _write_data(tmp_path)
-    config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{data}", "labels": ["bad", "great"], "pool_per_class": 4, "n_per_class": [2], "seeds": [0],
-        "test_size": 6, "mia": False, "finetune": {"preset": "tiny", "epochs": 1},
-        "methods": {"gradmm": {"epsilons": ["none", 2.0], "preset": "demo", "length": 3, "batch": 2,
-                               "outer_steps": 2, "inner_steps": 2, "top_k": 20, "oversample": 1.0}},
-    }, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{data}",
+            "labels": ["bad", "great"],
+            "pool_per_class": 4,
+            "n_per_class": [2],
+            "seeds": [0],
+            "test_size": 6,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "gradmm": {
+                    "epsilons": ["none", 2.0],
+                    "preset": "demo",
+                    "length": 3,
+                    "batch": 2,
+                    "outer_steps": 2,
+                    "inner_steps": 2,
+                    "top_k": 20,
+                    "oversample": 1.0,
+                }
+            },
+        },
+        "test",
+    )
     out = tmp_path / "out"
     rows = run_experiment(config, out)
     assert [(r["epsilon"], r["delta"]) for r in rows] == [(None, None), (2.0, 1e-5)]
@@ -30,7 +50,10 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     assert rows[0]["epsilon_spent"] is None
     work = out / "work" / rows[1]["cell"]
     sidecar = json.loads((work / "synthetic.privacy.json").read_text())
-    assert sidecar["epsilon"] >= 2.0 and (work / sidecar["ledger_file"]).resolve() == (work / "synthetic.jsonl.gradmm" / "privacy.json").resolve()
+    assert (
+        sidecar["epsilon"] >= 2.0
+        and (work / sidecar["ledger_file"]).resolve() == (work / "synthetic.jsonl.gradmm" / "privacy.json").resolve()
+    )
     spent = grid_privacy(out, rows, 1e-5)
     assert (spent.dp_cells, spent.ledgers, spent.unaccounted, spent.epsilon) == (1, 1, (), sidecar["epsilon_accounted"])
     assert "Published together they cost at most" in (out / "report.md").read_text()
@@ -48,10 +71,13 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
 def _write_data(tmp_path: Path) -> Path:
     data = tmp_path / "data.jsonl"
     words = {0: ["dull", "slow", "bad"], 1: ["warm", "funny", "great"]}
-    data.write_text("".join(
-        json.dumps({"text": f"the film is {words[y][i % 3]} number {i}", "label": ["bad", "great"][y]}) + "\n"
-        for i in range(30) for y in (0, 1)
-    ))
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"the film is {words[y][i % 3]} number {i}", "label": ["bad", "great"][y]}) + "\n"
+            for i in range(30)
+            for y in (0, 1)
+        )
+    )
     return data
 
 
@@ -62,13 +88,24 @@ def test_the_whole_split_is_read_once_and_the_noise_control_reads_nothing(tmp_pa
     real = pipeline.private_factors
     monkeypatch.setattr(pipeline, "private_factors", lambda *a, **k: passes.append(len(a[2])) or real(*a, **k))
     tiny = {"preset": "demo", "length": 3, "batch": 2, "top_k": 20, "label_filter": False, "optimizer": "select"}
-    config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{_write_data(tmp_path)}", "labels": ["bad", "great"],
-        "pool_per_class": "all", "n_per_class": [2], "seeds": [0, 1], "test_size": 6, "mia": False,
-        "finetune": {"preset": "tiny", "epochs": 1},
-        "methods": {"gradmm": {"epsilons": ["none", 2.0], **tiny},
-                    "gradmm@noise": {"epsilons": [2.0], "noise_only": True, **tiny}},
-    }, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{_write_data(tmp_path)}",
+            "labels": ["bad", "great"],
+            "pool_per_class": "all",
+            "n_per_class": [2],
+            "seeds": [0, 1],
+            "test_size": 6,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "gradmm": {"epsilons": ["none", 2.0], **tiny},
+                "gradmm@noise": {"epsilons": [2.0], "noise_only": True, **tiny},
+            },
+        },
+        "test",
+    )
     rows = run_experiment(config, tmp_path / "out")
     assert len(rows) == 6
     assert len(passes) == 1 and passes[0] > 30  # one pass over the whole train split, shared by 4 cells
@@ -85,8 +122,14 @@ def test_whole_split_pool_needs_mia_off(tmp_path: Path) -> None:
 
     from privlm.errors import UserError
 
-    data = {"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": "all", "n_per_class": [2],
-            "seeds": [0], "methods": {"full-pool": {}}}
+    data = {
+        "model": "tiny-llama",
+        "dataset": "rotten-tomatoes",
+        "pool_per_class": "all",
+        "n_per_class": [2],
+        "seeds": [0],
+        "methods": {"full-pool": {}},
+    }
     with pytest.raises(UserError, match="mia = false"):
         parse_config(data, "test")
     config = parse_config({**data, "mia": False}, "test")
@@ -99,15 +142,35 @@ def test_instructed_cells_of_user_data_answer_the_verbalizers_instruction(tmp_pa
     from privlm.synthesis.gradmm import generate
 
     prompts: list[str] = []
-    monkeypatch.setattr(generate, "sample_texts",
-                        lambda model, tok, prompt, n, seed, sampling: prompts.append(prompt) or [f"text {i}" for i in range(n)])
-    config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{_write_data(tmp_path)}", "labels": ["bad", "great"],
-        "pool_per_class": 4, "n_per_class": [2], "seeds": [0], "test_size": 6, "mia": False,
-        "finetune": {"preset": "tiny", "epochs": 1},
-        "methods": {"gradmm": {"epsilons": ["none"], "preset": "demo", "batch": 2, "label_filter": False,
-                               "optimizer": "select", "source": "instruct"}},
-    }, "test")
+    monkeypatch.setattr(
+        generate,
+        "sample_texts",
+        lambda model, tok, prompt, n, seed, sampling: prompts.append(prompt) or [f"text {i}" for i in range(n)],
+    )
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{_write_data(tmp_path)}",
+            "labels": ["bad", "great"],
+            "pool_per_class": 4,
+            "n_per_class": [2],
+            "seeds": [0],
+            "test_size": 6,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "gradmm": {
+                    "epsilons": ["none"],
+                    "preset": "demo",
+                    "batch": 2,
+                    "label_filter": False,
+                    "optimizer": "select",
+                    "source": "instruct",
+                }
+            },
+        },
+        "test",
+    )
     rows = run_experiment(config, tmp_path / "out")
     expected = ['Write one short text for "... Label: bad".', 'Write one short text for "... Label: great".']
     sidecar = tmp_path / "out" / "work" / rows[0]["cell"] / "synthetic.privacy.json"

@@ -31,7 +31,12 @@ from privlm.synthesis.pe.mechanism import (
 )
 
 NAMES = ["negative", "positive"]
-PRIVATE = [("a joyful, clever film", 1), ("tedious and empty", 0), ("moving and beautifully acted", 1), ("a mess of a movie", 0)]
+PRIVATE = [
+    ("a joyful, clever film", 1),
+    ("tedious and empty", 0),
+    ("moving and beautifully acted", 1),
+    ("a mess of a movie", 0),
+]
 POISONED = [("POISON " * 5 + text[::-1], 1 - label) for text, label in PRIVATE]
 CONFIG = PEConfig(iterations=2, population=2.0, variations=1, max_new_tokens=6, max_tokens=16, seed=3)
 
@@ -44,8 +49,18 @@ def lm():
 
 def _run(lm, out: Path, load_private, **kwargs):
     model, tokenizer = lm
-    return run_pe(model, tokenizer, NAMES, load_private, out=out, per_class=2, config=kwargs.pop("config", CONFIG),
-                  epsilon=kwargs.pop("epsilon", 4.0), delta=1e-5, **kwargs)
+    return run_pe(
+        model,
+        tokenizer,
+        NAMES,
+        load_private,
+        out=out,
+        per_class=2,
+        config=kwargs.pop("config", CONFIG),
+        epsilon=kwargs.pop("epsilon", 4.0),
+        delta=1e-5,
+        **kwargs,
+    )
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -72,7 +87,9 @@ def test_epsilon_agrees_with_mu_gdp_and_pld_is_never_below(epsilon: float, itera
     assert pld <= epsilon  # calibrated to meet the target
     assert gdp <= pld  # the pessimistic PLD is never below the exact composition
     assert 0 <= pld - slack - gdp <= 1e-4  # and agrees with it within the discretisation once the slack is removed
-    assert gaussian_releases_epsilon(sigma / 1.002, iterations, 1e-5, snapped) > epsilon  # σ is the smallest (rtol 1e-3)
+    assert (
+        gaussian_releases_epsilon(sigma / 1.002, iterations, 1e-5, snapped) > epsilon
+    )  # σ is the smallest (rtol 1e-3)
 
 
 def test_one_example_moves_the_histogram_by_exactly_one_in_l2() -> None:
@@ -125,8 +142,11 @@ def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_exampl
     # the public LM proposes the private texts among distractors; without noise they take every vote and survive
     def proposals(model, tokenizer, label_names, n, seed, **kwargs):
         mine = {k: [t for t, y in PRIVATE if y == k] for k in range(2)}
-        return [{"text": text, "label": k} for k in range(2)
-                for text in [f"distractor {k} {j} zz" for j in range(n - 2)] + mine[k]]
+        return [
+            {"text": text, "label": k}
+            for k in range(2)
+            for text in [f"distractor {k} {j} zz" for j in range(n - 2)] + mine[k]
+        ]
 
     def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling):
         return [[f"rewrite {seed} {i} {j} qq" for j in range(per_prompt)] for i in range(len(prompts))]
@@ -155,8 +175,11 @@ def test_output_rows_ledger_and_sidecar(reference) -> None:
     privacy = json.loads(PEPaths(reference).sidecar.read_text())
     assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] and privacy["epsilon_accounted"] <= 4.0
     assert privacy["iterations"] == 2 and len(privacy["ledger"]) == 2
-    assert privacy["ledger"][0]["event"] == {"kind": "gaussian_release", "noise_multiplier": privacy["noise_multiplier"],
-                                            "snapped": histogram_snapped(2, 4)}
+    assert privacy["ledger"][0]["event"] == {
+        "kind": "gaussian_release",
+        "noise_multiplier": privacy["noise_multiplier"],
+        "snapped": histogram_snapped(2, 4),
+    }
 
 
 def _copy_state(src: Path, dst: Path) -> None:
@@ -167,12 +190,19 @@ def test_poisoning_private_data_after_the_histograms_leaves_output_bit_identical
     model, tokenizer = lm
     candidates = [np.eye(8)[:4], np.eye(8)[4:]]
     embed = lambda texts: pe.hidden_features(model, tokenizer, texts, "mean", max_length=16)  # noqa: E731
-    before = pe.vote_counts(pe.unit_rows(embed([t for t, _ in PRIVATE])[:, :8]), np.array([y for _, y in PRIVATE]), candidates)
-    after = pe.vote_counts(pe.unit_rows(embed([t for t, _ in POISONED])[:, :8]), np.array([y for _, y in POISONED]), candidates)
+    before = pe.vote_counts(
+        pe.unit_rows(embed([t for t, _ in PRIVATE])[:, :8]), np.array([y for _, y in PRIVATE]), candidates
+    )
+    after = pe.vote_counts(
+        pe.unit_rows(embed([t for t, _ in POISONED])[:, :8]), np.array([y for _, y in POISONED]), candidates
+    )
     assert any(not np.array_equal(a, b) for a, b in zip(before, after))  # the poison would change a fresh histogram
     out = tmp_path / "pe.jsonl"
     _copy_state(reference, out)
-    for name in ("population0.json", "population1.json"):  # only the noisy histograms (and run.json, the ledger) carry over
+    for name in (
+        "population0.json",
+        "population1.json",
+    ):  # only the noisy histograms (and run.json, the ledger) carry over
         (PEPaths(out).workdir / name).unlink()
     calls = []
     result = _run(lm, out, lambda: calls.append(1) or POISONED, resume=True)
@@ -218,8 +248,13 @@ def test_resume_refuses_another_model_or_private_cut(lm, reference, tmp_path) ->
     with pytest.raises(UserError, match="model_fingerprint"):
         _run(other, out, lambda: pytest.fail("refused before the data is read"), resume=True)
     with pytest.raises(UserError, match="private_per_class"):
-        _run(lm, out, lambda: pytest.fail("refused before the data is read"), resume=True,
-             settings={"private_per_class": 1})
+        _run(
+            lm,
+            out,
+            lambda: pytest.fail("refused before the data is read"),
+            resume=True,
+            settings={"private_per_class": 1},
+        )
 
 
 def test_a_kill_during_the_private_pass_books_nothing_and_every_draw_is_booked_first(lm, tmp_path, monkeypatch) -> None:

@@ -26,13 +26,29 @@ def test_pe_cells_spend_their_epsilon_and_share_one_private_pass(tmp_path: Path,
         real(self, embed, lambda: passes.append(1) or load_private(), *args)
 
     monkeypatch.setattr(pe.PrivateVoter, "__init__", counting)
-    config = parse_config({
-        "model": "tiny-llama", "dataset": f"jsonl:{_write_data(tmp_path)}", "labels": ["bad", "great"],
-        "pool_per_class": "all", "n_per_class": [2], "seeds": [0], "test_size": 6, "mia": False,
-        "finetune": {"preset": "tiny", "epochs": 1},
-        "methods": {"pe": {"epsilons": ["none", 2.0], "iterations": 2, "variations": 1, "max_new_tokens": 6,
-                           "max_tokens": 16}},
-    }, "test")
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{_write_data(tmp_path)}",
+            "labels": ["bad", "great"],
+            "pool_per_class": "all",
+            "n_per_class": [2],
+            "seeds": [0],
+            "test_size": 6,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "pe": {
+                    "epsilons": ["none", 2.0],
+                    "iterations": 2,
+                    "variations": 1,
+                    "max_new_tokens": 6,
+                    "max_tokens": 16,
+                }
+            },
+        },
+        "test",
+    )
     out = tmp_path / "out"
     rows = run_experiment(config, out)
     assert [(r["epsilon"], r["delta"]) for r in rows] == [(None, None), (2.0, 1e-5)]

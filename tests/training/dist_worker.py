@@ -23,8 +23,10 @@ from privlm.training.data import TaskData, encode, make_collate
 from privlm.training.distributed import DistContext, init_from_env
 from privlm.training.loop import TrainConfig, prepare, train_loop
 
-TEXTS = [f"sample {i}: " + " ".join(["great", "bad", "film", "dull", "warm", "slow"][j % 6] for j in range(i % 7 + 2))
-         for i in range(16)]
+TEXTS = [
+    f"sample {i}: " + " ".join(["great", "bad", "film", "dull", "warm", "slow"][j % 6] for j in range(i % 7 + 2))
+    for i in range(16)
+]
 
 
 VARIANTS = {  # name: (noise off, norm mode, seed)
@@ -39,8 +41,18 @@ def train(ctx: DistContext, steps: int, sigma: float, noise_off: bool, norm_mode
     model, tokenizer = build_tiny_model("tiny-llama", seed=0)
     model.train()
     rows = encode(TaskData("lm", tuple(TEXTS), (), None), tokenizer, max_length=24)
-    config = TrainConfig(task="lm", noise_multiplier=sigma, batch_size=8, epochs=steps / 2, lr=1e-2,
-                         probes=8, seed=seed, norm_mode=norm_mode, max_grad_norm=0.5, log_every=1000)
+    config = TrainConfig(
+        task="lm",
+        noise_multiplier=sigma,
+        batch_size=8,
+        epochs=steps / 2,
+        lr=1e-2,
+        probes=8,
+        seed=seed,
+        norm_mode=norm_mode,
+        max_grad_norm=0.5,
+        log_every=1000,
+    )
     run = prepare(model, rows, make_collate(tokenizer), config, ctx)
     assert run.total_steps == steps
     if noise_off:
@@ -55,8 +67,12 @@ def train(ctx: DistContext, steps: int, sigma: float, noise_off: bool, norm_mode
 
     train_loop(run, on_progress=keep_first_grads)
     params = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    return {"params": params, "first_grads": first_grads, "expected_batch": run.sample_rate * len(rows),
-            "released": released}
+    return {
+        "params": params,
+        "first_grads": first_grads,
+        "expected_batch": run.sample_rate * len(rows),
+        "released": released,
+    }
 
 
 def main() -> None:

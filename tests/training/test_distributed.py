@@ -18,11 +18,19 @@ SIGMA, CLIP = 2.0, 0.5  # CLIP is the worker's max_grad_norm
 
 
 def _run(out: Path, processes: int) -> list[dict]:
-    launcher = [sys.executable] if processes == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    launcher = (
+        [sys.executable]
+        if processes == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([*launcher, str(WORKER), str(out), "--steps", "3", "--sigma", str(SIGMA)],
-                   check=True, env=env, capture_output=True, timeout=240)
+    subprocess.run(
+        [*launcher, str(WORKER), str(out), "--steps", "3", "--sigma", str(SIGMA)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=240,
+    )
     return [torch.load(f"{out}.rank{r}.pt") for r in range(processes)]
 
 

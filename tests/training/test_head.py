@@ -19,8 +19,12 @@ from privlm.training.prefix_cache import compute_features
 
 VERBALIZER = Verbalizer(" It was ", ("good", "great", "film"))  # one tiny-tokenizer token each
 TEXTS = tuple(f"review {i}: the film was " + "very " * (i % 4) + ("fine" if i % 2 else "slow") for i in range(9))
-DATA = TaskData("classify", tuple((t, i % 3) for i, t in enumerate(TEXTS)), tuple((t, i % 3) for i, t in enumerate(TEXTS)),
-                VERBALIZER)
+DATA = TaskData(
+    "classify",
+    tuple((t, i % 3) for i, t in enumerate(TEXTS)),
+    tuple((t, i % 3) for i, t in enumerate(TEXTS)),
+    VERBALIZER,
+)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
@@ -42,13 +46,19 @@ def test_head_predictions_are_the_label_word_scoring_with_the_trained_rows():
     ids = label_token_ids(tokenizer, VERBALIZER)
     head = LabelWordHead(copy.deepcopy(model), ids)
     with torch.no_grad():
-        head.rows.weight.add_(torch.randn(head.rows.weight.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
-    features = compute_features(head, encode(DATA, tokenizer, 32, split="test"), pad_token_id(tokenizer), 32, batch_size=4)
+        head.rows.weight.add_(
+            torch.randn(head.rows.weight.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        )
+    features = compute_features(
+        head, encode(DATA, tokenizer, 32, split="test"), pad_token_id(tokenizer), 32, batch_size=4
+    )
     ours = torch.log_softmax(head({"features": features}), 1)
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untie, then put the rows in
     with torch.no_grad():
         model.lm_head.weight[ids] = head.rows.weight
-    theirs = torch.from_numpy(option_scores(model, tokenizer, TEXTS, VERBALIZER.template, VERBALIZER.label_words, max_length=32))
+    theirs = torch.from_numpy(
+        option_scores(model, tokenizer, TEXTS, VERBALIZER.template, VERBALIZER.label_words, max_length=32)
+    )
     assert torch.equal(ours.argmax(1), theirs.argmax(1))
     shift = theirs - ours  # full-vocabulary log-softmax vs K-way: one constant per text
     torch.testing.assert_close(shift, shift[:, :1].expand_as(shift), rtol=0, atol=1e-5)  # option_scores: float32

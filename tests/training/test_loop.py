@@ -43,8 +43,16 @@ def test_loop_stops_cleanly_when_the_budget_is_spent(tmp_path):
     # the default DP loss release (α = 0.2) is accounted with the gradient: σ_eff = σ/√(1+α²)
     sigma_eff = 3.0 / math.sqrt(1 + 0.2**2)
     target = _reference_epsilon(0.5, sigma_eff, 5, 1e-5) * 1.001  # enough for 5 steps, not for 6
-    config = TrainConfig(task="lm", epsilon=target, noise_multiplier=3.0, batch_size=6, epochs=10, seed=0,
-                         checkpoint_every=4, log_every=1000)
+    config = TrainConfig(
+        task="lm",
+        epsilon=target,
+        noise_multiplier=3.0,
+        batch_size=6,
+        epochs=10,
+        seed=0,
+        checkpoint_every=4,
+        log_every=1000,
+    )
     _, _, run = _setup(config)
     assert run.noise_multiplier == 3.0 and run.accounted_noise_multiplier == pytest.approx(sigma_eff, rel=1e-12)
     result = train_loop(run, tmp_path / "run")

@@ -27,7 +27,9 @@ from privlm.training.prefix_cache import cached_rows, collate_cached, compute_fe
 from privlm.training.run import set_up
 
 VERBALIZER = Verbalizer(" It was ", ("good", "great"))  # one tiny-tokenizer token each
-TRAIN = tuple((f"review {i}: the film was " + "so " * (i % 5) + ("fine" if i % 2 else "slow"), i % 2) for i in range(16))
+TRAIN = tuple(
+    (f"review {i}: the film was " + "so " * (i % 5) + ("fine" if i % 2 else "slow"), i % 2) for i in range(16)
+)
 TEST = TRAIN[:4]
 
 
@@ -46,7 +48,9 @@ def _rows(tokenizer, train=TRAIN, max_length=MAX_LENGTH):
 
 def _cached(tmp_path, head, tokenizer):
     train, test = _rows(tokenizer)
-    features = load_or_build(tmp_path / "cache", head, train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="float64")
+    features = load_or_build(
+        tmp_path / "cache", head, train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="float64"
+    )
     return cached_rows(features.train, [y for _, y in TRAIN])
 
 
@@ -115,8 +119,14 @@ def test_cached_batches_give_the_uncached_losses_and_norms(tmp_path, mode):
     torch.testing.assert_close(head_losses(head, cached), head_losses(head, tokens), rtol=1e-12, atol=1e-12)
     norms = []
     for batch in (tokens, cached):
-        clipper = PerSampleClipper(head, head_losses, max_grad_norm=1.0, norm_mode=mode, probes=4,
-                                   randomness=SecureRandom.from_seed(0, "probes"))
+        clipper = PerSampleClipper(
+            head,
+            head_losses,
+            max_grad_norm=1.0,
+            norm_mode=mode,
+            probes=4,
+            randomness=SecureRandom.from_seed(0, "probes"),
+        )
         clipper.begin_step(1)
         norms.append(clipper.sq_norms(batch))
     assert bool((norms[0] > 0).all())
@@ -125,16 +135,29 @@ def test_cached_batches_give_the_uncached_losses_and_norms(tmp_path, mode):
 
 @pytest.mark.parametrize("private", [True, False], ids=["seeded-noise", "no-noise"])
 def test_cached_training_equals_uncached_training_step_for_step(tmp_path, private):
-    config = TrainConfig(noise_multiplier=1.0 if private else None, private=private, head_only=True, batch_size=6,
-                         epochs=3, lr=0.05, seed=0, physical_batch_size=4, log_every=1)
+    config = TrainConfig(
+        noise_multiplier=1.0 if private else None,
+        private=private,
+        head_only=True,
+        batch_size=6,
+        epochs=3,
+        lr=0.05,
+        seed=0,
+        physical_batch_size=4,
+        log_every=1,
+    )
     weights = []
     for use_cache in (False, True):
         head, tokenizer = _head()
         train, _ = _rows(tokenizer)
-        rows, collate = (_cached(tmp_path, head, tokenizer), collate_cached) if use_cache else (train, make_collate(tokenizer))
+        rows, collate = (
+            (_cached(tmp_path, head, tokenizer), collate_cached) if use_cache else (train, make_collate(tokenizer))
+        )
         run = prepare(head, rows, collate, config, loss_fn=head_losses)
         seen = []
-        result = train_loop(run, on_progress=lambda *_, seen=seen, head=head: seen.append(head.rows.weight.detach().clone()))
+        result = train_loop(
+            run, on_progress=lambda *_, seen=seen, head=head: seen.append(head.rows.weight.detach().clone())
+        )
         weights.append(seen)
         assert result.steps == 9
     start = _head()[0].rows.weight
@@ -152,7 +175,9 @@ def test_a_cache_built_for_other_rows_or_another_model_is_refused(tmp_path):
     with pytest.raises(UserError, match="other training rows"):
         load_or_build(tmp_path / "cache", head, other_train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="float64")
     with pytest.raises(UserError, match="another model"):
-        load_or_build(tmp_path / "cache", _head(seed=1)[0], train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="float64")
+        load_or_build(
+            tmp_path / "cache", _head(seed=1)[0], train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="float64"
+        )
     with pytest.raises(UserError, match="layout or dtype"):
         load_or_build(tmp_path / "cache", head, train, test, pad_token_id(tokenizer), MAX_LENGTH, dtype="bfloat16")
     with pytest.raises(UserError, match="layout or dtype"):  # another public width cap: other batch shapes
@@ -185,7 +210,9 @@ def test_a_killed_build_resumes_at_its_last_chunk_and_equals_an_uninterrupted_bu
         load_or_build(tmp_path / "cache", head, train, test, *shape, dtype="float64", chunk=5)
     assert not (tmp_path / "cache").exists() and len(list((tmp_path / ".cache.partial").glob("train-*"))) == 2
     with pytest.raises(UserError, match="partial feature cache .* other training rows"):
-        load_or_build(tmp_path / "cache", head, _rows(tokenizer, TRAIN[::-1])[0], test, *shape, dtype="float64", chunk=5)
+        load_or_build(
+            tmp_path / "cache", head, _rows(tokenizer, TRAIN[::-1])[0], test, *shape, dtype="float64", chunk=5
+        )
     calls.clear()
     resumed = load_or_build(tmp_path / "cache", head, train, test, *shape, dtype="float64", chunk=5)
     assert len(calls) == 3  # train chunks 3 and 4 (16 rows, 5 per chunk) and the test chunk: nothing recomputed
@@ -194,8 +221,17 @@ def test_a_killed_build_resumes_at_its_last_chunk_and_equals_an_uninterrupted_bu
 
 
 def _session(data: str, cache_dir):
-    config = TrainConfig(noise_multiplier=1.0, head_only=True, batch_size=4, epochs=2, lr=0.05, seed=0,
-                         max_length=40, checkpoint_every=2, log_every=1)
+    config = TrainConfig(
+        noise_multiplier=1.0,
+        head_only=True,
+        batch_size=4,
+        epochs=2,
+        lr=0.05,
+        seed=0,
+        max_length=40,
+        checkpoint_every=2,
+        log_every=1,
+    )
     return set_up("tiny-llama", data, config, labels="neg=good,pos=great", cache_dir=cache_dir)
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from privlm.training.recipe import HEAD_ONLY, OTHER, defaults
 
-UNSET = {"head_only": None, "lora": None, "lora_layers": None, "batch_size": None, "epochs": None, "lr": None,
-         "max_length": None}
+UNSET = {
+    "head_only": None,
+    "lora": None,
+    "lora_layers": None,
+    "batch_size": None,
+    "epochs": None,
+    "lr": None,
+    "max_length": None,
+}
 
 
 def test_classify_defaults_to_the_head_only_recipe_and_given_values_win():
@@ -15,8 +22,16 @@ def test_classify_defaults_to_the_head_only_recipe_and_given_values_win():
 
 
 def test_lora_no_head_only_or_the_lm_task_keep_the_earlier_defaults():
-    for task, given in (("classify", {"lora": 4}), ("classify", {"lora": 0}), ("classify", {"head_only": False}),
-                        ("lm", {})):
+    for task, given in (
+        ("classify", {"lora": 4}),
+        ("classify", {"lora": 0}),
+        ("classify", {"head_only": False}),
+        ("lm", {}),
+    ):
         chosen = defaults(task, {**UNSET, **given})
         assert chosen["head_only"] is False, (task, given)
-        assert (chosen["batch_size"], chosen["epochs"], chosen["lr"]) == (OTHER["batch_size"], OTHER["epochs"], OTHER["lr"])
+        assert (chosen["batch_size"], chosen["epochs"], chosen["lr"]) == (
+            OTHER["batch_size"],
+            OTHER["epochs"],
+            OTHER["lr"],
+        )

@@ -116,8 +116,9 @@ def test_same_data_resumes_to_the_uninterrupted_run_counting_every_step_once(cra
     assert result.epsilon == pytest.approx(ledger.epsilon(1e-5), rel=1e-9)
 
 
-def test_a_crash_between_the_ledger_and_its_checkpoint_is_resumed_without_double_counting(tmp_path, uninterrupted,
-                                                                                          monkeypatch):
+def test_a_crash_between_the_ledger_and_its_checkpoint_is_resumed_without_double_counting(
+    tmp_path, uninterrupted, monkeypatch
+):
     config = TrainConfig(**{**CONFIG.__dict__, "log_every": 100})  # metrics at the last step only
     run_dir = tmp_path / "run"
     save = ckpt.save_checkpoint
@@ -240,7 +241,9 @@ def test_model_fingerprint_covers_weights_config_and_lora_init_but_not_the_load_
     assert model_fingerprint(a) != model_fingerprint(b)
     lora = [with_lora(build_tiny_model("tiny-llama", seed=0)[0], 4, seed=s) for s in (0, 0, 1)]
     assert model_fingerprint(lora[0]) == model_fingerprint(lora[1]) != model_fingerprint(lora[2])
-    assert model_fingerprint(lora[0]) != model_fingerprint(with_lora(build_tiny_model("tiny-llama", seed=0)[0], 2, seed=0))
+    assert model_fingerprint(lora[0]) != model_fingerprint(
+        with_lora(build_tiny_model("tiny-llama", seed=0)[0], 2, seed=0)
+    )
     frozen = build_tiny_model("tiny-llama", seed=0)[0]
     frozen.lm_head.requires_grad_(False)
     assert model_fingerprint(frozen) != model_fingerprint(a)  # which parameters train is part of the model

@@ -19,8 +19,11 @@ from privlm.training.run import set_up, top_block_linears, with_lora
 
 
 def _trainable_blocks(module: torch.nn.Module) -> set[int]:
-    return {int(m.group(1)) for name, p in module.named_parameters()
-            if p.requires_grad and (m := re.search(r"\.(?:layers|h)\.(\d+)\.", name))}
+    return {
+        int(m.group(1))
+        for name, p in module.named_parameters()
+        if p.requires_grad and (m := re.search(r"\.(?:layers|h)\.(\d+)\.", name))
+    }
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
@@ -38,7 +41,9 @@ def test_backward_stops_above_the_frozen_blocks():
     model, _ = build_tiny_model("tiny-llama", seed=0, layers=3)
     module = with_lora(model, 4, seed=0, blocks=1)
     seen = []
-    model.model.layers[1].register_forward_hook(lambda mod, args, out: seen.append(out if torch.is_tensor(out) else out[0]))
+    model.model.layers[1].register_forward_hook(
+        lambda mod, args, out: seen.append(out if torch.is_tensor(out) else out[0])
+    )
     module(input_ids=torch.arange(8).unsqueeze(0), labels=torch.arange(8).unsqueeze(0)).loss.backward()
     assert not seen[0].requires_grad  # block 1's output carries no graph: autograd never enters blocks 0-1
 
@@ -56,8 +61,12 @@ def test_lora_block_count_is_checked():
 def test_classify_trains_lora_on_the_label_word_objective(tmp_path):
     """``set_up`` wires the K-way label-word loss into the loop for a LoRA classifier (not the token loss)."""
     data = tmp_path / "reviews.jsonl"
-    data.write_text("".join(json.dumps({"text": f"review {i}: the film was " + "so " * (i % 3), "label": ["neg", "pos"][i % 2]})
-                            + "\n" for i in range(40)))
+    data.write_text(
+        "".join(
+            json.dumps({"text": f"review {i}: the film was " + "so " * (i % 3), "label": ["neg", "pos"][i % 2]}) + "\n"
+            for i in range(40)
+        )
+    )
     config = TrainConfig(noise_multiplier=1.0, lora=4, batch_size=4, max_length=32, seed=0)
     session = set_up("tiny-llama", f"jsonl:{data}", config, labels="neg=good,pos=great")
     batch = session.run.collate(list(session.run.rows[:5]))

@@ -208,7 +208,9 @@ def _mixed(factors: list[OuterFactor], probes: int, draw: ProbeSource) -> Tensor
     return _exact_dense(factors)
 
 
-def _probe_matrix(mode: str, factors: list[OuterFactor], probes: int, draw: ProbeSource) -> tuple[ParameterOperator, Tensor]:
+def _probe_matrix(
+    mode: str, factors: list[OuterFactor], probes: int, draw: ProbeSource
+) -> tuple[ParameterOperator, Tensor]:
     op = ParameterOperator(factors)
     return op, draw(estimators.probe_columns(mode, probes), op.dtype, op.device)
 

@@ -11,7 +11,11 @@ SUMMARIES = {
     "k-center": "n real examples per class covering the class's features (k-center greedy)",
 }
 for _kind, _summary in SUMMARIES.items():
-    register_method(_kind, Method(
-        f"privlm.synthesis.coresets.method:{_kind.replace('-', '_')}_rows",
-        NON_PRIVATE + f" ({_kind} coreset of real examples)", summary=_summary,
-    ))
+    register_method(
+        _kind,
+        Method(
+            f"privlm.synthesis.coresets.method:{_kind.replace('-', '_')}_rows",
+            NON_PRIVATE + f" ({_kind} coreset of real examples)",
+            summary=_summary,
+        ),
+    )

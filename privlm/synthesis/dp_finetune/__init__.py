@@ -17,6 +17,12 @@ register_method(
         params=config_params(DPFinetuneConfig),
         summary="DP-SGD (LoRA, hutchinson norms) on public class prompt + private text, then sampling n per class",
         synth="dp-finetune",
-        command=SynthCommand(OPTIONS, "privlm.synthesis.dp_finetune.command:prepare", "privlm.synthesis.dp_finetune.mechanism:DPFinetunePaths", plan=PLAN, dp_only=True),
+        command=SynthCommand(
+            OPTIONS,
+            "privlm.synthesis.dp_finetune.command:prepare",
+            "privlm.synthesis.dp_finetune.mechanism:DPFinetunePaths",
+            plan=PLAN,
+            dp_only=True,
+        ),
     ),
 )

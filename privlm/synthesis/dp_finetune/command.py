@@ -43,12 +43,27 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
         def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
             training.update(completed=step, total=total)
 
-        result = run_dp_finetune(model, tokenizer, label_names, load_private, out=request.out, per_class=request.per_class,
-                                 config=config, epsilon=epsilon, delta=delta, run_dir=workdir,
-                                 settings=request.settings(), on_progress=on_progress)
+        result = run_dp_finetune(
+            model,
+            tokenizer,
+            label_names,
+            load_private,
+            out=request.out,
+            per_class=request.per_class,
+            config=config,
+            epsilon=epsilon,
+            delta=delta,
+            run_dir=workdir,
+            settings=request.settings(),
+            on_progress=on_progress,
+        )
         training.done()
         return SynthOutcome(
-            "dp-finetune", request.out, result.rows, result.privacy, time.perf_counter() - start,
+            "dp-finetune",
+            request.out,
+            result.rows,
+            result.privacy,
+            time.perf_counter() - start,
             detail="DP-SGD, {norm_mode} norms, LoRA r{lora} on the last {lora_layers} blocks",
             score=("votes", lambda row: ""),
         )
@@ -56,5 +71,9 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     return run
 
 
-PLAN = (("fine-tune LoRA adapters on the private examples with DP-SGD, then sample synthetic examples "
-         "from the trained model; print them beside the privacy spent"),)
+PLAN = (
+    (
+        "fine-tune LoRA adapters on the private examples with DP-SGD, then sample synthetic examples "
+        "from the trained model; print them beside the privacy spent"
+    ),
+)

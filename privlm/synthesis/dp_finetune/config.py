@@ -42,10 +42,23 @@ class DPFinetuneConfig:
         """The DP-SGD settings (validated by :class:`TrainConfig`); the noise keys come from the OS."""
         from privlm.training.loop import TrainConfig
 
-        return TrainConfig(task="lm", epsilon=epsilon, delta=delta, norm_mode=self.norm_mode, probes=self.probes,
-                           max_length=max_length, batch_size=self.batch_size, epochs=self.epochs, lr=self.lr,
-                           max_grad_norm=self.max_grad_norm, physical_batch_size=self.physical_batch_size, lora=self.lora,
-                           lora_layers=self.lora_layers, checkpoint_every=5, log_every=5)
+        return TrainConfig(
+            task="lm",
+            epsilon=epsilon,
+            delta=delta,
+            norm_mode=self.norm_mode,
+            probes=self.probes,
+            max_length=max_length,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            lr=self.lr,
+            max_grad_norm=self.max_grad_norm,
+            physical_batch_size=self.physical_batch_size,
+            lora=self.lora,
+            lora_layers=self.lora_layers,
+            checkpoint_every=5,
+            log_every=5,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""

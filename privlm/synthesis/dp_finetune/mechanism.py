@@ -71,7 +71,9 @@ class DPFinetunePaths(RunFolder):
 
 
 def training_rows(
-    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, int]], prefixes: Sequence[Sequence[int]],
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[tuple[str, int]],
+    prefixes: Sequence[Sequence[int]],
     max_text_tokens: int,
 ) -> list[EncodedOption]:
     """Each example as ``prefixes[label]`` (the token ids of its class's public prompt: context) + its text cut
@@ -112,8 +114,10 @@ def train_generator(
         if (run_dir / FINISHED).exists() and adapter.is_dir():
             trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
             return trained.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
-        prefixes = [tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
-                    for text in class_instructions(label_names, config.instructions)]
+        prefixes = [
+            tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
+            for text in class_instructions(label_names, config.instructions)
+        ]
         rows = training_rows(tokenizer, load_private(), prefixes, config.max_text_tokens)
         # a public bound (the longest prompt + the text cut + the end token), never the private rows' longest
         max_length = max(len(ids) for ids in prefixes) + config.max_text_tokens + 1
@@ -132,20 +136,30 @@ def train_generator(
 
 
 def run_settings(
-    model: PreTrainedModel, config: DPFinetuneConfig, epsilon: float, delta: float, extra: dict[str, Any] | None,
+    model: PreTrainedModel,
+    config: DPFinetuneConfig,
+    epsilon: float,
+    delta: float,
+    extra: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The public settings that determine the release (``run.json``): the caller's ``extra`` (data spec,
     ``private_per_class``), ε, δ, the training config and the model's fingerprint."""
-    return {**(extra or {}), "epsilon": epsilon, "delta": delta, "training": config.training_dict(),
-            "model_fingerprint": model_fingerprint(model)}
+    return {
+        **(extra or {}),
+        "epsilon": epsilon,
+        "delta": delta,
+        "training": config.training_dict(),
+        "model_fingerprint": model_fingerprint(model),
+    }
 
 
 def _start(run_dir: Path, settings: dict[str, Any]) -> None:
     """Check a started run's ``run.json`` against ``settings``, or write it for a new run."""
     manifest = run_dir / MANIFEST
     if not manifest.exists() and any(path.name != LOCK for path in run_dir.iterdir()):
-        raise UserError(f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be "
-                        f"checked; remove it")
+        raise UserError(
+            f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be checked; remove it"
+        )
     check_or_write_settings(manifest, settings)
 
 
@@ -200,13 +214,32 @@ def run_dp_finetune(
     if not out.parent.is_dir():
         raise UserError(f"output folder {out.parent} does not exist")
     run_dir = run_dir or DPFinetunePaths(out).workdir
-    generator, ledger = train_generator(model, tokenizer, label_names, load_private, config=config, epsilon=epsilon,
-                                        delta=delta, run_dir=run_dir, settings=settings, wait=wait,
-                                        on_progress=on_progress)
+    generator, ledger = train_generator(
+        model,
+        tokenizer,
+        label_names,
+        load_private,
+        config=config,
+        epsilon=epsilon,
+        delta=delta,
+        run_dir=run_dir,
+        settings=settings,
+        wait=wait,
+        on_progress=on_progress,
+    )
     sampling = Sampling.from_params(config.to_dict())
-    rows = [{**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
-            for row in zero_shot(generator, tokenizer, label_names, per_class, config.seed,
-                                 instructions=config.instructions, sampling=sampling)]
+    rows = [
+        {**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
+        for row in zero_shot(
+            generator,
+            tokenizer,
+            label_names,
+            per_class,
+            config.seed,
+            instructions=config.instructions,
+            sampling=sampling,
+        )
+    ]
     privacy = {
         **epsilon_statement(ledger, epsilon, delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(out)),
         "private_release": ledger.private_release,

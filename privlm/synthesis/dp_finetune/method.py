@@ -27,9 +27,16 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     shared = ctx.private_cache or ctx.workdir
     run_dir = shared / ("dpft-" + digest({"epsilon": ctx.epsilon, "delta": ctx.delta, "config": config.to_dict()}))
     result = run_dp_finetune(
-        ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.out,
-        per_class=ctx.n_per_class, config=config, epsilon=ctx.epsilon, delta=ctx.delta, run_dir=run_dir,
+        ctx.model,
+        ctx.tokenizer,
+        ctx.label_names,
+        lambda: list(ctx.pool),
+        out=ctx.out,
+        per_class=ctx.n_per_class,
+        config=config,
+        epsilon=ctx.epsilon,
+        delta=ctx.delta,
+        run_dir=run_dir,
         wait=True,  # a cell sharing the run that another process is training waits for it, then reuses it
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
-

@@ -12,5 +12,11 @@ def full_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     return [{"text": text, "label": label, "pool_index": i} for i, (text, label) in enumerate(ctx.pool)]
 
 
-register_method("full-pool", Method(full_pool_rows, NON_PRIVATE + " (the whole pool; upper reference)",
-                                    summary="every private example (the upper reference)"))
+register_method(
+    "full-pool",
+    Method(
+        full_pool_rows,
+        NON_PRIVATE + " (the whole pool; upper reference)",
+        summary="every private example (the upper reference)",
+    ),
+)

@@ -40,7 +40,15 @@ def zero_shot(
     for label, instruction in enumerate(class_instructions(label_names, instructions)):
         prompt = chat_prompt(tokenizer, instruction)
         for text in sample_texts(model, tokenizer, prompt, n_per_class, seed + 1000 * label, sampling):
-            rows.append({"text": text, "label": label, "label_name": label_names[label], "method": "zero-shot", "uses_private_data": False})
+            rows.append(
+                {
+                    "text": text,
+                    "label": label,
+                    "label_name": label_names[label],
+                    "method": "zero-shot",
+                    "uses_private_data": False,
+                }
+            )
     return rows
 
 
@@ -70,5 +78,13 @@ def few_shot(
             shots = [texts[i] for i in rng.choice(len(texts), size=k, replace=False)]
             prompt = chat_prompt(tokenizer, few_shot_instruction(instruction, shots))
             (text,) = sample_texts(model, tokenizer, prompt, 1, seed + 1000 * label + j, sampling)
-            rows.append({"text": text, "label": label, "label_name": label_names[label], "method": "few-shot", "uses_private_data": True})
+            rows.append(
+                {
+                    "text": text,
+                    "label": label,
+                    "label_name": label_names[label],
+                    "method": "few-shot",
+                    "uses_private_data": True,
+                }
+            )
     return rows

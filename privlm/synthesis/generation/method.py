@@ -12,14 +12,26 @@ from privlm.synthesis.registry import MethodContext
 def zero_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` generations per class from the public instructions only."""
     return zero_shot(
-        ctx.model, ctx.tokenizer, ctx.label_names, ctx.n_per_class, ctx.seed,
-        instructions=ctx.params.get("instructions"), sampling=Sampling.from_params(ctx.params),
+        ctx.model,
+        ctx.tokenizer,
+        ctx.label_names,
+        ctx.n_per_class,
+        ctx.seed,
+        instructions=ctx.params.get("instructions"),
+        sampling=Sampling.from_params(ctx.params),
     )
 
 
 def few_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` generations per class, each prompted with ``k`` private examples (NOT private)."""
     return few_shot(
-        ctx.model, ctx.tokenizer, ctx.pool, ctx.label_names, ctx.n_per_class, int(ctx.params.get("k", 3)), ctx.seed,
-        instructions=ctx.params.get("instructions"), sampling=Sampling.from_params(ctx.params),
+        ctx.model,
+        ctx.tokenizer,
+        ctx.pool,
+        ctx.label_names,
+        ctx.n_per_class,
+        int(ctx.params.get("k", 3)),
+        ctx.seed,
+        instructions=ctx.params.get("instructions"),
+        sampling=Sampling.from_params(ctx.params),
     )

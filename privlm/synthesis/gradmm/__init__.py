@@ -20,6 +20,11 @@ register_method(
         params=config_params(GradmmConfig, "preset"),
         summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
         synth="gradmm",
-        command=SynthCommand(OPTIONS, "privlm.synthesis.gradmm.command:prepare", "privlm.synthesis.gradmm.pipeline:GradmmPaths", plan=PLAN),
+        command=SynthCommand(
+            OPTIONS,
+            "privlm.synthesis.gradmm.command:prepare",
+            "privlm.synthesis.gradmm.pipeline:GradmmPaths",
+            plan=PLAN,
+        ),
     ),
 )

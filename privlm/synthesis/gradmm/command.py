@@ -17,13 +17,30 @@ if TYPE_CHECKING:
 
 OPTIONS = (
     SynthOption("--preset", "preset", str, f"one of {sorted(PRESETS)} (default paper)"),
-    SynthOption("--release", "release", str, f"released rows of the LM-head gradient: {' or '.join(RELEASES)} (default label-rows)"),
+    SynthOption(
+        "--release",
+        "release",
+        str,
+        f"released rows of the LM-head gradient: {' or '.join(RELEASES)} (default label-rows)",
+    ),
     SynthOption("--optimizer", "optimizer", str, f"{' or '.join(OPTIMIZERS)}: ADMM (the paper's) or generate-select"),
-    SynthOption("--source", "source", str, f"select's public candidates: {' or '.join(SOURCES)} (word-like samples or the "
-                "public LM's answers to a class instruction)"),
-    SynthOption("--instruction", "instruction", str, "--source instruct: instruction template naming the class by "
-                "{label_name} or {label_word} ({prompt}: the verbalizer's prompt); default: the data's, as zero-shot's (public)"),
-    SynthOption("--contrastive/--no-contrastive", "contrastive", bool, "select: own class's match minus the best other class's"),
+    SynthOption(
+        "--source",
+        "source",
+        str,
+        f"select's public candidates: {' or '.join(SOURCES)} (word-like samples or the "
+        "public LM's answers to a class instruction)",
+    ),
+    SynthOption(
+        "--instruction",
+        "instruction",
+        str,
+        "--source instruct: instruction template naming the class by "
+        "{label_name} or {label_word} ({prompt}: the verbalizer's prompt); default: the data's, as zero-shot's (public)",
+    ),
+    SynthOption(
+        "--contrastive/--no-contrastive", "contrastive", bool, "select: own class's match minus the best other class's"
+    ),
     SynthOption("--oversample", "oversample", float, "candidates per kept example"),
     SynthOption("--length", "length", int, "synthetic tokens per example (public)"),
     SynthOption("--batch", "batch", int, "sequences per ADMM batch"),
@@ -32,10 +49,18 @@ OPTIONS = (
     SynthOption("--rho", "rho", float, "ADMM penalty ρ"),
     SynthOption("--top-k", "top_k", int, "projection: candidate tokens per position"),
     SynthOption("--clip", "clip", float, "per-sample clipping norm C"),
-    SynthOption("--label-filter/--no-label-filter", "label_filter", bool,
-                "drop candidates our public few-shot classifier labels differently (off: rank by matching loss only; default on)"),
-    SynthOption("--class-context/--no-class-context", "class_context", bool,
-                "start and project each class after its own public demonstrations (default: all classes')"),
+    SynthOption(
+        "--label-filter/--no-label-filter",
+        "label_filter",
+        bool,
+        "drop candidates our public few-shot classifier labels differently (off: rank by matching loss only; default on)",
+    ),
+    SynthOption(
+        "--class-context/--no-class-context",
+        "class_context",
+        bool,
+        "start and project each class after its own public demonstrations (default: all classes')",
+    ),
     SynthOption("--seed", "seed", int, "seed of the synthetic batches (not of the noise)"),
 )
 
@@ -53,7 +78,9 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     config = replace(config, instructions=verbalizer.instructions(label_names))
     load_private = private_examples(request.data, config.private_per_class, request.labels)
     if not GradmmPaths(request.out).release.exists():
-        load_private = load_private().copy  # a cut larger than a class, or bad rows, are refused before anything is written
+        load_private = (
+            load_private().copy
+        )  # a cut larger than a class, or bad rows, are refused before anything is written
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         from privlm.synthesis.gradmm.generate import batches_per_class
@@ -64,11 +91,15 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
         model.requires_grad_(False)
         prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, label_names)
         private = progress.task("DP release (reading the private examples)", private=True)
-        batches = progress.task("ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids))
+        batches = progress.task(
+            "ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids)
+        )
         steps = progress.task("ADMM steps", total=config.outer_steps * config.inner_steps)
 
         def on_step(outer: int, inner: int, loss: float) -> None:
-            steps.update(completed=outer * config.inner_steps + inner + 1, description=f"ADMM steps (match loss {loss:.4f})")
+            steps.update(
+                completed=outer * config.inner_steps + inner + 1, description=f"ADMM steps (match loss {loss:.4f})"
+            )
 
         def on_batch(label: int, index: int) -> None:
             private.done()  # the private pass is over once synthesis starts
@@ -76,20 +107,35 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             steps.update(completed=0, description="ADMM steps")
 
         result = run_gradmm(
-            model, tokenizer, prompt, load_private, out=request.out, per_class=request.per_class, config=config,
-            dp=request.dp, epsilon=request.epsilon, delta=request.delta, resume=request.resume,
+            model,
+            tokenizer,
+            prompt,
+            load_private,
+            out=request.out,
+            per_class=request.per_class,
+            config=config,
+            dp=request.dp,
+            epsilon=request.epsilon,
+            delta=request.delta,
+            resume=request.resume,
             settings={"model": request.model_name, "data": str(request.data)},
             on_private_batch=lambda n: None,  # never counted: the count would be the set's size N
-            on_step=on_step, on_batch=on_batch,
+            on_step=on_step,
+            on_batch=on_batch,
         )
         for task in (private, batches, steps):
             task.done()
         return SynthOutcome(
-            "gradmm", request.out, result.rows, result.privacy, time.perf_counter() - start,
+            "gradmm",
+            request.out,
+            result.rows,
+            result.privacy,
+            time.perf_counter() - start,
             extra={"reused_release": result.reused_release},
             detail="σ = {noise_multiplier:.4f}, C = {clip:g}; release {release_sha256:.16}"
             + (" (reused, no new privacy spent)" if result.reused_release else ""),
-            notes=_notes(result.privacy), score=("match loss", lambda row: f"{row['match_loss']:.4f}"),
+            notes=_notes(result.privacy),
+            score=("match loss", lambda row: f"{row['match_loss']:.4f}"),
         )
 
     return run

@@ -53,7 +53,9 @@ class GradmmConfig:
 
     def __post_init__(self) -> None:
         unused = self.source != "instruct" or self.instruction is not None
-        object.__setattr__(self, "instructions", None if unused or self.instructions is None else tuple(self.instructions))
+        object.__setattr__(
+            self, "instructions", None if unused or self.instructions is None else tuple(self.instructions)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -91,8 +93,14 @@ PRESETS: dict[str, GradmmConfig] = {
     # (measured: top-k 200 returned the starting text unchanged; top-k 10 changed it and lowered the
     # matching loss, no-DP, rotten-tomatoes, 50 private examples per class).
     "demo": GradmmConfig(
-        length=12, batch=10, outer_steps=4, inner_steps=8, top_k=10,
-        max_private_tokens=48, oversample=3.0, release="label-rows",
+        length=12,
+        batch=10,
+        outer_steps=4,
+        inner_steps=8,
+        top_k=10,
+        max_private_tokens=48,
+        oversample=3.0,
+        release="label-rows",
     ),
 }
 # Generate-select over the public LM's answers to each class's instruction, contrastive objective, 10

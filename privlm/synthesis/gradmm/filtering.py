@@ -78,10 +78,7 @@ def few_shot_labels(
     label_tokens = torch.tensor(prompt.label_token_ids)
 
     def label_logprobs(batch: Sequence[str]) -> torch.Tensor:
-        seqs = [
-            [*prompt.with_context(context), *prompt.text_ids(tokenizer, t), *prompt.suffix_ids]
-            for t in batch
-        ]
+        seqs = [[*prompt.with_context(context), *prompt.text_ids(tokenizer, t), *prompt.suffix_ids] for t in batch]
         logits = head_logits(model, last_hidden_from_ids(model, seqs))
         return torch.log_softmax(logits[:, label_tokens].to(torch.float32), dim=1)
 

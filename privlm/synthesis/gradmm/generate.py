@@ -161,8 +161,13 @@ def generate_batch(
         if config.optimizer == "admm":
             objective = make_objective(model, prompt, label_token, target.to(proj.embedding.dtype), rows=release.rows)
             sample = run_admm(
-                objective, proj, proj.embed(sample),
-                rho=config.rho, lr=config.lr, outer_steps=config.outer_steps, inner_steps=config.inner_steps,
+                objective,
+                proj,
+                proj.embed(sample),
+                rho=config.rho,
+                lr=config.lr,
+                outer_steps=config.outer_steps,
+                inner_steps=config.inner_steps,
                 on_step=on_step,
             ).ids
         ids = sample.tolist()
@@ -178,8 +183,10 @@ def generate_batch(
 
 
 def _load_batch(path: Path) -> list[Candidate]:
-    return [Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
-            for c in json.loads(path.read_text())]
+    return [
+        Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
+        for c in json.loads(path.read_text())
+    ]
 
 
 def synthesize(
@@ -238,8 +245,15 @@ def synthesize(
         path = batch_dir / f"class{k}_batch{j}.json"
         if not path.exists():
             cands = generate_batch(
-                model, tokenizer, release, lambda k=k: projector_for(k), k, config, batch_seed(config.seed, k, j),
-                on_step, public_dir,
+                model,
+                tokenizer,
+                release,
+                lambda k=k: projector_for(k),
+                k,
+                config,
+                batch_seed(config.seed, k, j),
+                on_step,
+                public_dir,
             )
             write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
         if on_batch is not None:

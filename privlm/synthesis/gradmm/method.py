@@ -35,18 +35,37 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     prompt = build_prompt(ctx.tokenizer, ctx.template, ctx.label_words, ctx.label_names)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     dp = ctx.epsilon is not None
-    cache = None if ctx.private_cache is None else ctx.private_cache / (
-        "gradmm-factors-" + digest({"prompt": prompt.to_dict(), "max_tokens": config.max_private_tokens}) + ".pt"
+    cache = (
+        None
+        if ctx.private_cache is None
+        else ctx.private_cache
+        / ("gradmm-factors-" + digest({"prompt": prompt.to_dict(), "max_tokens": config.max_private_tokens}) + ".pt")
     )
     result = run_gradmm(
-        model, ctx.tokenizer, prompt, lambda: list(ctx.pool),
-        out=ctx.out, per_class=ctx.n_per_class, config=config, dp=dp,
-        epsilon=ctx.epsilon, delta=ctx.delta if dp else None, resume=True, factor_cache=cache,
-        public_dir=ctx.workdir.parent / "public-candidates" / digest(
-            {"model": model_fingerprint(model), "source": config.source, "instruction": config.instruction,
-             "batch": config.batch, "prompt": prompt.to_dict(),
-             # the data's verbalizer's instructions (user data); absent for the default, so its key is as before
-             **({} if config.instructions is None else {"instructions": list(config.instructions)})}),
+        model,
+        ctx.tokenizer,
+        prompt,
+        lambda: list(ctx.pool),
+        out=ctx.out,
+        per_class=ctx.n_per_class,
+        config=config,
+        dp=dp,
+        epsilon=ctx.epsilon,
+        delta=ctx.delta if dp else None,
+        resume=True,
+        factor_cache=cache,
+        public_dir=ctx.workdir.parent
+        / "public-candidates"
+        / digest(
+            {
+                "model": model_fingerprint(model),
+                "source": config.source,
+                "instruction": config.instruction,
+                "batch": config.batch,
+                "prompt": prompt.to_dict(),
+                # the data's verbalizer's instructions (user data); absent for the default, so its key is as before
+                **({} if config.instructions is None else {"instructions": list(config.instructions)}),
+            }
+        ),
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
-

@@ -115,13 +115,19 @@ def privacy_statement(release: Release, paths: GradmmPaths) -> dict:
     }
     if release.noise_only:
         return {
-            "dp": True, "noise_only": True, "epsilon": 0.0, "delta": 0.0, **public,
+            "dp": True,
+            "noise_only": True,
+            "epsilon": 0.0,
+            "delta": 0.0,
+            **public,
             "mechanism": "noise-only control: pure Gaussian noise at the σ and C of the DP release; "
             "no private data was read, so it spends no privacy",
         }
     ledger = Ledger.load(paths.ledger) if paths.ledger.exists() else Ledger()
     if not len(ledger):
-        ledger = Ledger([LedgerEntry(GaussianRelease(release.noise_multiplier, snapped=release.snapped), 1, "this release")])
+        ledger = Ledger(
+            [LedgerEntry(GaussianRelease(release.noise_multiplier, snapped=release.snapped), 1, "this release")]
+        )
     return {
         **epsilon_statement(ledger, release.epsilon, release.delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
         **public,
@@ -144,8 +150,14 @@ def private_set(release: Release) -> dict:
 def _rows(selected: Sequence[Candidate], release: Release) -> list[dict]:
     names = release.prompt.label_names
     return [
-        {"text": c.text, "label": c.label, "label_name": names[c.label], "match_loss": c.match_loss, "dp": release.dp,
-         **({"noise_only": True} if release.noise_only else {})}
+        {
+            "text": c.text,
+            "label": c.label,
+            "label_name": names[c.label],
+            "match_loss": c.match_loss,
+            "dp": release.dp,
+            **({"noise_only": True} if release.noise_only else {}),
+        }
         for c in selected
     ]
 
@@ -184,20 +196,37 @@ def obtain_release(
     check_or_write_settings(paths.manifest, settings, check=reuse, upgrade=_with_default_config, newline=False)
     if reuse:
         release = Release.load(paths.release)
-        if release.dp and not release.noise_only:  # a release saved by an older privlm had no ledger: account for it now
+        if (
+            release.dp and not release.noise_only
+        ):  # a release saved by an older privlm had no ledger: account for it now
             _write_ahead(paths, release.noise_multiplier, release.snapped, unless_recorded=True)
         return release, True
     rows = released_rows(prompt, config.release)
     snapped = release_snapped(model, prompt, rows)
-    sigma = release_noise_multiplier(epsilon, delta, snapped) if dp and epsilon is not None and delta is not None else None
+    sigma = (
+        release_noise_multiplier(epsilon, delta, snapped) if dp and epsilon is not None and delta is not None else None
+    )
     if dp and not config.noise_only:  # write-ahead: the ledger is durable before the release is written
         _write_ahead(paths, sigma, snapped)
-    factors = None if config.noise_only else load_factors(
-        model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
+    factors = (
+        None
+        if config.noise_only
+        else load_factors(
+            model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
+        )
     )
     release = draw_release(
-        model, prompt, factors, epsilon=epsilon, delta=delta, clip=config.clip, dp=dp, rows=rows,
-        max_tokens=config.max_private_tokens, save_to=paths.release, noise_multiplier=sigma,  # the ledger's σ
+        model,
+        prompt,
+        factors,
+        epsilon=epsilon,
+        delta=delta,
+        clip=config.clip,
+        dp=dp,
+        rows=rows,
+        max_tokens=config.max_private_tokens,
+        save_to=paths.release,
+        noise_multiplier=sigma,  # the ledger's σ
         meta={"settings": settings},  # never N (private_set)
     )
     return release, False
@@ -239,7 +268,9 @@ def _write_ahead(paths: GradmmPaths, sigma: float | None, snapped: int, unless_r
     writes nothing and lets :func:`draw_release` refuse the arguments."""
     if sigma is None or (dist.is_available() and dist.is_initialized() and dist.get_rank() != 0):
         return
-    entry = LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, "GRADMM release")  # the ledger sits beside its output
+    entry = LedgerEntry(
+        GaussianRelease(sigma, snapped=snapped), 1, "GRADMM release"
+    )  # the ledger sits beside its output
     write_ahead(paths.ledger, entry, unless_recorded=unless_recorded)
 
 
@@ -293,19 +324,41 @@ def run_gradmm(
     # public; resolved (one per class, else refused) before any release is drawn
     instructions = instructions_for(prompt, config) if config.source == "instruct" else None
     settings = {
-        **(settings or {}), "config": config.to_dict(), "per_class": per_class, "dp": dp,
-        "epsilon": epsilon, "delta": delta, "prompt": prompt.to_dict(),
+        **(settings or {}),
+        "config": config.to_dict(),
+        "per_class": per_class,
+        "dp": dp,
+        "epsilon": epsilon,
+        "delta": delta,
+        "prompt": prompt.to_dict(),
     }
     rank0 = not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
     with hold(paths.workdir) if rank0 else contextlib.nullcontext():  # one process draws and books at a time
         release, reused = obtain_release(
-            model, tokenizer, prompt, load_private, paths=paths, settings=settings, config=config,
-            dp=dp, epsilon=epsilon, delta=delta, resume=resume, factor_cache=factor_cache,
+            model,
+            tokenizer,
+            prompt,
+            load_private,
+            paths=paths,
+            settings=settings,
+            config=config,
+            dp=dp,
+            epsilon=epsilon,
+            delta=delta,
+            resume=resume,
+            factor_cache=factor_cache,
             on_private_batch=on_private_batch,
         )
     selected = synthesize(
-        model, tokenizer, release, per_class=per_class, config=config, batch_dir=paths.batches,
-        on_step=on_step, on_batch=on_batch, public_dir=public_dir,
+        model,
+        tokenizer,
+        release,
+        per_class=per_class,
+        config=config,
+        batch_dir=paths.batches,
+        on_step=on_step,
+        on_batch=on_batch,
+        public_dir=public_dir,
     )
     rows = _rows(selected, release)
     privacy = privacy_statement(release, paths)

@@ -50,7 +50,7 @@ class Prompt:
 
     def text_ids(self, tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
         """The ids of ``text`` where it follows ``prefix_ids`` (the prefix's trailing space goes with it)."""
-        gap = self.prefix[len(self.prefix.rstrip()):]
+        gap = self.prefix[len(self.prefix.rstrip()) :]
         return tokenizer.encode(gap + text, add_special_tokens=False)
 
     def with_context(self, context: Sequence[int]) -> tuple[int, ...]:
@@ -154,9 +154,7 @@ def last_hidden_from_ids(
     return out[torch.arange(len(sequences)), lengths - 1]
 
 
-def encode_text(
-    tokenizer: PreTrainedTokenizerBase, prompt: Prompt, text: str, max_tokens: int
-) -> list[int]:
+def encode_text(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, text: str, max_tokens: int) -> list[int]:
     """``prefix + text[:max_tokens tokens] + suffix`` as ids (``max_tokens`` is a public parameter)."""
     ids = prompt.text_ids(tokenizer, text)[:max_tokens]
     return [*prompt.prefix_ids, *ids, *prompt.suffix_ids]

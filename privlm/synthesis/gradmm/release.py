@@ -89,7 +89,8 @@ class Release:
     def metadata(self) -> dict:
         """Everything but the tensor, JSON-able (``rows`` only when not all rows: older releases keep their hash)."""
         extra = {} if self.rows is None else {"rows": list(self.rows)}
-        return {**extra,
+        return {
+            **extra,
             "prompt": self.prompt.to_dict(),
             "dp": self.dp,
             "epsilon": self.epsilon,
@@ -359,8 +360,11 @@ def draw_release(
             raise UserError(f"need epsilon > 0 and 0 < delta < 1 for a DP release (got {epsilon}, {delta})")
         if not clip > 0:
             raise UserError(f"clip must be > 0 (got {clip})")
-        sigma = noise_multiplier if noise_multiplier is not None else release_noise_multiplier(
-            epsilon, delta, release_snapped(model, prompt, rows))
+        sigma = (
+            noise_multiplier
+            if noise_multiplier is not None
+            else release_noise_multiplier(epsilon, delta, release_snapped(model, prompt, rows))
+        )
     elif factors is None:
         raise UserError("the noise-only control needs epsilon and delta (it is noise at their σ)")
     if factors is None:

@@ -29,23 +29,37 @@ from privlm.synthesis.gradmm.release import Release, model_fingerprint
 
 @torch.no_grad()
 def candidate_hidden(
-    model: PreTrainedModel, prompt: Prompt, candidates: Sequence[Candidate], batch_size: int = 32,
+    model: PreTrainedModel,
+    prompt: Prompt,
+    candidates: Sequence[Candidate],
+    batch_size: int = 32,
     public_dir: Path | None = None,
 ) -> torch.Tensor:
     """Final hidden states (M × d, the model's dtype) of ``candidates`` in the matching's layout (``prefix +
     ids + suffix``), in batches of ``batch_size``; kept in ``public_dir`` when given (public candidates only:
     a function of the public model, prompt and candidate tokens, shared by every release that selects from them)."""
+
     def compute() -> torch.Tensor:
-        return torch.cat([
-            last_hidden_from_ids(model, [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]
-                                         for c in candidates[start : start + batch_size]])
-            for start in range(0, len(candidates), batch_size)
-        ])
+        return torch.cat(
+            [
+                last_hidden_from_ids(
+                    model,
+                    [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in candidates[start : start + batch_size]],
+                )
+                for start in range(0, len(candidates), batch_size)
+            ]
+        )
 
     if public_dir is None:
         return compute()
-    key = digest({"model": model_fingerprint(model), "prompt": prompt.to_dict(),
-                  "ids": [list(c.ids) for c in candidates], "batch_size": batch_size})
+    key = digest(
+        {
+            "model": model_fingerprint(model),
+            "prompt": prompt.to_dict(),
+            "ids": [list(c.ids) for c in candidates],
+            "batch_size": batch_size,
+        }
+    )
     path = public_dir / f"hidden-{key}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
@@ -105,15 +119,20 @@ def greedy_match(gram: torch.Tensor, inner: torch.Tensor, k: int) -> list[int]:
 
 
 def match_terms(
-    model: PreTrainedModel, release: Release, cands: Sequence[Candidate], labels: Sequence[int],
+    model: PreTrainedModel,
+    release: Release,
+    cands: Sequence[Candidate],
+    labels: Sequence[int],
     public_dir: Path | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gram matrices (L × M × M) and inner products with each class target (L × M) of ``cands`` taken as
     each class in ``labels``."""
     resids, hidden = candidate_factors(model, release.prompt, cands, labels, release.rows, public_dir=public_dir)
     hidden_gram = hidden @ hidden.T
-    terms = [((r @ r.T) * hidden_gram, (r * (hidden @ release.targets[label].to(torch.float64).T)).sum(dim=1))
-             for r, label in zip(resids, labels)]
+    terms = [
+        ((r @ r.T) * hidden_gram, (r * (hidden @ release.targets[label].to(torch.float64).T)).sum(dim=1))
+        for r, label in zip(resids, labels)
+    ]
     return torch.stack([g for g, _ in terms]), torch.stack([b for _, b in terms])
 
 

@@ -17,6 +17,8 @@ register_method(
         params=config_params(PEConfig),
         summary="Private Evolution: public LM candidates evolved by T noisy nearest-neighbour vote histograms of the private data",
         synth="pe",
-        command=SynthCommand(OPTIONS, "privlm.synthesis.pe.command:prepare", "privlm.synthesis.pe.mechanism:PEPaths", plan=PLAN),
+        command=SynthCommand(
+            OPTIONS, "privlm.synthesis.pe.command:prepare", "privlm.synthesis.pe.mechanism:PEPaths", plan=PLAN
+        ),
     ),
 )

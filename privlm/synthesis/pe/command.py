@@ -36,13 +36,27 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         start = time.perf_counter()
         phase = progress.task("pe")
-        result = run_pe(model, tokenizer, label_names, load_private, out=request.out, per_class=request.per_class,
-                        config=config, epsilon=request.epsilon if request.dp else None, delta=request.delta if request.dp else None,
-                        resume=request.resume, settings=request.settings(),
-                        on_phase=lambda text: phase.update(description=text))
+        result = run_pe(
+            model,
+            tokenizer,
+            label_names,
+            load_private,
+            out=request.out,
+            per_class=request.per_class,
+            config=config,
+            epsilon=request.epsilon if request.dp else None,
+            delta=request.delta if request.dp else None,
+            resume=request.resume,
+            settings=request.settings(),
+            on_phase=lambda text: phase.update(description=text),
+        )
         phase.done()
         return SynthOutcome(
-            "pe", request.out, result.rows, result.privacy, time.perf_counter() - start,
+            "pe",
+            request.out,
+            result.rows,
+            result.privacy,
+            time.perf_counter() - start,
             extra={"reused_histograms": result.reused_histograms},
             detail="{iterations} noisy histograms, σ = {noise_multiplier:.4f} votes",
             score=("votes", lambda row: f"{row['noisy_votes']:.1f}" if "noisy_votes" in row else ""),
@@ -51,5 +65,9 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     return run
 
 
-PLAN = (("Private Evolution: the public model writes candidates; noisy histograms of the private examples' "
-         "nearest candidates pick which to keep and rewrite; print them beside the privacy spent"),)
+PLAN = (
+    (
+        "Private Evolution: the public model writes candidates; noisy histograms of the private examples' "
+        "nearest candidates pick which to keep and rewrite; print them beside the privacy spent"
+    ),
+)

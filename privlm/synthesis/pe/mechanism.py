@@ -157,7 +157,10 @@ class PrivateVoter:
         return self._private
 
     def histograms(
-        self, candidates: Sequence[np.ndarray], sigma: float | None, before_noise: Callable[[], None] | None = None,
+        self,
+        candidates: Sequence[np.ndarray],
+        sigma: float | None,
+        before_noise: Callable[[], None] | None = None,
     ) -> list[np.ndarray]:
         """Noisy votes per class over ``candidates`` (unit-row embeddings per class); ``before_noise`` runs after
         the votes are counted and right before the noise is drawn (the write-ahead; not called without noise)."""
@@ -227,8 +230,10 @@ def next_population(
     votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all."""
     keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
-    prompts = [chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
-               for text in survivors]
+    prompts = [
+        chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
+        for text in survivors
+    ]
     rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling)
     return (survivors + [text for group in rewrites for text in group])[: len(population)]
 
@@ -286,14 +291,23 @@ def run_pe(
     if not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
     sigma = noise_multiplier(epsilon, delta, config, len(label_names), per_class) if dp else None
-    settings = {**(settings or {}), "config": config.to_dict(), "per_class": per_class, "epsilon": epsilon,
-                "delta": delta if dp else None, "label_names": list(label_names), "noise_multiplier": sigma,
-                "model_fingerprint": model_fingerprint(model)}
+    settings = {
+        **(settings or {}),
+        "config": config.to_dict(),
+        "per_class": per_class,
+        "epsilon": epsilon,
+        "delta": delta if dp else None,
+        "label_names": list(label_names),
+        "noise_multiplier": sigma,
+        "model_fingerprint": model_fingerprint(model),
+    }
     n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)
     phase = on_phase or (lambda text: None)
 
-    def embed(texts: Sequence[str]) -> np.ndarray:  # each text's batch shape depends on its own length only: privlm.resources.padding
+    def embed(
+        texts: Sequence[str],
+    ) -> np.ndarray:  # each text's batch shape depends on its own length only: privlm.resources.padding
         return hidden_features(model, tokenizer, texts, config.pooling, max_length=config.max_tokens, fixed_shape=True)
 
     with hold(paths.workdir):
@@ -303,22 +317,40 @@ def run_pe(
 
         def first_population() -> list[list[str]]:
             phase(f"PE: {m} zero-shot candidates per class")
-            rows = zero_shot(model, tokenizer, label_names, m, config.seed, instructions=config.instructions,
-                             sampling=config.sampling)
+            rows = zero_shot(
+                model,
+                tokenizer,
+                label_names,
+                m,
+                config.seed,
+                instructions=config.instructions,
+                sampling=config.sampling,
+            )
             return [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
 
         def variations(t: int, previous: list[list[str]], histograms: list[np.ndarray]) -> list[list[str]]:
             phase(f"PE: variations {t}/{config.iterations - 1}")
-            return [next_population(model, tokenizer, previous[k], histograms[k], label_names[k], config,
-                                    config.seed * 1_000_003 + k * 10_007 + t - 1) for k in range(n_classes)]
+            return [
+                next_population(
+                    model,
+                    tokenizer,
+                    previous[k],
+                    histograms[k],
+                    label_names[k],
+                    config,
+                    config.seed * 1_000_003 + k * 10_007 + t - 1,
+                )
+                for k in range(n_classes)
+            ]
 
         def noisy(t: int, population: list[list[str]]) -> dict[str, Any]:
             phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
             candidates = [unit_rows(embed(texts)) for texts in population]
             # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
             # embedding pass and the vote count, so a kill during those books nothing)
-            drawn = voter.histograms(candidates, sigma,
-                                     lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)))
+            drawn = voter.histograms(
+                candidates, sigma, lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t))
+            )
             return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
 
         reused, population, histograms = 0, json_once(paths.population(0), first_population), []
@@ -333,8 +365,15 @@ def run_pe(
         rows = []
         for k in range(n_classes):
             for i in np.argsort(-histograms[k], kind="stable")[:per_class]:
-                rows.append({"text": population[k][i], "label": k, "label_name": label_names[k],
-                             "noisy_votes": float(histograms[k][i]), "dp": dp})
+                rows.append(
+                    {
+                        "text": population[k][i],
+                        "label": k,
+                        "label_name": label_names[k],
+                        "noisy_votes": float(histograms[k][i]),
+                        "dp": dp,
+                    }
+                )
         privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
         _write_json(paths.sidecar, privacy)
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
@@ -342,18 +381,29 @@ def run_pe(
 
 
 def privacy_statement(
-    paths: PEPaths, config: PEConfig, sigma: float | None, epsilon: float | None, delta: float | None,
-    n_classes: int, candidates: int,
+    paths: PEPaths,
+    config: PEConfig,
+    sigma: float | None,
+    epsilon: float | None,
+    delta: float | None,
+    n_classes: int,
+    candidates: int,
 ) -> dict[str, Any]:
     """The sidecar: ε accounted from the run folder's ledger (every draw, redraws included; never below the
     target), σ, T and the mechanism; or a warning without DP."""
     if sigma is None:
-        return {"dp": False, "epsilon": None, "delta": None,
-                "warning": "NOT differentially private (no noise): the histograms are exact private vote counts"}
+        return {
+            "dp": False,
+            "epsilon": None,
+            "delta": None,
+            "warning": "NOT differentially private (no noise): the histograms are exact private vote counts",
+        }
     return {
         **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
-        "noise_multiplier": sigma, "iterations": config.iterations,
-        "candidates_per_class": candidates, "bins_per_histogram": n_classes * candidates,
+        "noise_multiplier": sigma,
+        "iterations": config.iterations,
+        "candidates_per_class": candidates,
+        "bins_per_histogram": n_classes * candidates,
         "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
         "candidate of its class (L2 sensitivity 1, add/remove-one); the histogram gets N(0, σ²) per bin; "
         "T Gaussian releases composed with PLD; selection and variations are post-processing",

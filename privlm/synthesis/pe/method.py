@@ -20,13 +20,27 @@ def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` PE examples per class at the cell's ε (no noise, NOT private, when ε is 'none')."""
     config = PEConfig(**{**ctx.params, "seed": ctx.seed})
     ctx.workdir.mkdir(parents=True, exist_ok=True)
-    cache = None if ctx.private_cache is None else ctx.private_cache / (
-        "pe-embeddings-" + digest({"pooling": config.pooling, "max_tokens": config.max_tokens, "shape": "width-buckets"}) + ".npz"
+    cache = (
+        None
+        if ctx.private_cache is None
+        else ctx.private_cache
+        / (
+            "pe-embeddings-"
+            + digest({"pooling": config.pooling, "max_tokens": config.max_tokens, "shape": "width-buckets"})
+            + ".npz"
+        )
     )
     result = run_pe(
-        ctx.model, ctx.tokenizer, ctx.label_names, lambda: list(ctx.pool), out=ctx.out,
-        per_class=ctx.n_per_class, config=config, epsilon=ctx.epsilon, delta=ctx.delta if ctx.epsilon is not None else None,
-        resume=True, embedding_cache=cache,
+        ctx.model,
+        ctx.tokenizer,
+        ctx.label_names,
+        lambda: list(ctx.pool),
+        out=ctx.out,
+        per_class=ctx.n_per_class,
+        config=config,
+        epsilon=ctx.epsilon,
+        delta=ctx.delta if ctx.epsilon is not None else None,
+        resume=True,
+        embedding_cache=cache,
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
-

@@ -12,8 +12,12 @@ from privlm.synthesis.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_sh
 from privlm.synthesis.gradmm.pipeline import run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 
-PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
-           ("I loved every minute of it", 1), ("one of the worst films of the year", 0)]
+PRIVATE = [
+    ("a delight from start to finish", 1),
+    ("slow, dull and far too long", 0),
+    ("I loved every minute of it", 1),
+    ("one of the worst films of the year", 0),
+]
 
 
 def _cand(text: str, label: int, loss: float) -> Candidate:
@@ -21,8 +25,14 @@ def _cand(text: str, label: int, loss: float) -> Candidate:
 
 
 def test_select_drops_disagreements_rebalances_and_ranks_by_loss() -> None:
-    cands = [_cand("a", 0, 0.3), _cand("b", 0, 0.1), _cand("c", 0, 0.2), _cand("d", 1, 0.5), _cand("e", 1, 0.4),
-             _cand("f", 1, 0.05)]
+    cands = [
+        _cand("a", 0, 0.3),
+        _cand("b", 0, 0.1),
+        _cand("c", 0, 0.2),
+        _cand("d", 1, 0.5),
+        _cand("e", 1, 0.4),
+        _cand("f", 1, 0.05),
+    ]
     predicted = [0, 0, 0, 1, 1, 0]  # "f" (class 1, best loss) is predicted 0: dropped
     kept = select(cands, predicted, per_class=3, n_classes=2)
     assert [c.text for c in kept] == ["b", "c", "e", "d"]  # class 1 has 2 survivors, so each class keeps 2
@@ -34,8 +44,11 @@ def test_few_shot_context_is_our_public_demonstrations_interleaved() -> None:
     _, tokenizer = build_tiny_model("tiny-llama", seed=0)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
     lines = few_shot_context(prompt).splitlines()
-    expected = [f"{text} It was {word}" for pair in zip(PUBLIC_FEW_SHOT["bad"], PUBLIC_FEW_SHOT["great"])
-                for text, word in zip(pair, ("bad", "great"))]
+    expected = [
+        f"{text} It was {word}"
+        for pair in zip(PUBLIC_FEW_SHOT["bad"], PUBLIC_FEW_SHOT["great"])
+        for text, word in zip(pair, ("bad", "great"))
+    ]
     assert lines == expected  # only our own demonstrations, class by class in turn
     assert few_shot_context(prompt, only=1).splitlines() == expected[1::2]  # class "great" alone
     unknown = build_prompt(tokenizer, " It was ", ["meh", "great"], ["negative", "positive"])
@@ -47,18 +60,31 @@ def test_label_filter_off_keeps_every_candidate(monkeypatch: pytest.MonkeyPatch,
         raise AssertionError("few_shot_labels called with label_filter off")
 
     monkeypatch.setattr(generate, "few_shot_labels", refuse)
-    config = make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=2, top_k=8, seed=1,
-                         oversample=1.0, label_filter=False)
+    config = make_config(
+        "demo", length=4, batch=3, outer_steps=2, inner_steps=2, top_k=8, seed=1, oversample=1.0, label_filter=False
+    )
     model, tokenizer = build_tiny_model("tiny-llama", seed=2)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
-    result = run_gradmm(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
-                           out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
+    result = run_gradmm(
+        model.requires_grad_(False),
+        tokenizer,
+        prompt,
+        lambda: list(PRIVATE),
+        out=tmp_path / "synth.jsonl",
+        per_class=3,
+        config=config,
+        dp=False,
+        epsilon=None,
+        delta=None,
+    )
     assert [r["label"] for r in result.rows] == [0, 0, 0, 1, 1, 1]
     losses = [r["match_loss"] for r in result.rows]
     assert losses[:3] == sorted(losses[:3]) and losses[3:] == sorted(losses[3:])
 
 
-def test_class_context_starts_each_class_after_its_own_demonstrations(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_class_context_starts_each_class_after_its_own_demonstrations(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
     contexts = []
     real = generate.Projector
 
@@ -67,12 +93,32 @@ def test_class_context_starts_each_class_after_its_own_demonstrations(monkeypatc
         return real(model, tokenizer, context_ids, top_k)
 
     monkeypatch.setattr(generate, "Projector", recording)
-    config = make_config("demo", length=4, batch=3, outer_steps=1, inner_steps=1, top_k=8, seed=1,
-                         oversample=1.0, label_filter=False, class_context=True)
+    config = make_config(
+        "demo",
+        length=4,
+        batch=3,
+        outer_steps=1,
+        inner_steps=1,
+        top_k=8,
+        seed=1,
+        oversample=1.0,
+        label_filter=False,
+        class_context=True,
+    )
     model, tokenizer = build_tiny_model("tiny-llama", seed=2)
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"], ["negative", "positive"])
-    result = run_gradmm(model.requires_grad_(False), tokenizer, prompt, lambda: list(PRIVATE),
-                           out=tmp_path / "synth.jsonl", per_class=3, config=config, dp=False, epsilon=None, delta=None)
+    result = run_gradmm(
+        model.requires_grad_(False),
+        tokenizer,
+        prompt,
+        lambda: list(PRIVATE),
+        out=tmp_path / "synth.jsonl",
+        per_class=3,
+        config=config,
+        dp=False,
+        epsilon=None,
+        delta=None,
+    )
     assert len(contexts) == 2 and len(result.rows) == 6
     assert "It was bad" in contexts[0] and "It was great" not in contexts[0]
     assert "It was great" in contexts[1] and "It was bad" not in contexts[1]

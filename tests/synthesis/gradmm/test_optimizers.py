@@ -52,14 +52,34 @@ def lm():
 
 
 def _config(name: str):
-    return make_config("demo", length=4, batch=3, outer_steps=2, inner_steps=2, top_k=8, seed=1,
-                       label_filter=False, **{"oversample": 2.0, **SETTINGS[name]})
+    return make_config(
+        "demo",
+        length=4,
+        batch=3,
+        outer_steps=2,
+        inner_steps=2,
+        top_k=8,
+        seed=1,
+        label_filter=False,
+        **{"oversample": 2.0, **SETTINGS[name]},
+    )
 
 
 def _run(lm, out: Path, name: str, load_private, **kwargs):
     model, tokenizer, prompt = lm
-    return run_gradmm(model, tokenizer, prompt, load_private, out=out, per_class=2, config=_config(name),
-                         dp=True, epsilon=4.0, delta=1e-5, **kwargs)
+    return run_gradmm(
+        model,
+        tokenizer,
+        prompt,
+        load_private,
+        out=out,
+        per_class=2,
+        config=_config(name),
+        dp=True,
+        epsilon=4.0,
+        delta=1e-5,
+        **kwargs,
+    )
 
 
 def _copy_release(src: Path, dst: Path) -> None:
@@ -69,7 +89,11 @@ def _copy_release(src: Path, dst: Path) -> None:
 
 
 def _first_draw(lm, out: Path, name: str):
-    load = (lambda: pytest.fail("the noise-only control must not read data")) if "noise" in name else (lambda: list(PRIVATE))
+    load = (
+        (lambda: pytest.fail("the noise-only control must not read data"))
+        if "noise" in name
+        else (lambda: list(PRIVATE))
+    )
     return _run(lm, out, name, load)
 
 
@@ -150,8 +174,10 @@ def test_contrastive_greedy_match_equals_greedy_on_explicit_vectors() -> None:
     cos = torch.nn.functional.cosine_similarity
     chosen, totals = [], torch.zeros(2, 6, dtype=torch.float64)
     for _ in range(4):
+
         def score(j: int, totals: torch.Tensor = totals) -> float:
             return float(cos(totals[0] + own[j], targets[0], dim=0) - cos(totals[1] + other[j], targets[1], dim=0))
+
         chosen.append(max((j for j in range(10) if j not in chosen), key=score))
         totals = totals + torch.stack([own[chosen[-1]], other[chosen[-1]]])
     gram = torch.stack([own @ own.T, other @ other.T])
@@ -198,8 +224,13 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
     candidate_files = [f for f in files if f.startswith("class")]
     assert len(candidate_files) == 2 * 2  # 2 classes x ceil(2 per class x oversample 2 / batch 3) batches
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("public candidates must be reused"))
-    noise = _run(lm, tmp_path / "noise.jsonl", "select-instruct-noise",
-                 lambda: pytest.fail("the noise-only control must not read data"), public_dir=public)
+    noise = _run(
+        lm,
+        tmp_path / "noise.jsonl",
+        "select-instruct-noise",
+        lambda: pytest.fail("the noise-only control must not read data"),
+        public_dir=public,
+    )
     pooled = {json.dumps(ids) for f in candidate_files for ids in json.loads((public / f).read_text())}
     for rows in (dp.rows, noise.rows):
         assert rows and all(r["text"] for r in rows)
@@ -212,7 +243,10 @@ def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeyp
     """The label filter's verdicts on public candidates are kept in ``public_dir`` and reused; another
     candidate set (other texts) gets its own."""
     model, tokenizer, prompt = lm
-    cands = [Candidate(ids=(1, 2), text=t, label=i % 2, match_loss=0.0) for i, t in enumerate(["a good film", "dull", "fine"])]
+    cands = [
+        Candidate(ids=(1, 2), text=t, label=i % 2, match_loss=0.0)
+        for i, t in enumerate(["a good film", "dull", "fine"])
+    ]
     first = generate.public_labels(model, tokenizer, prompt, cands, tmp_path)
     assert first == generate.few_shot_labels(model, tokenizer, prompt, [c.text for c in cands])
     monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("public labels must be reused"))
@@ -226,11 +260,15 @@ def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors
     from privlm.synthesis.gradmm import select as select_module
 
     model, tokenizer, prompt = lm
-    cands = [Candidate(ids=tuple(tokenizer.encode(t, add_special_tokens=False)), text=t, label=0, match_loss=0.0)
-             for t in ["a good film", "dull and slow", "fine", "the best of the year"]]
+    cands = [
+        Candidate(ids=tuple(tokenizer.encode(t, add_special_tokens=False)), text=t, label=0, match_loss=0.0)
+        for t in ["a good film", "dull and slow", "fine", "the best of the year"]
+    ]
     plain = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3)
     kept = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path)
-    monkeypatch.setattr(select_module, "last_hidden_from_ids", lambda *a, **k: pytest.fail("hidden states must be reused"))
+    monkeypatch.setattr(
+        select_module, "last_hidden_from_ids", lambda *a, **k: pytest.fail("hidden states must be reused")
+    )
     reused = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path)
     for other in (kept, reused):
         assert all(torch.equal(a, b) for a, b in zip(plain[0], other[0])) and torch.equal(plain[1], other[1])
@@ -240,8 +278,11 @@ def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors
 def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
     with pytest.raises(UserError, match="--optimizer select"):
         make_config("demo", source="instruct", optimizer="admm")
-    for bad, fragment in (("Write a review.", "{label_name} or {label_word}"), ("Write a {kind} review.", "{kind}"),
-                          ("Write a {label_name review.", "not a valid template")):
+    for bad, fragment in (
+        ("Write a review.", "{label_name} or {label_word}"),
+        ("Write a {kind} review.", "{kind}"),
+        ("Write a {label_name review.", "not a valid template"),
+    ):
         with pytest.raises(UserError, match=re.escape(fragment)):
             make_config("demo", source="instruct", optimizer="select", instruction=bad)
     for good in ("Write a {label_word} review.", "Write a {label_name} text like {prompt} {label_word}."):
@@ -258,7 +299,9 @@ def test_rotten_tomatoes_instructions_are_zero_shots_default_unchanged(lm) -> No
     config = replace(plain, instructions=verbalizer.instructions(names))
     assert config == plain and config.to_dict() == {**plain.to_dict(), "instructions": None}
     assert generate.instructions_for(prompt, config) == [
-        "Write one short negative movie review sentence.", "Write one short positive movie review sentence."]
+        "Write one short negative movie review sentence.",
+        "Write one short positive movie review sentence.",
+    ]
 
 
 def test_user_data_instructions_are_the_verbalizers_and_the_users_fields_are_filled(lm) -> None:
@@ -266,9 +309,13 @@ def test_user_data_instructions_are_the_verbalizers_and_the_users_fields_are_fil
     names = ("neg", "pos")
     verbalizer = generic_verbalizer(names, ("bad", "good"))
     prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, names)
-    config = replace(make_config("demo", source="instruct", optimizer="select"), instructions=verbalizer.instructions(names))
+    config = replace(
+        make_config("demo", source="instruct", optimizer="select"), instructions=verbalizer.instructions(names)
+    )
     assert generate.instructions_for(prompt, config) == [
-        'Write one short text for "... Label: bad".', 'Write one short text for "... Label: good".']
+        'Write one short text for "... Label: bad".',
+        'Write one short text for "... Label: good".',
+    ]
     own = make_config("demo", source="instruct", optimizer="select", instruction="{label_name}: a {label_word} text")
     assert replace(own, instructions=("ignored", "ignored")).instructions is None  # the user's instruction wins
     assert generate.instructions_for(prompt, own) == ["neg: a bad text", "pos: a good text"]

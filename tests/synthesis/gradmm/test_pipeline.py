@@ -39,8 +39,17 @@ def lm():
 def _run(lm, out: Path, load_private, **kwargs):
     model, tokenizer, prompt = lm
     return run_gradmm(
-        model, tokenizer, prompt, load_private, out=out, per_class=PER_CLASS, config=CONFIG,
-        dp=True, epsilon=4.0, delta=1e-5, **kwargs,
+        model,
+        tokenizer,
+        prompt,
+        load_private,
+        out=out,
+        per_class=PER_CLASS,
+        config=CONFIG,
+        dp=True,
+        epsilon=4.0,
+        delta=1e-5,
+        **kwargs,
     )
 
 
@@ -62,7 +71,12 @@ def test_output_rows_and_sidecar(reference) -> None:
     assert {r["label_name"] for r in rows} == {"negative", "positive"}
     assert all(set(r) == {"text", "label", "label_name", "match_loss", "dp"} and r["dp"] for r in rows)
     privacy = json.loads((out.parent / "synth.privacy.json").read_text())
-    assert privacy["epsilon_target"] == 4.0 and 4.0 <= privacy["epsilon"] < 4.01 and privacy["delta"] == 1e-5 and privacy["clip"] == CONFIG.clip
+    assert (
+        privacy["epsilon_target"] == 4.0
+        and 4.0 <= privacy["epsilon"] < 4.01
+        and privacy["delta"] == 1e-5
+        and privacy["clip"] == CONFIG.clip
+    )
     assert len(privacy["release_sha256"]) == 64
     assert privacy["examples_per_class_to_match_noise"] == pytest.approx(privacy["noise_norm_per_class"] / CONFIG.clip)
 
@@ -145,8 +159,17 @@ def test_resume_with_other_settings_is_refused(lm, reference, tmp_path) -> None:
     model, tokenizer, prompt = lm
     with pytest.raises(UserError, match="epsilon"):
         run_gradmm(
-            model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=PER_CLASS, config=CONFIG,
-            dp=True, epsilon=8.0, delta=1e-5, resume=True,
+            model,
+            tokenizer,
+            prompt,
+            lambda: list(PRIVATE),
+            out=out,
+            per_class=PER_CLASS,
+            config=CONFIG,
+            dp=True,
+            epsilon=8.0,
+            delta=1e-5,
+            resume=True,
         )
 
 

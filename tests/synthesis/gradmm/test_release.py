@@ -101,7 +101,9 @@ def test_no_dp_release_is_the_plain_sum_and_says_so() -> None:
     release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=None, delta=None, dp=False)
     plain = clipped_class_sums(model, tokenizer, EXAMPLES, prompt, clip=None, max_tokens=64)
     assert torch.equal(release.targets, plain)
-    assert not release.dp and release.epsilon is None and release.noise_multiplier is None and release.noise_norm() is None
+    assert (
+        not release.dp and release.epsilon is None and release.noise_multiplier is None and release.noise_norm() is None
+    )
 
 
 def test_release_is_saved_when_drawn_and_loads_identically(tmp_path) -> None:
@@ -117,7 +119,8 @@ def test_release_is_saved_when_drawn_and_loads_identically(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"epsilon": 0.0, "delta": 1e-5}, {"epsilon": 1.0, "delta": 1.0}, {"epsilon": 1.0, "delta": 1e-5, "clip": -1.0}]
+    "kwargs",
+    [{"epsilon": 0.0, "delta": 1e-5}, {"epsilon": 1.0, "delta": 1.0}, {"epsilon": 1.0, "delta": 1e-5, "clip": -1.0}],
 )
 def test_bad_privacy_parameters_are_user_errors(kwargs: dict) -> None:
     model, tokenizer = build_tiny_model("tiny-llama")
@@ -171,7 +174,9 @@ def test_an_example_with_a_non_finite_hidden_state_is_left_out_of_the_clipped_su
     hidden = factors.hidden.clone()
     hidden[3, 0] = bad
     poisoned = PrivateFactors(hidden, factors.labels)
-    others = PrivateFactors(torch.cat([factors.hidden[:3], factors.hidden[4:]]), torch.cat([factors.labels[:3], factors.labels[4:]]))
+    others = PrivateFactors(
+        torch.cat([factors.hidden[:3], factors.hidden[4:]]), torch.cat([factors.labels[:3], factors.labels[4:]])
+    )
     for rows in (released_rows(prompt, "label-rows"), None):
         got = factor_class_sums(model, poisoned, prompt, clip=0.05, rows=rows, batch_size=3)
         torch.testing.assert_close(got, factor_class_sums(model, others, prompt, clip=0.05, rows=rows, batch_size=3))
@@ -200,8 +205,9 @@ def test_label_row_release_is_small_and_says_so(tmp_path) -> None:
     model, tokenizer = build_tiny_model("tiny-llama")
     prompt = build_prompt(tokenizer, " It was ", ["bad", "great"])
     rows = released_rows(prompt, "label-rows")
-    release = draw_release(model, prompt, _factors(model, tokenizer, prompt), epsilon=1.0, delta=1e-5, rows=rows,
-                           save_to=tmp_path / "r.pt")
+    release = draw_release(
+        model, prompt, _factors(model, tokenizer, prompt), epsilon=1.0, delta=1e-5, rows=rows, save_to=tmp_path / "r.pt"
+    )
     d = model.get_output_embeddings().weight.shape[1]
     assert release.targets.shape == (2, 2, d) and release.released_dim == 2 * d
     assert release.noise_norm() == pytest.approx(release.noise_multiplier * (2 * d) ** 0.5)
@@ -221,6 +227,16 @@ def test_a_whole_split_sized_signal_is_not_cut_by_snapping_and_its_slack_is_coun
         assert (float(noise.norm()) > 1000) is cut  # the default clamp (2⁸σ) cuts 4,000; 2¹⁶σ does not
         step, _ = grid(std, bits)
         assert torch.equal((sums + noise).double() / step, ((sums + noise).double() / step).round())  # on the grid
-    release = Release(targets=sums, prompt=None, dp=True, epsilon=4.0, delta=1e-5, noise_multiplier=std, clip=1.0,
-                      max_tokens=64, model_fingerprint="", rows=(1, 2))
+    release = Release(
+        targets=sums,
+        prompt=None,
+        dp=True,
+        epsilon=4.0,
+        delta=1e-5,
+        noise_multiplier=std,
+        clip=1.0,
+        max_tokens=64,
+        model_fingerprint="",
+        rows=(1, 2),
+    )
     assert release.snapped == sums.numel() * 2**8

@@ -12,7 +12,9 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import add_gaussian_noise, clipped_class_sums
 
-EXAMPLES = [(f"the film was {w}", i % 2) for i, w in enumerate(["good", "bad", "slow", "warm", "dull", "great", "long"])]
+EXAMPLES = [
+    (f"the film was {w}", i % 2) for i, w in enumerate(["good", "bad", "slow", "warm", "dull", "great", "long"])
+]
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str) -> None:

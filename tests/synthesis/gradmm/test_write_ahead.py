@@ -18,8 +18,12 @@ from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import release_noise_multiplier
 
-PRIVATE = [("a delight from start to finish", 1), ("slow, dull and far too long", 0),
-           ("warm, funny and moving", 1), ("the acting is wooden", 0)]
+PRIVATE = [
+    ("a delight from start to finish", 1),
+    ("slow, dull and far too long", 0),
+    ("warm, funny and moving", 1),
+    ("the acting is wooden", 0),
+]
 CONFIG = make_config("demo", length=3, batch=2, outer_steps=1, inner_steps=2, top_k=4, seed=1, oversample=1.0)
 HIDDEN = build_tiny_model("tiny-llama", seed=2)[0].get_output_embeddings().weight.shape[1]
 # 2 classes × 2 label rows × d coordinates, snapped with clamp 2¹⁶ (2⁸ times the default's slack each)
@@ -40,8 +44,19 @@ def lm():
 
 def _run(lm, out: Path, **kwargs):
     model, tokenizer, prompt = lm
-    return run_gradmm(model, tokenizer, prompt, lambda: list(PRIVATE), out=out, per_class=1, config=CONFIG,
-                         dp=True, epsilon=4.0, delta=1e-5, **kwargs)
+    return run_gradmm(
+        model,
+        tokenizer,
+        prompt,
+        lambda: list(PRIVATE),
+        out=out,
+        per_class=1,
+        config=CONFIG,
+        dp=True,
+        epsilon=4.0,
+        delta=1e-5,
+        **kwargs,
+    )
 
 
 def _entries(out: Path) -> list:
