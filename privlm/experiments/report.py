@@ -144,7 +144,8 @@ def against_noise(summary: Sequence[dict[str, Any]], config: ExperimentConfig) -
     return lines
 
 
-def _png(fig: plt.Figure) -> bytes:
+def figure_png(fig: plt.Figure) -> bytes:
+    """``fig`` as PNG bytes (closed afterwards)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -177,7 +178,7 @@ def plot_accuracy_vs_n(summary: Sequence[dict[str, Any]]) -> bytes:
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
@@ -210,7 +211,7 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -1,207 +1,114 @@
-"""``privlm demo``: DP synthesis end to end on a tiny model; a second run reuses the release."""
+"""``privlm demo``: both capabilities on one private pass (tiny model), controls, composed privacy, reuse."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import exit_code
+from cli_helpers import run
 
-from privlm.cli import demo as demo_module
-from privlm.cli import main
-from privlm.randomness import SecureRandom
-from privlm.resources.cache import CACHE_ENV
-from privlm.synthesis.gradmm import generate
-from privlm.synthesis.gradmm.filtering import select
+from privlm.experiments import demo as demo_module
+from privlm.privacy.ledger import Ledger
+from privlm.resources.datasets import load_dataset
+from privlm.synthesis.gradmm.pipeline import GradmmPaths
+
+ARGS = ["--model", "tiny-llama", "--data", "tweets", "--private-rows", "48", "--test-rows", "24", "--per-class", "2"]
 
 
 @pytest.fixture
-def label_filter_agrees(monkeypatch) -> None:
-    """An untrained tiny model's few-shot labels reject most candidates, so the demo would keep none and
-    these tests would compare empty outputs: make the label filter agree, keep the loss ranking."""
-    monkeypatch.setattr(
-        generate, "select", lambda cands, _pred, per_class, n: select(cands, [c.label for c in cands], per_class, n)
-    )
-    matching = generate.select_matching  # the demo's generate-select: same filter, same agreement
-    monkeypatch.setattr(
-        generate,
-        "select_matching",
-        lambda model, release, cands, _pred, *rest: matching(model, release, cands, [c.label for c in cands], *rest),
-    )
+def passes(monkeypatch) -> list[int]:
+    """The size of every forward pass ``private_factors`` makes (the demo's only reader of rows' texts)."""
+    sizes: list[int] = []
+    real = demo_module.private_factors
+
+    def counting(model, tokenizer, rows, prompt, **kwargs):
+        sizes.append(len(rows))
+        return real(model, tokenizer, rows, prompt, **kwargs)
+
+    monkeypatch.setattr(demo_module, "private_factors", counting)
+    return sizes
 
 
-def _demo(args: list[str], capsys) -> dict:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["demo", *args])
-        raise SystemExit(0)
-    assert exit_info.value.code == 0
-    return json.loads(capsys.readouterr().out)
+def _demo(tmp_path: Path, capsys, *extra: str) -> tuple[dict, str]:
+    code, out, err = run(["demo", *ARGS, "--out", str(tmp_path / "demo"), "--json", *extra], capsys)
+    assert code == 0, err
+    return json.loads(out), err
 
 
-def test_demo_runs_dp_synthesis_and_reuses_its_release(
-    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
-) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    args = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "0", "--json"]
-    first = _demo(args, capsys)
-    assert first["privacy"]["dp"] and first["privacy"]["epsilon_target"] == 4.0
-    assert first["privacy"]["delta"] == 1e-5 and not first["reused_release"]
-    assert Path(first["out"]).is_relative_to(tmp_path) and Path(first["out"]).is_file()
-    assert first["data"]["verbalizer"]["label_words"] == ["sadness", "joy"]
-    assert len(first["rows"]) == 4 and {row["label"] for row in first["rows"]} == {0, 1}
-    settings = json.loads((Path(first["out"]).parent / "synthetic.jsonl.gradmm" / "run.json").read_text())["config"]
-    assert (settings["optimizer"], settings["source"], settings["contrastive"]) == ("select", "instruct", True)
-    second = _demo(args, capsys)
-    assert second["reused_release"] and second["rows"] == first["rows"]
-    assert second["privacy"]["release_sha256"] == first["privacy"]["release_sha256"]
+def test_demo_shows_both_capabilities_with_their_controls(tmp_path: Path, capsys, passes) -> None:
+    report, err = _demo(tmp_path, capsys)
+    assert passes[0] == 48  # the private set is read by exactly one forward pass ...
+    assert passes.count(48) == 1  # ... (the others are the test subset and the DP / public / reference sets)
+    assert set(report["finetune"]) >= {"untrained", "dp", "non_private"}
+    assert set(report["synthetic"]) == {"gradmm", "noise_only", "zero_shot", "random_real"}
+    for scores in [
+        *(report["finetune"][k] for k in ("untrained", "dp", "non_private")),
+        report["synthetic"]["zero_shot"],
+    ]:
+        assert scores["n_test"] == 24 and scores["ci_low"] <= scores["accuracy"] <= scores["ci_high"]
+    assert report["synthetic"]["random_real"]["n_train"] == 4  # 2 per class
+    assert report["new_privacy_spent"] and not report["reused_private_pass"]
+    html = Path(report["report_html"]).read_text()
+    assert "noise-only control" in html and "DP fine-tune" in html and Path(report["report_png"]).stat().st_size > 1000
+    for stage in ("one forward pass", "DP fine-tune", "GRADMM", "head-only classifier"):
+        assert f"start: {stage}" in err and f"done: {stage}" in err  # stderr is not a terminal: one line per stage
 
 
-def test_demo_prints_no_size_of_a_user_file_and_names_what_is_not_dp(
-    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
-) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    notes = tmp_path / "notes.jsonl"
-    notes.write_text(
-        "".join(
-            json.dumps(
-                {"text": f"note {i} about the {'bad' if i % 2 else 'good'} day", "label": "bad" if i % 2 else "good"}
-            )
-            + "\n"
-            for i in range(37)
-        )
-    )
-    args = [
-        "--model",
-        "tiny-llama",
-        "--data",
-        f"jsonl:{notes}",
-        "--labels",
-        "good,bad",
-        "--per-class",
-        "2",
-        "--eval-test",
-        "0",
-        "--json",
-    ]
-    facts = _demo(args, capsys)
-    assert "num_examples" not in facts["data"] and "split_sizes" not in facts["data"]
-    assert "37" not in json.dumps(facts["data"]) and "not released" in facts["data"]["sizes_note"]
-    assert any("random real" in line for line in facts["not_differentially_private"])
-    builtin = _demo(
-        ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "0", "--json"], capsys
-    )
-    assert builtin["data"]["num_examples"] > 0 and builtin["data"]["sizes_note"].startswith("public")
+def test_composed_privacy_is_the_ledgers_composition(tmp_path: Path, capsys) -> None:
+    report, _ = _demo(tmp_path, capsys)
+    folder = tmp_path / "demo"
+    ft = Ledger.load(folder / "dp-finetune" / "privacy.json")
+    gradmm = Ledger.load(GradmmPaths(folder / "gradmm" / "synthetic.jsonl").ledger)
+    assert len(ft) >= 1 and len(gradmm) >= 1
+    privacy = report["privacy"]
+    assert privacy["epsilon_composed_pld"] == pytest.approx(Ledger((*ft.entries, *gradmm.entries)).epsilon(1e-5))
+    assert privacy["epsilon_basic_composition"] == 4.0
+    assert ft.epsilon(5e-6) <= 1.0 + 1e-6 and gradmm.epsilon(5e-6) <= 3.0 + 1e-6  # each within its share
+    assert privacy["epsilon_composed_pld"] <= 4.0
 
 
-def test_demo_ends_with_synthetic_vs_random_real_accuracies(
-    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
-) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    args = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2", "--eval-test", "6", "--json"]
-    facts = _demo(args, capsys)
-    comparison = facts["comparison"]
-    n_synthetic = len(facts["rows"])
-    assert n_synthetic == 4
-    for name in ("synthetic", "random_real"):
-        scores = comparison[name]
-        assert scores["n_test"] == 6 and scores["n_train"] == n_synthetic
-        assert 0.0 <= scores["ci_low"] <= scores["accuracy"] <= scores["ci_high"] <= 1.0
+def test_second_run_reuses_everything_and_spends_nothing(tmp_path: Path, capsys, passes) -> None:
+    first, _ = _demo(tmp_path, capsys)
+    folder = tmp_path / "demo"
+    ledgers = [folder / "dp-finetune" / "privacy.json", GradmmPaths(folder / "gradmm" / "synthetic.jsonl").ledger]
+    before = [p.read_bytes() for p in ledgers]
+    passes.clear()
+    second, _ = _demo(tmp_path, capsys)
+    assert not second["new_privacy_spent"] and second["reused_private_pass"] and second["finetune"]["reused"]
+    assert 48 not in passes  # no pass over the private set
+    assert [p.read_bytes() for p in ledgers] == before
+    assert second["finetune"]["dp"] == first["finetune"]["dp"]
+    assert second["synthetic"]["gradmm"] == first["synthetic"]["gradmm"]
+    assert second["privacy"] == first["privacy"]
 
 
-def test_demo_rejects_negative_eval_test(capsys) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["demo", "--model", "tiny-llama", "--eval-test", "-1"])
-    assert exit_info.value.code == 2
-    assert "--eval-test must be >= 0 (got -1)" in capsys.readouterr().err
+def test_no_private_text_reaches_the_report(tmp_path: Path, capsys) -> None:
+    report, _ = _demo(tmp_path, capsys)
+    private = [text for text, _ in load_dataset("tweets", split="train", seed=0).examples[:48]]
+    outputs = [Path(report["report_html"]).read_text(), (tmp_path / "demo" / "demo.json").read_text()]
+    leaked = [t for t in private if len(t) > 20 and any(t in o for o in outputs)]
+    assert leaked == []
 
 
-FAST_METHODS = {
-    "gradmm": {"preset": "instruct"},
-    "pe": {"iterations": 1, "variations": 1, "max_new_tokens": 6},
-    "dp-finetune": {"lora_layers": 1},
-}
-TINY = ["--model", "tiny-llama", "--data", "tweets", "--per-class", "2"]
-
-
-def test_demo_runs_two_methods_on_half_the_budget_each_and_names_the_best(
-    tmp_path: Path, monkeypatch, capsys, label_filter_agrees
-) -> None:
-    monkeypatch.setattr(demo_module, "DEMO_OPTIONS", FAST_METHODS)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    args = [*TINY, "--methods", "gradmm,pe", "--eval-test", "4"]
-    facts = _demo([*args, "--json"], capsys)
-    assert [run["method"] for run in facts["methods"]] == ["gradmm", "pe"]
-    out = Path(facts["out"])
-    files = {run["method"]: Path(run["out"]) for run in facts["methods"]}
-    assert files == {"gradmm": out, "pe": out.with_name("synthetic-pe.jsonl")}
-    for method, path in files.items():
-        sidecar = json.loads(path.with_suffix(".privacy.json").read_text())
-        assert sidecar["epsilon_target"] == 2.0 == sidecar["epsilon"] and sidecar["delta"] == 5e-6, method
-        assert len(path.read_text().splitlines()) == 4
-    assert all(run["budget"] == {"epsilon": 2.0, "delta": 5e-6} for run in facts["methods"])
-    accuracies = [run["scores"]["accuracy"] for run in facts["methods"]]
-    assert facts["best_method"] == facts["methods"][accuracies.index(max(accuracies))]["method"]
-    assert facts["comparison"]["synthetic"] == facts["methods"][0]["scores"]
-    ledgers = {
-        m: p.with_name(p.name + (".gradmm" if m == "gradmm" else ".pe")) / "privacy.json" for m, p in files.items()
-    }
-    before = {m: path.read_text() for m, path in ledgers.items()}
-
-    def no_new_noise(cls):
-        raise AssertionError("a resumed demo drew fresh noise")
-
-    monkeypatch.setattr(SecureRandom, "from_os", classmethod(no_new_noise))
-    assert exit_code(["demo", *args]) == 0  # reuses the release and the histogram: no new privacy spent
-    printed = capsys.readouterr().out
-    assert "each (ε=2, δ=5e-06)" in printed and "(reused, no new privacy spent)" in printed
-    rows = re.findall(r"DP synthetic: (\S+)\s*│\s*([\d.]+)\s*│\s*\d+\s*│\s*([\d.]+) \(", printed)
-    assert [(m, float(e)) for m, e, _ in rows] == [("gradmm", 2.0), ("pe", 2.0)]
-    shown = [float(acc) for _, _, acc in rows]
-    best = rows[shown.index(max(shown))][0]
-    assert f"best DP synthetic set: {best} (accuracy" in printed and best == facts["best_method"]
-    assert {m: path.read_text() for m, path in ledgers.items()} == before
-    assert exit_code(["demo", *TINY, "--methods", "gradmm,pe", "--epsilon", "8"]) == 2  # sets made at ε = 2, not 4
-    assert "cannot reuse it: give another --out" in capsys.readouterr().err.replace("\n", " ")
-    # pe alone would reuse its ε = 2 set but leave the gradmm set beside it uncounted: refused up front
-    assert exit_code(["demo", *TINY, "--methods", "pe", "--epsilon", "2", "--delta", "5e-6"]) == 2
-    assert "holds a gradmm set made at (ε=2.0, δ=5e-06) from an earlier demo" in capsys.readouterr().err.replace(
-        "\n", " "
-    )
-
-
-def test_demo_without_comparison_names_no_best(tmp_path: Path, monkeypatch, capsys, label_filter_agrees) -> None:
-    monkeypatch.setattr(demo_module, "DEMO_OPTIONS", FAST_METHODS)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    assert exit_code(["demo", *TINY, "--methods", "pe,gradmm", "--eval-test", "0"]) == 0
-    printed = capsys.readouterr().out
-    assert "no accuracy comparison was run (--eval-test 0); no best method is named" in printed
-    assert "best DP synthetic set" not in printed
+def test_an_unfinished_dp_finetune_is_refused_not_redone(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "demo" / "dp-finetune"
+    folder.mkdir(parents=True)
+    (folder / "privacy.json").write_text('{"entries": []}')
+    code, _, err = run(["demo", *ARGS, "--out", str(tmp_path / "demo")], capsys)
+    assert code == 2 and "unfinished or different DP fine-tune" in err
 
 
 @pytest.mark.parametrize(
-    "methods, fragments",
+    ("extra", "fragment"),
     [
-        ("gradmm,magic", ("'magic' is not one", "dp-finetune, gradmm, pe")),
-        ("pe,pe", ("names a method twice",)),
-        (",", ("dp-finetune, gradmm, pe",)),
+        (["--private-rows", "0"], "private_rows must be an integer >= 1"),
+        (["--data", "jsonl:/nonexistent.jsonl"], "the demo runs on a built-in data set"),
+        (["--synth-epsilon", "0"], "need ε > 0"),
+        (["--private-rows", "100000"], "asked for 100000"),
     ],
 )
-def test_demo_rejects_a_bad_method_list_before_writing(tmp_path: Path, monkeypatch, capsys, methods, fragments) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    assert exit_code(["demo", *TINY, "--methods", methods]) == 2
-    err = capsys.readouterr().err
-    assert all(fragment in err for fragment in fragments), err
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_best_method_is_the_top_accuracy_ties_to_the_first_and_unscored_sets_never_win() -> None:
-    runs = [
-        {"method": "gradmm", "scores": {"accuracy": 0.5}},
-        {"method": "pe", "scores": {"accuracy": 0.7}},
-        {"method": "dp-finetune", "scores": {"accuracy": 0.7}},
-    ]
-    assert demo_module.best_method(runs) == "pe"
-    assert demo_module.best_method([{"method": "pe", "scores": None}, *runs[:1]]) == "gradmm"
-    assert demo_module.best_method([{"method": "pe", "scores": None}]) is None
+def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path, capsys, extra, fragment) -> None:
+    code, _, err = run(["demo", *ARGS, *extra, "--out", str(tmp_path / "demo")], capsys)
+    assert code == 2 and fragment in err
+    assert not (tmp_path / "demo" / "dp-finetune").exists()

@@ -116,6 +116,13 @@ def instructed_ids(
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
+def instructed_pool(public_dir: Path, label: int) -> list[list[int]]:
+    """The instructed public candidates of class ``label`` kept in ``public_dir`` by :func:`generate_batch`,
+    batch by batch in seed order (token ids). Public: answers of the public LM to a public instruction."""
+    files = sorted(public_dir.glob(f"class{label}_seed*.json"), key=lambda f: int(f.stem.rsplit("seed", 1)[1]))
+    return [ids for f in files for ids in json.loads(f.read_text())]
+
+
 def public_labels(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
