@@ -29,8 +29,11 @@ class Task:
 class Progress:
     """A source of :class:`Task`\\ s; the base class reports nothing."""
 
-    def task(self, description: str, total: float | None = None, private: bool = False) -> Task:
-        """Open a stage called ``description`` of ``total`` units (None: unknown); ``private``: its count is private."""
+    def task(
+        self, description: str, total: float | None = None, private: bool = False, transient: bool = False
+    ) -> Task:
+        """Open a stage called ``description`` of ``total`` units (None: unknown); ``private``: its count is
+        private; ``transient``: a bar may disappear when the stage is done (one of many short stages)."""
         return Task()
 
 

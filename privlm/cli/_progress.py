@@ -29,8 +29,8 @@ class _PublicCount(MofNCompleteColumn):
 
 
 class _BarTask(Task):
-    def __init__(self, bars: RichProgress, task: TaskID) -> None:
-        self._bars, self._task = bars, task
+    def __init__(self, bars: RichProgress, task: TaskID, transient: bool = False) -> None:
+        self._bars, self._task, self._transient = bars, task, transient
 
     def update(
         self, *, description: str | None = None, completed: float | None = None, total: float | None = None
@@ -41,6 +41,10 @@ class _BarTask(Task):
         self._bars.advance(self._task, amount)
 
     def done(self) -> None:
+        if self._transient:
+            if self._task in self._bars.task_ids:
+                self._bars.remove_task(self._task)
+            return
         task = self._bars.tasks[self._task]
         self._bars.update(self._task, total=task.total or 1, completed=task.total or 1)
 
@@ -49,8 +53,10 @@ class _Bars(Progress):
     def __init__(self, bars: RichProgress) -> None:
         self._bars = bars
 
-    def task(self, description: str, total: float | None = None, private: bool = False) -> Task:
-        return _BarTask(self._bars, self._bars.add_task(description, total=total, private=private))
+    def task(
+        self, description: str, total: float | None = None, private: bool = False, transient: bool = False
+    ) -> Task:
+        return _BarTask(self._bars, self._bars.add_task(description, total=total, private=private), transient)
 
 
 class _LineTask(Task):
@@ -100,7 +106,9 @@ class _Lines(Progress):
     def __init__(self, console: Console) -> None:
         self._console = console
 
-    def task(self, description: str, total: float | None = None, private: bool = False) -> Task:
+    def task(
+        self, description: str, total: float | None = None, private: bool = False, transient: bool = False
+    ) -> Task:
         return _LineTask(self._console, description, total, private)
 
 

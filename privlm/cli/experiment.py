@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privlm.cli._common import console, err_console, log_when_detached, print_json
+from privlm.cli._common import console, err_console, print_json
+from privlm.cli._progress import cli_progress
 from privlm.errors import UserError
+from privlm.progress import Task
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -54,21 +55,30 @@ def experiment_command(
     command += [arg for pattern in cell_patterns or () for arg in ("--cells", pattern)]
     command += ["--shard", shard] if shard_k_n != (0, 1) else []
     start = time.perf_counter()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, disable=as_json) as progress:
-        cells = progress.add_task("cells", total=len(config.cells()))
-        steps = progress.add_task("steps", total=None)
+    with cli_progress(err_console) as progress:  # on stderr: --json output stays clean
+        cells = progress.task("cells", total=len(config.cells()))
+        current: list[Task] = []  # the stage of the cell being run
 
         def phase(text: str) -> None:
-            progress.update(steps, description=text, completed=0)
-            log_when_detached(text)
+            for stage in current:
+                stage.done()
+            current[:] = [progress.task(text, transient=True)]
 
-        hooks = Hooks(
-            cell=lambda done, total, key: progress.update(cells, completed=done, description=f"cells ({key})"),
-            phase=phase,
-            steps=lambda total: progress.update(steps, total=total, completed=0),
-            step=lambda step, loss: progress.update(steps, completed=step),
-        )
+        def steps(total: int) -> None:
+            for stage in current:
+                stage.update(total=total, completed=0)
+
+        def step(done: int, loss: float | None) -> None:
+            for stage in current:
+                stage.update(completed=done)
+
+        def cell(done: int, total: int, key: str) -> None:
+            for stage in current:
+                stage.done()
+            current.clear()
+            cells.update(completed=done, description=f"cells (now: {key})")
+
+        hooks = Hooks(cell=cell, phase=phase, steps=steps, step=step)
         rows = run_experiment(
             config,
             out,
@@ -79,6 +89,7 @@ def experiment_command(
             command=shlex.join(command),
             cells_matching=cell_patterns,
         )
+        cells.done()
     elapsed = time.perf_counter() - start
     if as_json:
         print_json({"config_hash": config.hash, "out": str(out), "wall_time_s": round(elapsed, 2), "rows": rows})
