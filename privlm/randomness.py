@@ -136,9 +136,16 @@ class SecureRandom:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> torch.Tensor:
-        """N(0, std²) entries of ``shape``: float64 Box–Muller (module docstring), scaled, then cast."""
+        """N(0, std²) entries of ``shape``: float64 Box–Muller (module docstring), scaled, then cast.
+
+        On a CUDA ``device`` the keystream and the Gaussians are computed there (:mod:`privlm.chacha`: the
+        same keystream words, bitwise; no host-to-device copy of the noise); elsewhere through OpenSSL."""
         shape = torch.Size(shape)
         n = shape.numel()
+        if torch.device(device).type == "cuda":
+            from privlm.chacha import normals
+
+            return normals(self._key, address, n, device).mul_(std).to(dtype).reshape(shape)
         out = torch.empty(n, dtype=dtype)
         stream = self._keystream(address, 2 * ((n + 1) // 2))
         for start in range(0, n, _CHUNK):
