@@ -88,3 +88,17 @@ def test_compiled_blocks_are_the_eager_blocks() -> None:
     """The fused kernel used on CUDA (compiled here for the CPU: about a minute) gives the same words."""
     kw, nonce = chacha.key_words(bytes(range(32))), [1, 2, 3]
     assert torch.equal(chacha._compiled_blocks()(kw, nonce, 11, 300), chacha.blocks(kw, nonce, 11, 300))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by benchmarks/gpu_check.sh)")
+def test_cuda_keystream_bitwise_and_gaussians_within_ulps() -> None:
+    key = bytes(range(50, 82))
+    kw, nonce = chacha.key_words(key), [7, 0, 1]
+    assert torch.equal(chacha.blocks(kw, nonce, 3, 1000, "cuda").cpu(), chacha.blocks(kw, nonce, 3, 1000))
+    secure = SecureRandom(key, private=True)
+    on_gpu = secure.normal((300_001,), (4, 2), dtype=torch.float64, device="cuda").cpu()
+    on_cpu = secure.normal((300_001,), (4, 2), dtype=torch.float64)
+    torch.testing.assert_close(on_gpu, on_cpu, rtol=1e-14, atol=1e-14)  # log/sin/cos may differ in the last ulp
+    torch.testing.assert_close(  # cast to float32: equal up to one float32 ulp at a rounding boundary
+        secure.normal((300_001,), (4, 2), device="cuda").cpu(), secure.normal((300_001,), (4, 2)), rtol=1.2e-7, atol=0
+    )
