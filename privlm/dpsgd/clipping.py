@@ -72,6 +72,11 @@ class ClipStats:
     factors: Tensor
 
 
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision parameters, else the parameter's dtype (float32 or float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 class PerSampleClipper:
     """Clips per-sample gradients of ``model``'s trainable parameters and accumulates their sum.
 
@@ -181,7 +186,7 @@ class PerSampleClipper:
                 clipped = torch.autograd.grad((losses * c).sum(), self.params, allow_unused=True)
             for p, g in zip(self.params, clipped):
                 if g is not None:
-                    g = g.detach()
+                    g = g.detach().to(_accumulation_dtype(g.dtype))  # summed in at least float32
                     if p in self.summed_grads:
                         self.summed_grads[p].add_(g)
                     else:
@@ -225,8 +230,11 @@ class PerSampleClipper:
         self._uses_checked = True
 
     def pop_summed_grads(self) -> dict[nn.Parameter, Tensor]:
-        """The accumulated clipped sums (zeros for parameters no sample touched); resets the accumulator."""
-        out = {p: self.summed_grads.get(p, torch.zeros_like(p)) for p in self.params}
+        """The accumulated clipped sums, in at least float32 (zeros for parameters no sample touched); resets
+        the accumulator."""
+        out = {
+            p: self.summed_grads.get(p, torch.zeros_like(p, dtype=_accumulation_dtype(p.dtype))) for p in self.params
+        }
         self.summed_grads = {}
         return out
 

@@ -117,7 +117,7 @@ class DPOptimizer:
             noise = self.randomness.normal(
                 p.shape, (self.steps + 1, j), std=std, dtype=summed.dtype, device=summed.device
             )
-            p.grad = summed.add_(noise).div_(self.expected_batch_size)
+            p.grad = summed.add_(noise).div_(self.expected_batch_size).to(p.dtype)  # noise added in ≥ float32
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One private step: noise, update, then accounting (even for an empty logical batch); sets

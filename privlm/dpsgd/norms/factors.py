@@ -270,7 +270,12 @@ def sq_norms(factors: list[Factor], mode: str, probes: int, draw: ProbeSource) -
 
 def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size, keep: Tensor | None = None) -> Tensor:
     """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping). ``keep`` (B,) bool: sum only
-    those samples, exactly — a left-out sample's factors may be NaN (``c_i = 0`` alone would give 0 · NaN)."""
+    those samples, exactly — a left-out sample's factors may be NaN (``c_i = 0`` alone would give 0 · NaN).
+
+    Computed and returned in at least float32 (bf16 factors of a mixed-precision step are upcast first): a
+    clipped sum rounded in bf16 would let one example's contribution exceed C by the rounding, and make it
+    depend on its batch-mates, which the accountant's sensitivity C does not allow for."""
+    factors = [_at_least_float32(f) for f in factors]
     total = factors[0].weighted_sum(c, keep).reshape(shape)
     for f in factors[1:]:
         total.add_(f.weighted_sum(c, keep).reshape(shape))
