@@ -8,5 +8,5 @@ $PY -m pytest -q tests/test_chacha.py -k "cuda or compiled" -m "slow or not slow
 $PY benchmarks/device_noise.py --device cuda --values $((1 << 26)) --out benchmarks/results/device_noise_cuda.json
 if [ -f benchmarks/long_context_step.py ]; then
   $PY benchmarks/long_context_step.py --device cuda --seq-lens 4096,8192,16384 \
-    --out benchmarks/results/long_context_step_cuda.json
+    --budget-s 420 --out benchmarks/results/long_context_step_cuda.json
 fi
