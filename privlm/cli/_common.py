@@ -12,7 +12,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from privlm.resources.labels import LabelSpec, as_labels, with_template
+from privlm.resources.labels import LabelSpec, as_labels, with_description, with_template
+from privlm.resources.verbalizers import DESCRIBE_HELP
 
 console = Console(stderr=False)
 LABELS_HELP = (
@@ -38,9 +39,13 @@ TEMPLATE = typer.Option(
 )
 
 
-def public_classes(labels: str | None, template: str | None) -> LabelSpec | None:
-    """The public classes of user data with their prompt template: ``--labels`` and ``--template``."""
-    return with_template(as_labels(labels), template)
+DESCRIBE = typer.Option(None, "--describe", metavar="TEXT", help=DESCRIBE_HELP)
+
+
+def public_classes(labels: str | None, template: str | None, describe: str | None = None) -> LabelSpec | None:
+    """The public classes of user data with their prompt template and description: ``--labels``,
+    ``--template`` and ``--describe``."""
+    return with_description(with_template(as_labels(labels), template), describe)
 
 
 def log_when_detached(text: str) -> None:

@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from privlm.cli._common import (
+    DESCRIBE,
     LABELS,
     TEMPLATE,
     TEST_FILE,
@@ -17,6 +18,7 @@ from privlm.cli._common import (
     public_classes,
 )
 from privlm.resources.datasets import data_spec, dataset_names, load_dataset
+from privlm.resources.verbalizers import NO_DESCRIPTION_WARNING, undescribed
 
 data_app = typer.Typer(help="Inspect datasets.", no_args_is_help=True)
 PREVIEW_CHARS = 120
@@ -33,10 +35,11 @@ def show(
     seed: int = typer.Option(0, help="Seed of the split (stratified for built-ins, per row for user data)."),
     labels: str | None = LABELS,
     template: str | None = TEMPLATE,
+    describe: str | None = DESCRIBE,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Show a dataset: examples, classes, verbalizer, split sizes and the first N examples of a split."""
-    spec, classes = data_spec(name, train, validation, test), public_classes(labels, template)
+    spec, classes = data_spec(name, train, validation, test), public_classes(labels, template, describe)
     name = str(spec)
     full = load_dataset(spec, seed=seed, labels=classes)
     part = load_dataset(spec, split=split, seed=seed, labels=classes)
@@ -50,6 +53,8 @@ def show(
         "label_names": list(full.label_names),
         "class_counts": full.class_counts(),
         "verbalizer": full.verbalizer.to_dict(),
+        "generation_instruction": full.verbalizer.instruction,
+        "description_warning": NO_DESCRIPTION_WARNING if undescribed(full.verbalizer) else None,
         "seed": seed,
         "split_sizes": full.split_sizes,
         "split": split,
@@ -62,6 +67,7 @@ def show(
     overview = Table(title=f"{name}: {len(full):,} examples, {full.num_classes} classes", show_header=False)
     overview.add_row("classes", ", ".join(f"{k}={c:,}" for k, c in full.class_counts().items()))
     overview.add_row("verbalizer", f"{full.verbalizer.template!r} + {' | '.join(full.verbalizer.label_words)}")
+    overview.add_row("generation", repr(full.verbalizer.instruction or "the built-in default instruction"))
     overview.add_row("splits", ", ".join(f"{k}={c:,}" for k, c in full.split_sizes.items()) + f" (seed {seed})")
     console.print(overview)
     preview = Table(title=f"first {len(examples)} of {split}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.table import Table
 
-from privlm.cli._common import LABELS, TEMPLATE, console, err_console, print_json, public_classes
+from privlm.cli._common import DESCRIBE, LABELS, TEMPLATE, console, err_console, print_json, public_classes
 from privlm.cli._progress import cli_progress
 from privlm.errors import UserError
 from privlm.synthesis.command import SynthOption, SynthRequest
@@ -78,9 +78,13 @@ def check_privacy_args(epsilon: float | None, delta: float | None, no_dp: bool) 
 def run_request(command: SynthCommand, request: SynthRequest, json_out: bool) -> None:
     """Check the request, load the model, run the method, print its outcome."""
     from privlm.resources.models import load_model
+    from privlm.resources.verbalizers import NO_DESCRIPTION_WARNING, undescribed
+    from privlm.synthesis.command import public_label_names
 
     run = command.start(request)  # every check before the model is loaded or anything written
     model, tokenizer = load_model(request.model_name)
+    if undescribed(public_label_names(request)[1]):  # before any work: the run may still be stopped
+        err_console.print(f"[bold yellow]warning[/]: {NO_DESCRIPTION_WARNING}")
     with cli_progress(err_console) as progress:
         outcome = run(model, tokenizer, progress)
     if json_out:
@@ -131,6 +135,7 @@ def register(app: typer.Typer) -> None:
         ),
         labels: Optional[str] = LABELS,  # noqa: UP045
         template: Optional[str] = TEMPLATE,  # noqa: UP045
+        describe: Optional[str] = DESCRIBE,  # noqa: UP045
         per_class: int = typer.Option(..., "--per-class", help="synthetic examples per class"),
         out: Path = typer.Option(..., "--out", help="output FILE.jsonl (+ sidecar FILE.privacy.json)"),
         epsilon: Optional[float] = typer.Option(None, "--epsilon", help="privacy budget ε of the whole output"),  # noqa: UP045
@@ -165,7 +170,7 @@ def register(app: typer.Typer) -> None:
             method,
             model,
             data_spec(data, train),
-            public_classes(labels, template),
+            public_classes(labels, template, describe),
             per_class,
             out,
             not no_dp,

@@ -27,7 +27,8 @@ User data (``jsonl:``, ``csv:``, ``hf:`` without a ClassLabel column) needs its 
 as ``privlm … --labels`` does: ``labels = ["negative", "positive"]`` (items may be ``"NAME=WORD"``) or
 ``labels = {negative = "bad", positive = "great"}`` (name = label word, in class order). They are never
 read off the private rows (see :mod:`privlm.resources.labels`); for a built-in data set they may only
-repeat its names. ``template = "Note: {text} Diagnosis:"`` sets the prompt of user data (as
+repeat its names. ``describe = "{label_name} movie review sentence"`` is the public description generation
+methods write from (as ``--describe``). ``template = "Note: {text} Diagnosis:"`` sets the prompt of user data (as
 ``--template``). Explicit splits, as ``--train/--validation/--test``: ``train = "train.jsonl"``,
 ``test = "test.jsonl"`` (each file is that split, whole; ``dataset`` may then be left out, and gives
 the splits that are not files). A configuration without ``labels``, ``template`` or split files hashes
@@ -51,7 +52,7 @@ from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.lm.finetune_config import FinetuneConfig, preset
 from privlm.resources.datasets import DataSpec, data_spec
-from privlm.resources.labels import LabelSpec, as_labels, with_template
+from privlm.resources.labels import LabelSpec, as_labels, with_description, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
 
 NO_DP = "none"
@@ -135,8 +136,9 @@ class ExperimentConfig:
         for key in ("labels", "train", "validation", "test"):
             if data[key] is None:
                 del data[key]
-        if self.labels is not None and self.labels.template is None:
-            del data["labels"]["template"]
+        for key in ("template", "description"):
+            if self.labels is not None and getattr(self.labels, key) is None:
+                del data["labels"][key]
         for method in data["methods"]:  # older configurations keep their hashes
             if method["sizes"] is None:
                 del method["sizes"]
@@ -199,7 +201,7 @@ def _int_list(value: Any, where: str) -> tuple[int, ...]:
 
 def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
     """Validate a parsed TOML document; errors name ``source`` and the key."""
-    known = {f.name for f in fields(ExperimentConfig)} | {"template"}
+    known = {f.name for f in fields(ExperimentConfig)} | {"template", "describe"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UserError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}")
@@ -266,8 +268,12 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         validation_size=data.get("validation_size"),
         data_seed=int(data.get("data_seed", 0)),
         mia=bool(data.get("mia", True)),
-        labels=with_template(
-            as_labels(data.get("labels"), f"{source}: labels"), data.get("template"), f"{source}: template"
+        labels=with_description(
+            with_template(
+                as_labels(data.get("labels"), f"{source}: labels"), data.get("template"), f"{source}: template"
+            ),
+            data.get("describe"),
+            f"{source}: describe",
         ),
         train=splits["train"],
         validation=splits["validation"],

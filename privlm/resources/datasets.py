@@ -261,7 +261,8 @@ def _read(name: str, spec: LabelSpec | None) -> tuple[Corpus, Verbalizer, bool]:
             corpus = reader(name[len(prefix) :], spec)
             words = spec.label_words if spec is not None else None
             template = spec.template if spec is not None else None
-            return corpus, generic_verbalizer(corpus.label_names, words, template), False
+            description = spec.description if spec is not None else None
+            return corpus, generic_verbalizer(corpus.label_names, words, template, description), False
     raise UserError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
 
 
@@ -270,6 +271,8 @@ def _check_builtin_labels(name: str, names: tuple[str, ...], verbalizer: Verbali
     like its template."""
     if spec.template is not None and spec.template != verbalizer.template:
         raise UserError(f"{name} has a built-in prompt ({verbalizer.template!r}); --template is for user data")
+    if spec.description is not None:
+        raise UserError(f"{name} has a built-in generation instruction; --describe is for user data")
     if spec.names != names:
         raise UserError(
             f"{name} is built in with classes {','.join(names)}; --labels may only repeat them "

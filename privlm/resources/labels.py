@@ -41,11 +41,13 @@ SYNTAX = (
 @dataclass(frozen=True)
 class LabelSpec:
     """The public classes of a data set: ``names[k]`` is class ``k``; ``words[k]`` its label word, or
-    ``None`` for "the name itself"; ``template``: the prompt template (``None``: the default)."""
+    ``None`` for "the name itself"; ``template``: the prompt template (``None``: the default);
+    ``description``: the public description generation methods write from (``--describe``; ``None``: none)."""
 
     names: tuple[str, ...]
     words: tuple[str | None, ...]
     template: str | None = None
+    description: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.words) != len(self.names):
@@ -110,6 +112,19 @@ def with_template(spec: LabelSpec | None, template: str | None, source: str = "-
     if spec is None:
         raise UserError(f"{source} needs the public classes and their words as well: {SYNTAX}")
     return replace(spec, template=template)
+
+
+def with_description(spec: LabelSpec | None, description: str | None, source: str = "--describe") -> LabelSpec | None:
+    """``spec`` carrying the public ``description`` (``--describe``; unchanged when ``None``), checked
+    now; it needs the classes (it names one by ``{label_name}``), so it is refused without them."""
+    from privlm.resources.verbalizers import description_instruction
+
+    if description is None:
+        return spec
+    if spec is None:
+        raise UserError(f"{source} needs the public classes as well: {SYNTAX}")
+    description_instruction(description, source)
+    return replace(spec, description=description)
 
 
 def missing_labels_error(name: str) -> UserError:

@@ -140,18 +140,53 @@ BBC_NEWS = Verbalizer(
 )
 GENERIC_TEMPLATE = "{text} Label: "
 GENERIC_INSTRUCTION = 'Write one short text for "{prompt} {label_word}".'
+DESCRIBE_HELP = (
+    "Public description of one example of a class, naming the class by {label_name} (or {label_word}), e.g. "
+    '"{label_name} movie review sentence": every generation-based method then asks the public model to '
+    '"Write one short <description>." Never derived from the rows (like --labels).'
+)
+
+
+def description_instruction(description: str, source: str = "--describe") -> str:
+    """The generation instruction of a user data set's public ``description`` (one example of a class, with
+    ``{label_name}`` or ``{label_word}``): ``"Write one short <description>."``; :class:`UserError` naming
+    ``source`` for an empty description or one that does not name the class."""
+    text = description.strip().rstrip(".")
+    if not text:
+        raise UserError(f"{source} is empty; {DESCRIBE_HELP}")
+    return check_instruction(f"Write one short {text}.", source)
 
 
 def generic_verbalizer(
-    label_names: tuple[str, ...], words: tuple[str, ...] | None = None, template: str | None = None
+    label_names: tuple[str, ...],
+    words: tuple[str, ...] | None = None,
+    template: str | None = None,
+    description: str | None = None,
 ) -> Verbalizer:
     """Verbalizer of a user-supplied dataset: ``template`` (checked by :func:`check_template`; default
     ``"{text} Label: "``), the given ``words`` (one per class), else the label names as words. Words must
-    be non-empty and distinct."""
+    be non-empty and distinct. Its generation instruction comes from the public ``description``
+    (:func:`description_instruction`), else the generic :data:`GENERIC_INSTRUCTION`, which makes the public
+    model write *about* the prompt rather than in the data's domain (:func:`undescribed`)."""
     words = tuple(label_names) if words is None else tuple(words)
     if len(words) != len(label_names) or any(not word.strip() for word in words):
         raise UserError(f"label words must be non-empty, one per class, got {list(words)}")
     repeated = sorted({word for word in words if words.count(word) > 1})
     if repeated:
         raise UserError(f"--labels: label word {repeated[0]!r} is given to two classes; each class needs its own word")
-    return Verbalizer(GENERIC_TEMPLATE if template is None else check_template(template), words, GENERIC_INSTRUCTION)
+    instruction = GENERIC_INSTRUCTION if description is None else description_instruction(description)
+    return Verbalizer(GENERIC_TEMPLATE if template is None else check_template(template), words, instruction)
+
+
+def undescribed(verbalizer: Verbalizer) -> bool:
+    """Whether generation-based methods would fall back to the generic instruction (user data given
+    without ``--describe``)."""
+    return verbalizer.instruction == GENERIC_INSTRUCTION
+
+
+NO_DESCRIPTION_WARNING = (
+    "no --describe: generation-based methods (GRADMM instruct, PE, dp-finetune-gen, zero-shot) will ask the "
+    'public model to "' + GENERIC_INSTRUCTION + '", which writes about the prompt rather than in your '
+    "data's domain (on a held-out sentiment set: 55.3 % downstream accuracy against 72.7 % with a one-line "
+    'description); give a public description, e.g. --describe "{label_name} movie review sentence"'
+)
