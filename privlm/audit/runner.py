@@ -25,7 +25,6 @@ audit run is a private release.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -39,6 +38,7 @@ from privlm.audit.provenance import cell_key
 from privlm.audit.registry import MECHANISMS, get
 from privlm.audit.scale import QUICK, Scale
 from privlm.errors import UserError
+from privlm.privacy.validation import check_epsilon
 
 __all__ = ["QUICK", "Cell", "Scale", "grid", "run_grid", "verdict", "verdicts", "violations"]
 
@@ -72,8 +72,7 @@ def grid(mechanisms: Sequence[str], modes: Sequence[str] | None, epsilons: Seque
                 f"mechanism {name} has none of the modes {', '.join(modes)} (it has {', '.join(mechanism.modes)})"
             )
         for epsilon in epsilons:
-            if not (math.isfinite(epsilon) and epsilon > 0):
-                raise UserError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+            check_epsilon(epsilon, "--epsilons")
             cells.extend(Cell(name, mode, float(epsilon)) for mode in chosen)
     return cells
 

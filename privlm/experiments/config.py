@@ -51,6 +51,7 @@ from typing import Any
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.lm.finetune_config import FinetuneConfig, preset
+from privlm.privacy.validation import check_epsilon
 from privlm.resources.datasets import DataSpec, data_spec
 from privlm.resources.labels import LabelSpec, as_labels, with_description, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
@@ -184,9 +185,9 @@ class ExperimentConfig:
 def _epsilon(value: Any, where: str) -> float | None:
     if value == NO_DP:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise UserError(f"{where}: epsilon must be > 0 or {NO_DP!r}, got {value!r}")
-    return float(value)
+    if isinstance(value, bool):
+        raise UserError(f"{where}: epsilon must be a positive finite number or {NO_DP!r}, got {value!r}")
+    return check_epsilon(value, f"{where}: epsilon")
 
 
 def _int_list(value: Any, where: str) -> tuple[int, ...]:

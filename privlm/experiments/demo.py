@@ -51,6 +51,7 @@ from privlm.atomic import atomic_path, write_text_atomic
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
+from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.progress import Progress
 from privlm.resources.datasets import BUILTIN, load_dataset
 from privlm.synthesis.gradmm.config import PRESETS, GradmmConfig
@@ -100,11 +101,9 @@ class DemoSettings:
         for name in ("private_rows", "test_rows", "per_class"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not (self.finetune_epsilon > 0 and self.synth_epsilon > 0 and 0 < self.delta < 1):
-            raise UserError(
-                f"need ε > 0 for both releases and 0 < δ < 1 (got {self.finetune_epsilon}, {self.synth_epsilon}, "
-                f"{self.delta})"
-            )
+        check_epsilon(self.finetune_epsilon, "--finetune-epsilon")
+        check_epsilon(self.synth_epsilon, "--synth-epsilon")
+        check_delta(self.delta, "--delta")
 
     @property
     def share_delta(self) -> float:

@@ -104,7 +104,7 @@ def test_an_unfinished_dp_finetune_is_refused_not_redone(tmp_path: Path, capsys)
     [
         (["--private-rows", "0"], "private_rows must be an integer >= 1"),
         (["--data", "jsonl:/nonexistent.jsonl"], "the demo runs on a built-in data set"),
-        (["--synth-epsilon", "0"], "need ε > 0"),
+        (["--synth-epsilon", "0"], "--synth-epsilon must be a positive finite number"),
         (["--private-rows", "100000"], "asked for 100000"),
     ],
 )

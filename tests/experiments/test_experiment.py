@@ -251,7 +251,7 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
     cases = {
         base + "n_per_class = [2]\n": "missing key 'methods'",
         base + "n_per_class = [8]\n[methods.random]\n": "pool_per_class must be an integer >= every n_per_class",
-        base + "n_per_class = [2]\n[methods.random]\nepsilons = [-1]\n": "epsilon must be > 0",
+        base + "n_per_class = [2]\n[methods.random]\nepsilons = [-1]\n": "epsilon must be a positive finite number",
         base + "n_per_class = [2]\ncolour = 1\n[methods.random]\n": "unknown key",
         base + "n_per_class = [2]\n[finetune]\npreset = 'tiny'\nepochz = 1\n[methods.random]\n": "bad \\[finetune\\]",
         base + "n_per_class = [2]\ntest_size = 0\n[methods.random]\n": "test_size must be a positive integer",

@@ -47,6 +47,7 @@ from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.snapping import CLAMP_BITS, MAX_CLAMP_BITS, snap, snapped_coordinates
+from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.randomness import SecureRandom
 from privlm.resources.padding import shape_buckets
 from privlm.synthesis.gradmm.config import RELEASES
@@ -356,8 +357,10 @@ def draw_release(
     (atomically, rank 0 only) before this function returns, so a crash afterwards never draws it again.
     """
     if dp:
-        if epsilon is None or delta is None or not epsilon > 0 or not 0 < delta < 1:
-            raise UserError(f"need epsilon > 0 and 0 < delta < 1 for a DP release (got {epsilon}, {delta})")
+        if epsilon is None or delta is None:
+            raise UserError(f"a DP release needs epsilon and delta (got {epsilon}, {delta})")
+        check_epsilon(epsilon)
+        check_delta(delta)
         if not clip > 0:
             raise UserError(f"clip must be > 0 (got {clip})")
         sigma = (

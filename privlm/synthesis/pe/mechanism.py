@@ -56,6 +56,7 @@ from privlm.privacy.calibration import calibrate_gaussian_releases
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
+from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.randomness import SecureRandom
 from privlm.runfolder import (
     RunFolder,
@@ -285,8 +286,11 @@ def run_pe(
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     dp = epsilon is not None
-    if dp and (delta is None or not epsilon > 0 or not 0 < delta < 1):
-        raise UserError(f"need epsilon > 0 and 0 < delta < 1 for PE (got {epsilon}, {delta})")
+    if dp:
+        if delta is None:
+            raise UserError("PE with an epsilon needs delta as well")
+        check_epsilon(epsilon)
+        check_delta(delta)
     paths = PEPaths(Path(out))
     if not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
