@@ -9,7 +9,7 @@ from privlm.norm_modes import NORM_MODES
 
 __all__ = ["DEFAULT_MODEL", "MODEL_NAMES", "NORM_MODES", "TASKS", "TINY_MODELS"]
 
-TASKS: tuple[str, ...] = ("classify", "lm")
+TASKS: tuple[str, ...] = ("classify", "lm", "generate")
 DEFAULT_MODEL = "smollm2-135m"
 TINY_MODELS: tuple[str, ...] = ("tiny-llama", "tiny-gpt2")
 MODEL_NAMES: tuple[str, ...] = (DEFAULT_MODEL, *TINY_MODELS)

@@ -1,4 +1,5 @@
-"""``privlm eval``: fine-tune a model on a training file and report accuracy on every row of a test set."""
+"""``privlm eval``: fine-tune a model on a training file and report accuracy on every row of a test set (or, with
+``--task generate``, ROUGE-1/2/L F1 and exact match of its greedy completions of the test prompts)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from privlm.cli._common import (
     print_json,
     public_classes,
 )
-from privlm.lm.finetune_config import PRESETS, preset
+from privlm.cli._progress import cli_progress
+from privlm.lm.finetune_config import PRESETS, FinetuneConfig, preset
 from privlm.names import DEFAULT_MODEL
 
 
@@ -48,9 +50,18 @@ def eval_command(
     seed: int = typer.Option(0, help="Seed of the split, the subsets and fine-tuning."),
     labels: str | None = LABELS,
     template: str | None = TEMPLATE,
+    task: str = typer.Option(
+        "classify",
+        "--task",
+        help="classify, or generate: rows with 'prompt' and 'completion' (e.g. bbc-headlines), fine-tuned on the "
+        "completions and scored by ROUGE-1/2/L F1 and exact match of greedy completions (--template phrases the "
+        'prompt, \\n for a newline; default "{text}\\nHeadline: ").',
+    ),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, help="generate: tokens decoded per prompt."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Fine-tune MODEL on the training set (label-word loss) and score it on every row of the test set."""
+    from privlm.errors import UserError
     from privlm.evaluation.evaluate import fit_and_score
     from privlm.experiments.sampling import subsample
     from privlm.lm.prompts import check_label_words
@@ -59,6 +70,13 @@ def eval_command(
 
     overrides = {k: v for k, v in {"epochs": epochs, "lr": lr, "lora_rank": lora_rank}.items() if v is not None}
     config = preset(preset_name, seed=seed, **overrides)
+    if task == "generate":
+        if labels is not None or select_epoch:
+            raise UserError("--task generate has no classes: drop --labels and --select-epoch")
+        _eval_generate(model_name, config, data, train, validation, test, template, max_new_tokens, max_test, as_json)
+        return
+    if task != "classify":
+        raise UserError(f"--task must be classify or generate, got {task!r}")
     spec, classes = data_spec(data, train, validation, test), public_classes(labels, template)
     test_set = load_dataset(spec, split="test", seed=seed, labels=classes)
     train_examples = load_dataset(spec, split="train", seed=seed, labels=classes).examples
@@ -108,6 +126,78 @@ def eval_command(
         f"test accuracy {row['accuracy']:.1%} (95% CI {row['ci_low']:.1%}–{row['ci_high']:.1%}, "
         f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples ({spec}) "
         f"[{summary['wall_time_s']:.0f} s]"
+    )
+
+
+def _eval_generate(
+    model_name: str,
+    config: FinetuneConfig,
+    data: str | None,
+    train: str | None,
+    validation: str | None,
+    test: str | None,
+    template: str | None,
+    max_new_tokens: int,
+    max_test: int | None,
+    as_json: bool,
+) -> None:
+    """Fine-tune (not privately) on the training completions with the preset's epochs, lr, batch, LoRA rank
+    and T, then score the greedy completions of the test prompts (a seeded subset of ``max_test``)."""
+    from dataclasses import replace
+
+    from privlm.experiments.sampling import subsample
+    from privlm.resources.completions import completion_spec
+    from privlm.resources.models import load_model
+    from privlm.training.data import encode, load_task_data, make_collate
+    from privlm.training.evaluate import generation_report
+    from privlm.training.loop import TrainConfig, prepare, train_loop
+    from privlm.training.run import with_lora
+
+    spec = completion_spec(data, train, validation, test)
+    prompt = None if template is None else template.replace("\\n", "\n")
+    task_data = load_task_data(spec, "generate", config.seed, None, prompt)
+    task_data = replace(task_data, test=tuple(subsample(task_data.test, max_test, config.seed)))
+    settings = TrainConfig(
+        task="generate",
+        private=False,
+        lora=config.lora_rank,
+        batch_size=config.batch_size,
+        epochs=config.epochs,
+        lr=config.lr,
+        max_length=config.max_length,
+        seed=config.seed,
+        template=task_data.template,
+        max_new_tokens=max_new_tokens,
+    )
+    start = time.perf_counter()
+    model, tokenizer = load_model(model_name, seed=config.seed)
+    module = with_lora(model, config.lora_rank, config.seed)
+    module.train()
+    run = prepare(module, encode(task_data, tokenizer, config.max_length), make_collate(tokenizer), settings)
+    with cli_progress(err_console) as progress:
+        steps = progress.task("fine-tuning")
+        train_loop(run, on_progress=lambda step, total, *_: steps.update(completed=step, total=total))
+        steps.done()
+        decoding = progress.task("decoding the test prompts (greedy)", total=len(task_data.test))
+        metrics, _ = generation_report(
+            module, tokenizer, task_data, config.max_length, max_new_tokens, on_batch=decoding.advance
+        )
+        decoding.done()
+    summary = {
+        **metrics,
+        "n_train": len(task_data.train),
+        "model": model_name,
+        "data": str(spec),
+        "finetune": config.__dict__,
+        "wall_time_s": round(time.perf_counter() - start, 2),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"test ROUGE-1/2/L {metrics['rouge1']:.3f}/{metrics['rouge2']:.3f}/{metrics['rougeL']:.3f}, exact match "
+        f"{metrics['exact_match']:.1%} (n={metrics['n']}) after fine-tuning {model_name} on "
+        f"{len(task_data.train)} completions ({spec}) [{summary['wall_time_s']:.0f} s]"
     )
 
 

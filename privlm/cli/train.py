@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from privlm.cli._common import LABELS, TEMPLATE, TEST_FILE, console, err_console, print_json, public_classes
+from privlm.cli._common import LABELS, TEST_FILE, console, err_console, print_json, public_classes
+from privlm.cli._progress import cli_progress
 from privlm.errors import UserError
 from privlm.names import NORM_MODES, TASKS
+from privlm.progress import SILENT, Progress
 from privlm.training.recipe import defaults
+
+CACHE_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def train_command(
     model: str = typer.Option("smollm2-135m", "--model", help="Registered name, local folder or hub id."),
     data: str | None = typer.Option(
-        None, "--data", help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ... (split 80/10/10, seeded)"
+        None,
+        "--data",
+        help="Dataset: bbc-news, rotten-tomatoes, jsonl:PATH, csv:PATH, ... (split 80/10/10, seeded); --task "
+        "generate: bbc-headlines (BBC article → headline) or jsonl:/csv: rows with 'prompt' and 'completion'.",
     ),
     train: str | None = typer.Option(
         None,
@@ -27,9 +35,24 @@ def train_command(
         help="Private training file, .jsonl/.csv: the whole private set (replaces --data's train split).",
     ),
     test: str | None = TEST_FILE,
-    task: str = typer.Option("classify", "--task", help=f"One of {', '.join(TASKS)}."),
+    task: str = typer.Option(
+        "classify",
+        "--task",
+        help=f"One of {', '.join(TASKS)} (generate: learn each prompt's completion; scored by ROUGE of greedy "
+        "completions).",
+    ),
     labels: str | None = LABELS,
-    template: str | None = TEMPLATE,
+    template: str | None = typer.Option(
+        None,
+        "--template",
+        metavar="TEXT",
+        help="classify: the prompt of user data with {text} where the example goes (needs --labels; default "
+        '"{text} Label:"). generate: how each prompt is phrased, {text} where it goes, \\n for a newline '
+        '(default "{text}\\nHeadline: ").',
+    ),
+    max_new_tokens: int = typer.Option(
+        32, "--max-new-tokens", help="generate: tokens decoded (greedy) per test prompt at evaluation."
+    ),
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -64,15 +87,24 @@ def train_command(
     cache: bool = typer.Option(
         True,
         "--cache/--no-cache",
-        help="Head-only: compute the frozen model's features once per example (private: kept with the run).",
+        help="Head-only and --train-layers: compute the frozen part once per example (private: kept with the run).",
     ),
     cache_dir: Path | None = typer.Option(
         None,
         "--cache-dir",
         help="Feature cache folder (default OUT/prefix-cache, deleted at the end); PRIVATE like the data.",
     ),
+    cache_dtype: str = typer.Option(
+        "bfloat16", "--cache-dtype", help=f"dtype of the cached features or hidden states: {', '.join(CACHE_DTYPES)}."
+    ),
     lora_layers: int | None = typer.Option(
         None, "--lora-layers", help="LoRA only on the last N decoder blocks (default: all); backward stops there."
+    ),
+    train_layers: int | None = typer.Option(
+        None,
+        "--train-layers",
+        help="Train only the last N decoder blocks (their LoRA adapters with --lora R, else their weights) over "
+        "the frozen lower layers' hidden states, cached once per example (--no-cache: recomputed every step).",
     ),
     out: Path = typer.Option(..., "--out", help="Run folder: model/adapter, privacy.json, metrics.jsonl, checkpoints."),
     resume: bool = typer.Option(
@@ -97,10 +129,18 @@ def train_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Fine-tune MODEL on the train split of DATA (or the --train file) with DP-SGD at (ε, δ); score the test split."""
+    from privlm.resources.completions import completion_spec
     from privlm.resources.datasets import data_spec
     from privlm.training.loop import TrainConfig, check_run_dir
     from privlm.training.run import fine_tune, set_up
 
+    if cache_dtype not in CACHE_DTYPES:
+        raise UserError(f"--cache-dtype must be one of {', '.join(CACHE_DTYPES)}, got {cache_dtype!r}")
+    if task == "generate" and labels is not None:
+        raise UserError(
+            "--labels names the classes of a classify task; --task generate learns the completion of each prompt "
+            "(rows with 'prompt' and 'completion') and has no classes: drop --labels"
+        )
     if no_dp and epsilon is not None:
         raise UserError("--no-dp cannot be combined with --epsilon")
     if not no_dp and epsilon is None:
@@ -113,6 +153,7 @@ def train_command(
             "head_only": head_only,
             "lora": lora,
             "lora_layers": lora_layers,
+            "train_layers": train_layers,
             "batch_size": batch_size,
             "epochs": epochs,
             "lr": lr,
@@ -138,55 +179,46 @@ def train_command(
         physical_batch_size=physical_batch_size,
         lora=lora,
         lora_layers=lora_layers,
+        train_layers=train_layers,
         head_only=head_only,
-        cache="bfloat16" if cache else None,
+        cache=cache_dtype if cache else None,
         seed=seed,
         checkpoint_every=checkpoint_every,
         loss_bound=loss_bound,
         loss_noise_fraction=loss_noise_fraction,
+        template=None if task != "generate" or template is None else template.replace("\\n", "\n"),
+        max_new_tokens=max_new_tokens,
     )
-    spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
+    if task == "generate":
+        spec, classes = completion_spec(data, train, None, test), None
+    else:
+        spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-
-    def announce(n: int) -> None:
-        if not as_json:
-            err_console.print(f"computing the frozen model's features of {n} examples once (private cache)")
-
-    session = set_up(
-        model,
-        spec,
-        config,
-        max_train,
-        classes,  # class names of user data: public input
-        cache_dir or out / "prefix-cache",
-        announce,
-    )
     label = "DP loss" if config.private else "loss (not private)"
-    columns = (
-        TextColumn("training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(f"{label} {{task.fields[loss]}}"),
-        TextColumn("ε {task.fields[eps]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=as_json, disable=not session.run.ctx.is_main) as progress:
-        bar = progress.add_task("training", total=None, loss="-", eps="-")
+    with _progress() as progress:
+        session = set_up(
+            model,
+            spec,
+            config,
+            max_train,
+            classes,  # class names of user data: public input
+            cache_dir or out / "prefix-cache",
+            progress=progress,
+        )
+        bar = progress.task("training")
 
         def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
             # the last logged loss (shown once the ledger covers it); "-" before the first log line
             unset = "off" if config.private and config.loss_release() is None else "-"
-            progress.update(
-                bar,
-                completed=step,
-                total=total,
-                loss=unset if loss is None else f"{loss:.4f}",
-                eps="n/a (not private)" if eps is None else f"{eps:.3f}",
-            )
+            shown = unset if loss is None else f"{loss:.4f}"
+            privacy = "n/a (not private)" if eps is None else f"{eps:.3f}"
+            bar.update(completed=step, total=total, description=f"training ({label} {shown}, ε {privacy})")
+            if step == total:
+                bar.done()
 
-        summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress)
+        summary = fine_tune(session, out, resume=resume, max_test=max_test, on_progress=on_progress, progress=progress)
+        bar.done()
     if not session.run.ctx.is_main:
         return  # under torchrun, rank 0 reports
     summary["wall_s"] = round(time.perf_counter() - start, 1)
@@ -194,11 +226,23 @@ def train_command(
         print_json(summary)
         return
     test = summary.get("test", {})
-    metric = (
-        f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, n={test['n_test']})"
-        if "accuracy" in test
-        else f"test perplexity {test.get('perplexity', float('nan')):.2f}"
-    )
+    if "accuracy" in test:
+        metric = (
+            f"test accuracy {test['accuracy']:.1%} (95% CI {test['ci_low']:.1%}–{test['ci_high']:.1%}, "
+            f"n={test['n_test']})"
+        )
+    elif "rouge1" in test:
+        metric = (
+            f"test ROUGE-1/2/L {test['rouge1']:.3f}/{test['rouge2']:.3f}/{test['rougeL']:.3f}, exact match "
+            f"{test['exact_match']:.1%} (n={test['n']}); "
+            + (
+                f"{summary['rows_cut']} training prompts cut to fit"
+                if summary.get("rows_cut") is not None
+                else "training prompts beyond --max-length cut (their count is not released for private data)"
+            )
+        )
+    else:
+        metric = f"test perplexity {test.get('perplexity', float('nan')):.2f}"
     privacy = (
         "NOT private (--no-dp)"
         if not config.private
@@ -215,6 +259,16 @@ def train_command(
         f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "
         f"{summary.get('saved', out)} [{summary['wall_s']:.0f} s]"
     )
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Progress]:
+    """Progress bars (or log lines) on stderr on the main process; nothing on the other ranks of torchrun."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield SILENT
+        return
+    with cli_progress(err_console) as progress:
+        yield progress
 
 
 def register(app: typer.Typer) -> None:

@@ -29,7 +29,7 @@ stopping a row at EOS or at the first newline after some text; the answer is its
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -251,6 +251,7 @@ def greedy_complete(
     template: str = DEFAULT_TEMPLATE,
     batch_size: int = 16,
     stop_at_newline: bool = True,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
     """The greedy completion of each prompt (one string per prompt, in order), deterministic.
 
@@ -258,7 +259,8 @@ def greedy_complete(
     by length (``batch_size`` at a time), left-padded, and decoded with ``model.generate(do_sample=False)``
     and the KV cache. A row stops at EOS, after ``max_new_tokens``, or (``stop_at_newline``) at a newline
     after some text; its answer is the first non-blank line of the new text (with ``stop_at_newline=False``
-    the whole new text, stripped). The model's train/eval mode is restored afterwards."""
+    the whole new text, stripped). ``on_batch(n)`` is called after each decoded batch of n prompts
+    (progress). The model's train/eval mode is restored afterwards."""
     if batch_size < 1 or max_new_tokens < 1:
         raise UserError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     context_size = getattr(model.config, "max_position_embeddings", None)
@@ -299,6 +301,8 @@ def greedy_complete(
             texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
             for i, text in zip(chunk, texts):
                 answers[i] = first_line(text) if stop_at_newline else text.strip()
+            if on_batch is not None:
+                on_batch(len(chunk))
     finally:
         model.train(was_training)
     return answers

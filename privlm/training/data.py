@@ -1,12 +1,17 @@
 """Training data for private fine-tuning: a dataset's splits as token sequences of at most T tokens.
 
-Two tasks:
+Three tasks:
 
 - ``classify``: each labelled example ``(text, y)`` becomes the label-word prompt of
   :mod:`privlm.lm.prompts` (``fill(template, text) <word_y>``, context cut from the left to fit T);
   only the label-word tokens are targets, so the training loss is the negative of the score that
   test accuracy uses.
 - ``lm``: each text, cut to its first T tokens; every token is a target.
+- ``generate``: prompt → completion rows (:mod:`privlm.resources.completions`: ``bbc-headlines``, ``jsonl:`` /
+  ``csv:`` files with ``prompt`` and ``completion``, or a :func:`~privlm.resources.completions.completion_spec`
+  of split files), each encoded by :func:`privlm.lm.completion.encode_completion` in the task's template:
+  the completion (and EOS) are the targets, the prompt is masked (label -100) and only the prompt's body is
+  cut to fit T.
 
 Splits are the datasets' own seeded 80/10/10 splits (:mod:`privlm.resources.splits`). For ``lm`` a
 JSONL file may hold texts without labels (``jsonl:PATH`` with a ``text`` field per line).
@@ -50,24 +55,30 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.lm.completion import HEADLINE_TEMPLATE, EncodedCompletion, collate_completions, encode_completions
 from privlm.lm.prompts import EncodedOption, collate, encode_option, pad_token_id
 from privlm.names import TASKS
+from privlm.resources.completions import CompletionRow, load_completions
 from privlm.resources.corpus import Example
 from privlm.resources.datasets import DataSpec, load_dataset
 from privlm.resources.files import jsonl_records
 from privlm.resources.splits import per_row_split
 from privlm.resources.verbalizers import Verbalizer
 
+GENERATE_TEMPLATE = HEADLINE_TEMPLATE  # "{text}\nHeadline: ": the default prompt of --task generate
+
 
 @dataclass(frozen=True)
 class TaskData:
     """Train and test splits of one task. ``classify``: labelled examples and the verbalizer;
-    ``lm``: texts (labels, if any, are ignored) and ``verbalizer=None``."""
+    ``lm``: texts (labels, if any, are ignored) and ``verbalizer=None``; ``generate``: prompt/completion
+    rows and the ``template`` that phrases each prompt (``{text}`` where the prompt goes)."""
 
     task: str
-    train: tuple[Example, ...] | tuple[str, ...]
-    test: tuple[Example, ...] | tuple[str, ...]
+    train: tuple[Example, ...] | tuple[str, ...] | tuple[CompletionRow, ...]
+    test: tuple[Example, ...] | tuple[str, ...] | tuple[CompletionRow, ...]
     verbalizer: Verbalizer | None
+    template: str | None = None
 
 
 def model_context_length(model: PreTrainedModel) -> int | None:
@@ -85,14 +96,34 @@ def check_max_length(model: PreTrainedModel, max_length: int) -> None:
         raise UserError(f"--max-length {max_length} is larger than the model's context of {context} tokens")
 
 
-def load_task_data(name: str | DataSpec, task: str, seed: int = 0, labels: object = None) -> TaskData:
+def load_task_data(
+    name: str | DataSpec, task: str, seed: int = 0, labels: object = None, template: str | None = None
+) -> TaskData:
     """Train and test splits of dataset ``name`` (or of a :class:`DataSpec`'s files) for ``task``.
     ``labels``: the public class names of user data (see :func:`privlm.resources.datasets.load_dataset`).
     ``lm`` on a ``jsonl:`` file reads the ``text`` of every row and nothing else (labels, if any, are
     ignored: whether a file is labelled is never decided from one of its private rows), split row by row
-    like any user file, or whole when it is given as a split; ``classify`` needs every row labelled."""
+    like any user file, or whole when it is given as a split; ``classify`` needs every row labelled.
+    ``generate`` reads completion data (:func:`privlm.resources.completions.load_completions`: ``name`` a
+    completion data set or a :func:`~privlm.resources.completions.completion_spec`), phrased by ``template``
+    (default :data:`GENERATE_TEMPLATE`); it takes no ``labels``, and ``template`` is for ``generate`` only."""
     if task not in TASKS:
         raise UserError(f"--task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task == "generate":
+        if labels is not None:
+            raise UserError(
+                "--labels names the classes of a classify task; --task generate learns the completion of each "
+                "prompt (rows with 'prompt' and 'completion') and has no classes: drop --labels"
+            )
+        return TaskData(
+            task,
+            load_completions(name, "train", seed).rows,
+            load_completions(name, "test", seed).rows,
+            None,
+            template if template is not None else GENERATE_TEMPLATE,
+        )
+    if template is not None:
+        raise UserError("a template is given with the labels for classify (--labels, --template needs them)")
     if task == "lm" and isinstance(name, DataSpec):
         return TaskData(task, _lm_texts(name, "train", seed, labels), _lm_texts(name, "test", seed, labels), None)
     if task == "lm" and name.startswith("jsonl:"):
@@ -133,9 +164,12 @@ def _jsonl_texts(name: str) -> list[str]:
 
 def encode(
     data: TaskData, tokenizer: PreTrainedTokenizerBase, max_length: int, split: str = "train"
-) -> list[EncodedOption]:
-    """Token ids (≤ ``max_length``) of every example of ``split``, with how many trailing ids are targets."""
+) -> list[EncodedOption] | list[EncodedCompletion]:
+    """Token ids (≤ ``max_length``) of every example of ``split``, with how many trailing ids are targets
+    (``generate``: :class:`~privlm.lm.completion.EncodedCompletion` rows, labels -100 on the prompt)."""
     rows = data.train if split == "train" else data.test
+    if data.task == "generate":
+        return encode_completions(tokenizer, rows, max_length=max_length, template=data.template or GENERATE_TEMPLATE)
     if data.task == "classify":
         template, words = data.verbalizer.template, data.verbalizer.label_words
         return [encode_option(tokenizer, text, template, words[label], max_length) for text, label in rows]
@@ -146,13 +180,17 @@ def encode(
     return encoded
 
 
-def make_collate(tokenizer: PreTrainedTokenizerBase) -> Callable[[Sequence[EncodedOption]], dict[str, torch.Tensor]]:
+def make_collate(
+    tokenizer: PreTrainedTokenizerBase,
+) -> Callable[[Sequence[EncodedOption] | Sequence[EncodedCompletion]], dict[str, torch.Tensor]]:
     """Right-padded batches (``input_ids``, ``attention_mask``, ``labels``) of encoded examples, padded to
     the longest row of each batch (a DP-SGD step's logical batch; what that shape dependence does to the
-    clipped sum: module docstring)."""
+    clipped sum: module docstring). Completion rows keep their own labels (-100 on the prompt)."""
     pad = pad_token_id(tokenizer)
 
-    def collate_rows(rows: Sequence[EncodedOption]) -> dict[str, torch.Tensor]:
+    def collate_rows(rows: Sequence[EncodedOption] | Sequence[EncodedCompletion]) -> dict[str, torch.Tensor]:
+        if rows and isinstance(rows[0], EncodedCompletion):
+            return collate_completions(rows, pad)
         return collate(rows, pad)
 
     return collate_rows

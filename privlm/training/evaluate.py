@@ -1,6 +1,7 @@
-"""Test metrics after training: label-word accuracy (classify) or perplexity (lm) on the test split, and
-the per-example predictions of a classifier (``predictions.jsonl``: test index, gold, predicted, per-class
-scores) from which paired comparisons and confusion matrices are computed."""
+"""Test metrics after training: label-word accuracy (classify), perplexity (lm) or ROUGE-1/2/L F1 and exact
+match of greedy completions (generate) on the test split, and the per-example predictions
+(``predictions.jsonl``: a classifier's test index, gold, predicted, per-class scores — from which paired
+comparisons and confusion matrices are computed; a generator's index, reference, generated text)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.dpsgd.losses import IGNORE_INDEX, causal_lm_labels, token_losses
+from privlm.evaluation.generation_metrics import Prediction, generation_metrics, predictions
+from privlm.lm.completion import encode_prompt, greedy_complete
 from privlm.lm.scoring import accuracy_ci, option_scores
-from privlm.training.data import TaskData, encode, make_collate
+from privlm.training.data import GENERATE_TEMPLATE, TaskData, encode, make_collate
 
 
 def perplexity(model: PreTrainedModel, batches: list[dict[str, torch.Tensor]]) -> tuple[float, int]:
@@ -92,3 +95,40 @@ def test_metrics(
     batches = [collate(encoded[i : i + batch_size]) for i in range(0, len(encoded), batch_size)]
     value, tokens = perplexity(model, batches)
     return {"perplexity": value, "n_test": len(encoded), "test_tokens": tokens}
+
+
+def generation_report(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data: TaskData,
+    max_length: int,
+    max_new_tokens: int,
+    *,
+    batch_size: int = 16,
+    max_examples: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], list[Prediction]]:
+    """Greedy completions of the first ``max_examples`` test prompts (each cut to ``max_length −
+    max_new_tokens`` tokens, :func:`~privlm.lm.completion.greedy_complete`) scored against their references:
+    ``{"rouge1", "rouge2", "rougeL", "exact_match", "n", "prompts_cut"}`` (``prompts_cut``: test prompts whose
+    body was cut to fit) and one :class:`~privlm.evaluation.generation_metrics.Prediction` per prompt.
+    ``on_batch(n)`` after each decoded batch of n prompts (progress)."""
+    test = data.test[:max_examples] if max_examples else data.test
+    template = data.template or GENERATE_TEMPLATE
+    prompts, references = [row.prompt for row in test], [row.completion for row in test]
+    room = max_length - max_new_tokens
+    cut = sum(
+        encode_prompt(tokenizer, p, max_length=room, template=template, row=i)[1] > 0 for i, p in enumerate(prompts)
+    )
+    generated = greedy_complete(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        template=template,
+        batch_size=batch_size,
+        on_batch=on_batch,
+    )
+    metrics = {**generation_metrics(references, generated), "prompts_cut": cut}
+    return metrics, predictions(references, generated)

@@ -76,7 +76,7 @@ from privlm.training.distributed import (
 )
 from privlm.training.fingerprint import fingerprints as run_fingerprints
 
-RESUME_INSENSITIVE = ("checkpoint_every", "log_every")
+RESUME_INSENSITIVE = ("checkpoint_every", "log_every", "max_new_tokens")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +87,15 @@ class TrainConfig(DPSGDSettings):
     ``private=False`` trains without clipping or noise (a non-private baseline; nothing is accounted).
     ``batch_size`` is the *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the
     micro-batches. ``head_only`` (classify): train only the label-word rows of the output layer
-    (:mod:`privlm.training.head`); ``cache``: the dtype its frozen features are cached in once per
-    example (:mod:`privlm.training.prefix_cache`), None to recompute them every step. Messages name
-    each field as ``privlm train`` spells it (``--epsilon``, ``--clip``, ...)."""
+    (:mod:`privlm.training.head`); ``train_layers`` N: train only the last N decoder blocks (their LoRA
+    adapters with ``lora`` R > 0, else their full weights; embeddings, lower blocks, final norm and output
+    layer frozen, :mod:`privlm.training.top_blocks`); ``cache``: the dtype the frozen features (head-only)
+    or the hidden states entering block L−N (``train_layers``) are cached in once per example
+    (:mod:`privlm.training.prefix_cache`), None to recompute them every step. ``task="generate"``:
+    prompt → completion rows phrased by ``template`` (``{text}`` where the prompt goes; None: the default,
+    :data:`privlm.training.data.GENERATE_TEMPLATE`), scored after training by greedy decoding of at most
+    ``max_new_tokens`` tokens per test prompt. Messages name each field as ``privlm train`` spells it
+    (``--epsilon``, ``--clip``, ...)."""
 
     task: str = "classify"
     private: bool = True
@@ -99,10 +105,13 @@ class TrainConfig(DPSGDSettings):
     lr: float = 1e-3
     lora: int = 0
     lora_layers: int | None = None
+    train_layers: int | None = None
     head_only: bool = False
     cache: str | None = "bfloat16"
     checkpoint_every: int = 50
     log_every: int = 10
+    template: str | None = None
+    max_new_tokens: int = 32
 
     OPTION_NAMES: ClassVar[dict[str, str]] = {
         "epsilon": "--epsilon",
@@ -128,9 +137,33 @@ class TrainConfig(DPSGDSettings):
             raise UserError(
                 f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})"
             )
-        if self.head_only and (self.task != "classify" or self.lora or self.lora_layers is not None):
+        if self.head_only and (
+            self.task != "classify" or self.lora or self.lora_layers is not None or self.train_layers is not None
+        ):
             raise UserError(
-                "--head-only trains the label-word rows of a classify task: it excludes --lora and --task lm"
+                "--head-only trains the label-word rows of a classify task: it excludes --lora, --train-layers "
+                "and --task lm/generate"
+            )
+        if self.train_layers is not None:
+            if self.train_layers < 1:
+                raise UserError(f"--train-layers must be >= 1, got {self.train_layers}")
+            if self.lora_layers is not None and self.lora_layers != self.train_layers:
+                raise UserError(
+                    f"--train-layers {self.train_layers} with --lora R puts the adapters on those blocks; "
+                    f"drop --lora-layers {self.lora_layers}"
+                )
+        if self.task == "generate":
+            if not 1 <= self.max_new_tokens < self.max_length:
+                raise UserError(
+                    f"--max-new-tokens must be in 1..{self.max_length - 1} (below --max-length {self.max_length}: "
+                    f"the prompt needs room), got {self.max_new_tokens}"
+                )
+            if self.template is not None and self.template.count("{text}") > 1:
+                raise UserError(f"--template must contain {{text}} at most once, got {self.template!r}")
+        elif self.template is not None:
+            raise UserError(
+                "--template phrases the prompts of --task generate here; a classify prompt comes with its labels "
+                "(--labels NAMES --template TEXT)"
             )
         if not (self.epochs > 0 and self.lr > 0 and self.max_grad_norm > 0 and self.lora >= 0):
             raise UserError(

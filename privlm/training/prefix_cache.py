@@ -6,6 +6,12 @@ computes h once for every training and test example (forward passes of the froze
 stores it in a compact dtype (``bfloat16`` by default: d values per example, 1.2 KB for SmolLM2), and
 every epoch then runs through the head only.
 
+The same machinery caches any other frozen computation, described by a :class:`FrozenPass` (what it
+computes, the model it is bound to, the vectors it gives per example) and built by :func:`load_or_build_pass`:
+``--train-layers N`` (:mod:`privlm.training.top_blocks`) caches the hidden states entering decoder block
+L−N at every token of each training example — a *ragged* cache, ``n_i`` vectors for example i, stored
+concatenated with their counts.
+
 **The cache is private.** h is a function of the private text (a deterministic one, of public weights),
 so the cache folder is protected like the data: it lives in the run folder (or another private folder),
 never in a results folder or a release, and its ``meta.json`` holds the data fingerprint
@@ -43,10 +49,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
@@ -60,18 +67,53 @@ BATCH_ROWS = 8  # rows of every batch of the feature pass (at most BATCH_ROWS - 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
+OnRows = Callable[[int], None]
+"""``on_rows(n)``: n more examples are done (progress; never their contents)."""
+
+
 @dataclass(frozen=True)
 class Features:
     """Cached features: ``train`` (N, d) and ``test`` (M, d) in the cache dtype, rows in split order;
-    ``build_s``: seconds this process spent building them (None: read from an existing cache)."""
+    ``build_s``: seconds this process spent building them (None: read from an existing cache). A ragged
+    cache (:class:`FrozenPass` with counts) holds ``train_counts[i]`` consecutive vectors of ``train`` for
+    example i (:meth:`rows`), and the same for ``test``."""
 
     train: Tensor
     test: Tensor
     build_s: float | None = None
+    train_counts: Tensor | None = None
+    test_counts: Tensor | None = None
+
+    def rows(self, split: str = "train") -> list[Tensor]:
+        """Each example's cached vectors (views, in split order): (n_i, d) for a ragged cache, (d,) otherwise."""
+        values, counts = (self.train, self.train_counts) if split == "train" else (self.test, self.test_counts)
+        if counts is None:
+            return list(values)
+        return list(torch.split(values, [int(n) for n in counts]))
+
+
+@dataclass(frozen=True)
+class FrozenPass:
+    """A frozen computation cached once per example: ``layout`` says what it computes (public; part of the
+    cache's key, with the batch shapes and the dtype), ``module`` is the model whose fingerprint binds the
+    cache, ``width`` is d, and ``compute(rows, on_rows)`` returns ``(values, counts)`` for ``rows`` in order:
+    ``counts`` None — one d-vector per row, ``values`` (len(rows), d) — or ``counts[i]`` vectors for row i,
+    concatenated in ``values``. Each row's vectors must be a function of that row alone (fixed public batch
+    shapes, :func:`~privlm.resources.padding.shape_buckets`), and ``on_rows(n)`` is called as rows are done."""
+
+    layout: str
+    module: nn.Module
+    width: int
+    compute: Callable[[Sequence[Any], OnRows | None], tuple[Tensor, Tensor | None]]
 
 
 def compute_features(
-    head: LabelWordHead, rows: Sequence[EncodedOption], pad_id: int, max_length: int, batch_size: int = BATCH_ROWS
+    head: LabelWordHead,
+    rows: Sequence[EncodedOption],
+    pad_id: int,
+    max_length: int,
+    batch_size: int = BATCH_ROWS,
+    on_rows: OnRows | None = None,
 ) -> Tensor:
     """h (len(rows), d) of every row, in row order, in the dtype of the head's rows.
 
@@ -79,23 +121,32 @@ def compute_features(
     tokens, padded with ``pad_id`` and at least one filler row (:func:`~privlm.resources.padding.shape_buckets`),
     so h_i does not depend on the other rows (bitwise). ``max_length`` must be a public bound on every row's
     length — the run's ``max_length`` the rows were encoded with, never one read off the rows; a longer
-    row is a ``ValueError``."""
+    row is a ``ValueError``. ``on_rows(n)`` after each batch of n examples."""
     out = torch.empty(len(rows), head.rows.in_features, dtype=head.rows.weight.dtype)
     for indices, width in shape_buckets([len(r.input_ids) for r in rows], batch_size, max_length):
         batch = collate([rows[i] for i in indices], pad_id, width=width, rows=batch_size)
         out[indices] = head.features(batch, len(indices))
+        if on_rows is not None:
+            on_rows(len(indices))
     return out
 
 
-def _key(
-    head: LabelWordHead, train: Sequence[EncodedOption], test: Sequence[EncodedOption], dtype: str, max_length: int
-) -> dict[str, str]:
+def head_pass(head: LabelWordHead, pad_id: int, max_length: int) -> FrozenPass:
+    """The head-only cache as a :class:`FrozenPass`: :func:`compute_features`, one vector per example."""
+
+    def compute(rows: Sequence[EncodedOption], on_rows: OnRows | None) -> tuple[Tensor, None]:
+        return compute_features(head, rows, pad_id, max_length, on_rows=on_rows), None
+
+    return FrozenPass(LAYOUT, head, head.rows.in_features, compute)
+
+
+def _key(frozen: FrozenPass, train: Sequence[Any], test: Sequence[Any], dtype: str, max_length: int) -> dict[str, str]:
     shapes = f"batches of {BATCH_ROWS} rows x widths {WIDTH_STEP}, {2 * WIDTH_STEP}, ... up to {max_length}"
     return {
         "train": data_fingerprint(train),
         "test": data_fingerprint(test),
-        "model": model_fingerprint(head),
-        "layout": f"{LAYOUT}; {shapes}; {dtype}",
+        "model": model_fingerprint(frozen.module),
+        "layout": f"{frozen.layout}; {shapes}; {dtype}",
     }
 
 
@@ -117,35 +168,58 @@ def load_or_build(
     dtype: str = "bfloat16",
     on_build: Callable[[int], None] | None = None,
     chunk: int = 128,
+    on_rows: OnRows | None = None,
 ) -> Features:
     """The features of ``train`` and ``test`` from ``cache_dir`` (built there first if absent).
 
     ``pad_id`` and ``max_length`` (the public bound the rows were encoded with) are those of
     :func:`compute_features`. Refuses (UserError) a cache built for other rows, another model or another
     layout (another ``max_length`` included). ``on_build(n)`` is
-    called before a build of n examples (progress reporting). A build writes ``chunk`` examples at a time
-    into ``.<cache_dir name>.partial/`` beside the cache (same key, checked the same way), so a killed
-    build resumes at its last finished chunk; the partial folder is removed once the cache is complete."""
+    called before a build of n examples (progress reporting), ``on_rows(n)`` as n more are done. A build
+    writes ``chunk`` examples at a time into ``.<cache_dir name>.partial/`` beside the cache (same key,
+    checked the same way), so a killed build resumes at its last finished chunk; the partial folder is
+    removed once the cache is complete (:func:`load_or_build_pass`)."""
+    return load_or_build_pass(
+        cache_dir, head_pass(head, pad_id, max_length), train, test, max_length, dtype, on_build, chunk, on_rows
+    )
+
+
+def load_or_build_pass(
+    cache_dir: Path,
+    frozen: FrozenPass,
+    train: Sequence[Any],
+    test: Sequence[Any],
+    max_length: int,
+    dtype: str = "bfloat16",
+    on_build: Callable[[int], None] | None = None,
+    chunk: int = 128,
+    on_rows: OnRows | None = None,
+) -> Features:
+    """``frozen``'s cached vectors of ``train`` and ``test`` from ``cache_dir``, built there first if absent
+    (chunk by chunk, resumable; :func:`load_or_build`). Refuses (UserError) a cache or partial build whose key
+    — fingerprints of the rows and of ``frozen.module``, the layout with ``max_length`` and ``dtype`` — differs."""
     if dtype not in DTYPES:
         raise UserError(f"cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    key = _key(head, train, test, dtype, max_length)
+    key = _key(frozen, train, test, dtype, max_length)
     meta_path = cache_dir / "meta.json"
     if meta_path.exists():
         _check_key(
             json.loads(meta_path.read_text(encoding="utf-8")).get("key", {}), key, f"the feature cache {cache_dir}"
         )
         tensors = load_file(str(cache_dir / "features.safetensors"))
-        return Features(tensors["train"], tensors["test"])
+        return Features(
+            tensors["train"], tensors["test"], None, tensors.get("train_counts"), tensors.get("test_counts")
+        )
     if on_build is not None:
         on_build(len(train) + len(test))
     start = time.perf_counter()
     partial = cache_dir.parent / f".{cache_dir.name}.partial"
     _check_partial(partial, key)
-    train_features, test_features = (
-        _build_in_chunks(partial, split, head, rows, pad_id, max_length, DTYPES[dtype], chunk)
+    (train_values, train_counts), (test_values, test_counts) = (
+        _build_in_chunks(partial, split, frozen, rows, DTYPES[dtype], chunk, on_rows)
         for split, rows in (("train", train), ("test", test))
     )
-    features = Features(train_features, test_features, time.perf_counter() - start)
+    features = Features(train_values, test_values, time.perf_counter() - start, train_counts, test_counts)
     _write(cache_dir, features, key)
     shutil.rmtree(partial, ignore_errors=True)
     return features
@@ -173,28 +247,36 @@ def _check_partial(partial: Path, key: dict[str, str]) -> None:
 def _build_in_chunks(
     partial: Path,
     split: str,
-    head: LabelWordHead,
-    rows: Sequence[EncodedOption],
-    pad_id: int,
-    max_length: int,
+    frozen: FrozenPass,
+    rows: Sequence[Any],
     dtype: torch.dtype,
     chunk: int,
-) -> Tensor:
-    """h of ``rows`` (len(rows), d) in ``dtype``, computed ``chunk`` rows at a time (by position; within a
-    chunk each row's batch shape is still a function of its own length); each finished chunk is saved
-    atomically under ``partial`` and read back instead of recomputed."""
-    parts = []
+    on_rows: OnRows | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """``frozen``'s vectors of ``rows`` in ``dtype`` (and their counts, for a ragged pass), computed ``chunk``
+    rows at a time (by position; within a chunk each row's batch shape is still a function of its own
+    length); each finished chunk is saved atomically under ``partial`` and read back instead of recomputed."""
+    parts, counts = [], []
     for number, begin in enumerate(range(0, len(rows), chunk)):
         path = partial / f"{split}-{number:06d}.safetensors"
         if path.exists():
-            parts.append(load_file(str(path))["features"])
+            saved = load_file(str(path))
+            parts.append(saved["features"])
+            counts.append(saved.get("counts"))
+            if on_rows is not None:
+                on_rows(len(rows[begin : begin + chunk]))
             continue
-        part = compute_features(head, rows[begin : begin + chunk], pad_id, max_length).to(dtype).contiguous()
+        values, count = frozen.compute(rows[begin : begin + chunk], on_rows)
+        part = values.to(dtype).contiguous()
         tmp = path.with_suffix(".tmp")
-        save_file({"features": part}, str(tmp))
+        save_file({"features": part} | ({} if count is None else {"counts": count.contiguous()}), str(tmp))
         os.replace(tmp, path)
         parts.append(part)
-    return torch.cat(parts) if parts else torch.zeros(0, head.rows.in_features, dtype=dtype)
+        counts.append(count)
+    if not parts:
+        return torch.zeros(0, frozen.width, dtype=dtype), None
+    ragged = [c for c in counts if c is not None]
+    return torch.cat(parts), (torch.cat(ragged) if ragged else None)
 
 
 def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:
@@ -202,12 +284,16 @@ def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:
     if cache_dir.exists() and any(cache_dir.iterdir()):
         raise UserError(f"{cache_dir} exists and is not a feature cache; choose another cache folder")
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.", dir=cache_dir.parent))
+    tensors = {"train": features.train, "test": features.test}
+    for name in ("train_counts", "test_counts"):
+        if getattr(features, name) is not None:
+            tensors[name] = getattr(features, name)
     try:
-        save_file({"train": features.train, "test": features.test}, str(tmp / "features.safetensors"))
+        save_file(tensors, str(tmp / "features.safetensors"))
         meta = {
             "key": key,
-            "n_train": features.train.shape[0],
-            "n_test": features.test.shape[0],
+            "n_train": len(features.rows("train")),
+            "n_test": len(features.rows("test")),
             "note": "PRIVATE: features and fingerprints of the private data; never copy into a release",
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -11,7 +11,7 @@ best, lr 1e-2 / 40 epochs / B = 512 (80.5 %), is the default (the selection grid
 published with the BBC News fine-tuning study). Hyperparameter search on the private
 data itself is not free: every run spends ε on it.
 
-``lm``, and ``classify`` with ``--lora R`` or ``--no-head-only``, keep the earlier defaults (B = 16, one
+``lm``, ``generate``, and ``classify`` with ``--lora R``, ``--train-layers N`` or ``--no-head-only``, keep the earlier defaults (B = 16, one
 epoch, lr 1e-3, T = 128; full fine-tuning unless ``--lora R``).
 """
 
@@ -25,8 +25,11 @@ OTHER = {"head_only": False, "lora": 0, "batch_size": 16, "epochs": 1.0, "lr": 1
 
 def defaults(task: str, given: dict[str, Any]) -> dict[str, Any]:
     """``given`` with every None value replaced by a default: the head-only recipe for ``classify`` unless
-    ``--lora R`` (R ≥ 0: LoRA, or full fine-tuning for 0), ``--lora-layers`` or ``--no-head-only`` is given;
-    the earlier defaults otherwise."""
-    wants_model = any(given.get(key) is not None for key in ("lora", "lora_layers")) or given.get("head_only") is False
+    ``--lora R`` (R ≥ 0: LoRA, or full fine-tuning for 0), ``--lora-layers``, ``--train-layers`` or
+    ``--no-head-only`` is given; the earlier defaults otherwise (``lm``, ``generate``)."""
+    wants_model = (
+        any(given.get(key) is not None for key in ("lora", "lora_layers", "train_layers"))
+        or given.get("head_only") is False
+    )
     base = HEAD_ONLY if task == "classify" and not wants_model else OTHER
     return {key: base[key] if value is None and key in base else value for key, value in given.items()}

@@ -74,3 +74,20 @@ def test_eval_refuses_bad_input_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert "unknown fine-tuning preset 'huge'" in capsys.readouterr().err
     assert run([*base[:-2], "--train", str(train)]) == 2  # user data without --labels
     assert "--labels NAME,NAME,..." in capsys.readouterr().err
+
+
+def test_eval_generate_fine_tunes_and_scores_completions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rng = random.Random(0)
+    with rows.open("w") as handle:
+        for i in range(80):
+            words = rng.sample(GOOD + BAD, 3)
+            prompt = f"review {i}: the film is {' and '.join(words)}"
+            handle.write(json.dumps({"prompt": prompt, "completion": words[0]}) + "\n")
+    base = ["eval", "--task", "generate", "--model", "tiny-llama", "--preset", "tiny", "--data", f"jsonl:{rows}"]
+    assert run([*base, "--epochs", "1", "--max-test", "4", "--max-new-tokens", "4", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n"] == 4 and 50 <= summary["n_train"] <= 75  # the per-row 80/10/10 split of 80 rows
+    assert all(0 <= summary[k] <= 1 for k in ("rouge1", "rouge2", "rougeL", "exact_match"))
+    assert run([*base, "--labels", "bad,great"]) == 2
+    assert "--task generate has no classes" in capsys.readouterr().err

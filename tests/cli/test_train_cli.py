@@ -296,3 +296,78 @@ def test_an_uncached_head_only_run_reads_the_features_through_the_model_and_writ
     assert summary["steps"] == 6 and "cache_build_s" not in summary
     assert len((out / "predictions.jsonl").read_text().splitlines()) == summary["test"]["n_test"]
     assert not [p for p in tmp_path.rglob("*") if "cache" in p.name]
+
+
+def _without(args: list[str], *options: str) -> list[str]:
+    """``args`` less each of ``options`` and its value."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+@pytest.fixture(scope="module")
+def completions(tmp_path_factory) -> str:
+    rows = [{"prompt": text, "completion": " ".join(text.split()[-2:])} for text in TEXTS]
+    return _write(tmp_path_factory.mktemp("completions") / "rows.jsonl", rows)
+
+
+GENERATE = [*_without(RUN, "--labels", "--lora"), "--task", "generate", "--max-new-tokens", "6"]
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--labels", "neg,pos"], "--task generate learns the completion"),
+        (["--max-new-tokens", "48"], "--max-new-tokens must be in 1..47"),
+        (["--train-layers", "3"], "--train-layers must be in 1..2"),
+        (["--train-layers", "1", "--lora", "4", "--lora-layers", "2"], "drop --lora-layers 2"),
+        (["--template", "{text} {text}"], "at most once"),
+        (["--cache-dtype", "int8"], "--cache-dtype"),
+    ],
+)
+def test_bad_generate_input_exits_2_with_the_reason(completions, tmp_path, capsys, flags, fragment):
+    code = _train([*GENERATE, "--data", completions, "--out", str(tmp_path / "run"), *flags])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and fragment in err
+    assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_train_layers_beyond_the_model_exits_2_for_classify(data, tmp_path, capsys):
+    assert _train([*RUN, "--data", data, "--train-layers", "99", "--out", str(tmp_path / "run")]) == 2
+    assert "--train-layers must be in 1..2 (the model's decoder blocks), got 99" in capsys.readouterr().err
+
+
+def test_generate_on_cached_top_blocks_scores_rouge_and_writes_predictions(completions, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [*GENERATE, "--data", completions, "--out", str(out), "--train-layers", "1", "--lora", "4"]
+    assert _train([*args, "--norm-mode", "hutchinson", "--probes", "8", "--epochs", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    test = summary["test"]
+    assert summary["task"] == "generate" and summary["steps"] == 6 and summary["cache_build_s"] is not None
+    assert set(test) == {"rouge1", "rouge2", "rougeL", "exact_match", "n", "prompts_cut"} and 3 <= test["n"] <= 6
+    assert all(0 <= test[k] <= 1 for k in ("rouge1", "rouge2", "rougeL", "exact_match"))
+    assert summary["rows_cut"] is None and "not released for private data" in summary["rows_cut_note"]
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == list(range(test["n"]))  # --max-test 6, or the whole test split
+    assert all(set(r) == {"index", "reference", "generated"} for r in records)
+    assert summary["saved"] == str(out / "adapter") and (out / "adapter" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in out.iterdir()) == [  # the cache of hidden states left with the checkpoints
+        "FINISHED",
+        "adapter",
+        "metrics.jsonl",
+        "predictions.jsonl",
+        "privacy.json",
+    ]
+    assert not [p for p in tmp_path.rglob("*") if "cache" in p.name]
+    lines = captured.err.splitlines()
+    build = [line for line in lines if "building the private prefix cache" in line]
+    assert build and not any(str(summary["n_train"]) in line for line in build)  # a private count: never shown
+    assert any("decoding the test prompts" in line for line in lines)

@@ -182,3 +182,41 @@ def test_trainer_writes_its_ledger_and_keeps_private_batch_statistics_out(tmp_pa
             train_dataset=_rows(tokenizer),
             privacy=_privacy(),
         )
+
+
+def test_trainer_trains_on_completion_batches_with_the_prompt_masked(tmp_path):
+    """``collate_completions`` batches (labels -100 on the prompt and the padding) through the Trainer: the
+    default per-sample loss is the mean cross-entropy of each row's completion tokens only, and training
+    runs and is accounted."""
+    from privlm.dpsgd.losses import causal_lm_losses
+    from privlm.lm.completion import HEADLINE_TEMPLATE, collate_completions, encode_completions
+    from privlm.lm.prompts import IGNORE_INDEX, pad_token_id
+
+    model, tokenizer = build_tiny_model("tiny-llama", seed=0)
+    pairs = [(f"article {i}: the market rose today " * (1 + i % 3), "shares gain " * (1 + i % 2)) for i in range(24)]
+    rows = encode_completions(tokenizer, pairs, max_length=40, template=HEADLINE_TEMPLATE)
+    pad = pad_token_id(tokenizer)
+
+    def collate(batch):
+        return collate_completions(batch, pad)
+
+    trainer = PrivateTrainer(
+        model=model, args=_args(tmp_path), train_dataset=rows, data_collator=collate, privacy=_privacy()
+    )
+    trainer.train()
+    assert trainer.state.global_step == trainer.engine.steps == 6
+    assert any(
+        not torch.equal(p, q)
+        for p, q in zip(model.parameters(), build_tiny_model("tiny-llama", seed=0)[0].parameters())
+    )
+    batch = collate(rows[:5])
+    assert bool((batch["labels"][:, :5] == IGNORE_INDEX).all())  # the prompt is masked
+    losses = trainer.private_model.clipper.loss_fn(model, batch)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    for i, row in enumerate(rows[:5]):
+        start = len(row.input_ids) - row.n_completion_tokens  # the first completion token
+        targets = torch.tensor(row.input_ids[start:])
+        expected = torch.nn.functional.cross_entropy(logits[i, start - 1 : len(row.input_ids) - 1], targets)
+        torch.testing.assert_close(losses[i], expected, rtol=1e-5, atol=1e-6)
+    every_token = causal_lm_losses(model, {**batch, "labels": batch["input_ids"]}, reduction="mean")
+    assert not torch.allclose(losses, every_token)  # the prompt tokens are not in the loss
