@@ -53,6 +53,12 @@ def train_command(
     max_new_tokens: int = typer.Option(
         32, "--max-new-tokens", help="generate: tokens decoded (greedy) per test prompt at evaluation."
     ),
+    precision: str = typer.Option(
+        "float32",
+        "--precision",
+        help="float32, or bf16: forward and backward under bf16 autocast; weights, per-sample norms, clipped "
+        "sums and noise stay in float32 (the sensitivity the accountant assumes).",
+    ),
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -188,6 +194,7 @@ def train_command(
         loss_noise_fraction=loss_noise_fraction,
         template=None if task != "generate" or template is None else template.replace("\\n", "\n"),
         max_new_tokens=max_new_tokens,
+        precision=precision,
     )
     if task == "generate":
         spec, classes = completion_spec(data, train, None, test), None

@@ -76,6 +76,7 @@ from privlm.training.distributed import (
 )
 from privlm.training.fingerprint import fingerprints as run_fingerprints
 
+PRECISIONS = ("float32", "bf16")
 RESUME_INSENSITIVE = ("checkpoint_every", "log_every", "max_new_tokens")
 
 
@@ -112,6 +113,7 @@ class TrainConfig(DPSGDSettings):
     log_every: int = 10
     template: str | None = None
     max_new_tokens: int = 32
+    precision: str = "float32"
 
     OPTION_NAMES: ClassVar[dict[str, str]] = {
         "epsilon": "--epsilon",
@@ -137,6 +139,8 @@ class TrainConfig(DPSGDSettings):
             raise UserError(
                 f"--lora-layers needs --lora R > 0 and N >= 1 (got --lora {self.lora}, --lora-layers {self.lora_layers})"
             )
+        if self.precision not in PRECISIONS:
+            raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.head_only and (
             self.task != "classify" or self.lora or self.lora_layers is not None or self.train_layers is not None
         ):
@@ -310,19 +314,28 @@ def _step(run: Run, batch: Any, n_local: int) -> float | None:
     DP loss of a private step (None without a loss release), the plain mean loss of a non-private one."""
     run.optimizer.zero_grad()
     if run.private_model is not None:
-        run.private_model.clipped_backward(batch)
+        with _autocast(run):  # bf16: forward/backward only; norms, clipped sums and noise stay >= float32
+            run.private_model.clipped_backward(batch)
         all_reduce_clipped_sums(run.private_model.clipper, run.ctx)
         run.optimizer.step()
         return run.optimizer.released_loss
     params = [p for p in run.module.parameters() if p.requires_grad]
     losses = torch.zeros(0)
     if n_local:
-        losses = run.loss_fn(run.module, batch)
-        (losses.sum() / (run.sample_rate * len(run.rows))).backward()
+        with _autocast(run):
+            losses = run.loss_fn(run.module, batch)
+            (losses.sum() / (run.sample_rate * len(run.rows))).backward()
         losses = losses.detach()
     all_reduce_grads(params, run.ctx)
     run.optimizer.step()
     return _mean_loss(losses, run.ctx)
+
+
+def _autocast(run: Run) -> torch.autocast:
+    """bf16 autocast for ``precision = "bf16"`` (the weights and the optimizer stay float32: master
+    weights), else a disabled one."""
+    device = next(run.module.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=run.config.precision == "bf16")
 
 
 def _mean_loss(losses: torch.Tensor, ctx: DistContext) -> float | None:

@@ -74,3 +74,29 @@ def test_mixed_precision_step_keeps_float32_master_weights_and_the_same_event() 
         )
     assert events[0] == events[1]  # the accountant is unchanged by the precision
     assert dtypes == [{torch.float32}, {torch.float32}]
+
+
+def test_train_loop_under_bf16_precision_matches_float32_closely() -> None:
+    """``TrainConfig(precision="bf16")``: the loop's steps run under autocast; the weights stay float32
+    and end close to the float32 run's (same seeded sampling, probes and noise)."""
+    from privlm.errors import UserError
+    from privlm.training.loop import TrainConfig, prepare, train_loop
+
+    rows = [{k: v[0] for k, v in padded_batch([10], seq_len=10, seed=s).items()} for s in range(16)]
+
+    def collate(batch):
+        return {k: torch.stack([r[k] for r in batch]) for k in batch[0]}
+
+    finals = []
+    for precision in ("float32", "bf16"):
+        model = tiny_model("tiny-llama").float()
+        config = TrainConfig(
+            task="lm", noise_multiplier=1.0, batch_size=4, epochs=1, lr=1e-2, seed=3, precision=precision
+        )
+        train_loop(prepare(model, rows, collate, config))
+        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert finals[1].dtype == torch.float32
+    assert not torch.equal(finals[1], finals[0])  # autocast did run the steps in bf16
+    assert float((finals[1] - finals[0]).norm()) <= 2e-2 * float(finals[0].norm())
+    with pytest.raises(UserError, match="--precision must be one of"):
+        TrainConfig(task="lm", noise_multiplier=1.0, precision="fp8")
