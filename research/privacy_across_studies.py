@@ -199,6 +199,7 @@ def statement(root: Path = ROOT) -> dict[str, Any]:
     read_experiment_grids(scan)
     read_superseded(scan)
     read_train_summaries(scan)
+    read_demo_reports(scan)
     read_sidecars(scan)
     studies = [_study_entry(scan, study, data) for study, data in sorted({(r.study, r.data) for r in scan.releases})]
     data_sets = [
@@ -386,9 +387,63 @@ def read_train_summaries(scan: Scan) -> None:
         scan.releases.append(release)
 
 
+def _demo_folders(scan: Scan) -> list[str]:
+    """Folders holding a committed ``demo.json`` (the report of ``privlm demo``)."""
+    return sorted(p.removesuffix("/demo.json") for p in scan.files if p.endswith("/demo.json"))
+
+
+def read_demo_reports(scan: Scan) -> None:
+    """The two releases of a committed ``privlm demo`` report (``demo.json``): the DP head fine-tune (its
+    committed ledger ``dp-finetune/privacy.json``) and GRADMM's label-row release (the ledger in its sidecar
+    ``gradmm/synthetic.privacy.json``), both on the report's private subset of the train split."""
+    for folder in _demo_folders(scan):
+        report = scan.json(f"{folder}/demo.json")
+        settings = report["settings"]
+        records = f"the first {settings['private_rows']:,} examples (public size)"
+        ledger_path, sidecar_path = f"{folder}/dp-finetune/privacy.json", f"{folder}/gradmm/synthetic.privacy.json"
+        sidecar = scan.json(sidecar_path)
+        for name, mechanism, epsilon, entries, source, row in (
+            (
+                "dp-finetune",
+                "DP-SGD on the label-word head (exact norms)",
+                max(report["privacy"]["releases"]["dp_finetune"][k] for k in ("epsilon", "target_epsilon")),
+                Ledger.load(scan.root / ledger_path).entries,
+                ledger_path,
+                f"{folder}/demo.json",
+            ),
+            (
+                "gradmm",
+                f"GRADMM on {settings['model']}: {sidecar['mechanism']}",
+                max(sidecar["epsilon"], sidecar.get("epsilon_accounted", 0.0)),
+                tuple(
+                    LedgerEntry.from_dict(item) if "event" in item else LedgerEntry(event_from_dict(item))
+                    for item in sidecar["ledger"]
+                ),
+                sidecar_path,
+                sidecar_path,
+            ),
+        ):
+            scan.releases.append(
+                Release(
+                    study_of(folder + "/demo.json"),
+                    f"{folder.removeprefix('research/')}/{name}",
+                    settings["data"],
+                    "train split, seed 0",
+                    records,
+                    mechanism,
+                    epsilon,
+                    settings["delta"] / 2,
+                    [row],
+                    entries,
+                    f"the ledger in {source}",
+                )
+            )
+
+
 def read_sidecars(scan: Scan) -> None:
-    """Releases of the DP privacy sidecars (``*.privacy.json``): their ledgers."""
-    for path in sorted(p for p in scan.files if p.endswith(".privacy.json")):
+    """Releases of the DP privacy sidecars (``*.privacy.json``) outside demo reports: their ledgers."""
+    demos = tuple(folder + "/" for folder in _demo_folders(scan))
+    for path in sorted(p for p in scan.files if p.endswith(".privacy.json") and not p.startswith(demos)):
         sidecar = scan.json(path)
         if not sidecar.get("dp"):
             scan.exclude(study_of(path), NO_DP, path)

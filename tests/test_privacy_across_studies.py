@@ -58,6 +58,9 @@ def _dp_rows() -> tuple[list[str], set[str]]:
                 method = next(m for m in config["methods"] if m["name"] == row["method"])
                 if method["params"].get("noise_only"):
                     noise_only.add(found[-1])
+        elif path.endswith("/demo.json"):  # privlm demo's report: its DP fine-tune (its GRADMM set has a sidecar)
+            assert json.loads((ROOT / path).read_text())["privacy"]["releases"]["dp_finetune"]["epsilon"] > 0
+            found.append(path)
         elif path.endswith(".json"):
             data = json.loads((ROOT / path).read_text())
             if isinstance(data, dict) and (
