@@ -116,15 +116,19 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path) -> None:
         "--delta",
         "1e-5",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from privlm.cli import main; main()", "synth", *args, "--out", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from privlm.cli import main; main()", "synth", *args, "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     batches = GradmmPaths(out).batches
     deadline = time.monotonic() + 120
     while not (batches.is_dir() and any(batches.glob("*.json"))):
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the first batch"
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"the run ended (code {proc.returncode}) before the first batch:\n{log.read_text()[-2000:]}"
+        )
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
