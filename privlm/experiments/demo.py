@@ -35,7 +35,6 @@ GRADMM's release and batches: it draws nothing and spends no new ε.
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -50,6 +49,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privlm.atomic import atomic_path, write_text_atomic
 from privlm.digest import digest
 from privlm.errors import UserError
+from privlm.evaluation.compare import matched_random_subset
 from privlm.privacy.ledger import Ledger
 from privlm.privacy.validation import check_delta, check_epsilon
 from privlm.progress import Progress
@@ -164,6 +164,7 @@ def demo_data(settings: DemoSettings, tokenizer: PreTrainedTokenizerBase) -> Dem
 
 def cached_pass(
     path: Path,
+    fingerprint: str,
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     rows: Sequence[tuple[str, int]],
@@ -172,11 +173,12 @@ def cached_pass(
     on_batch: Callable[[int], None] | None = None,
 ) -> tuple[PrivateFactors, bool]:
     """``h_i`` and classes of ``rows`` (:func:`private_factors`), read from ``path`` when its key matches
-    (rows, model, prompt, ``max_tokens``, layout), else computed and saved with the key. Returns the factors
+    (rows, the model's ``fingerprint``, prompt, ``max_tokens``, layout), else computed and saved with the key.
+    Returns the factors
     and whether they were read. PRIVATE when ``rows`` are: the file is as sensitive as the texts."""
     key = {
         "rows": digest([list(r) for r in rows]),
-        "model": model_fingerprint(model),
+        "model": fingerprint,
         "prompt": digest(prompt.to_dict()),
         "max_tokens": max_tokens,
         "layout": LAYOUT,
@@ -272,16 +274,6 @@ def zero_shot_texts(public_dir: Path, tokenizer: PreTrainedTokenizerBase, n_clas
     return rows
 
 
-def random_real(private: Sequence[tuple[str, int]], per_class: int, seed: int) -> list[tuple[str, int]]:
-    """``per_class`` private examples per class drawn at random (a NON-PRIVATE reference)."""
-    rng = random.Random(seed)
-    out: list[tuple[str, int]] = []
-    for label in sorted({y for _, y in private}):
-        members = [r for r in private if r[1] == label]
-        out += rng.sample(members, min(per_class, len(members)))
-    return out
-
-
 def composed_privacy(ledgers: dict[str, Ledger], delta: float, targets: dict[str, float]) -> dict[str, Any]:
     """ε at ``delta`` of all ``ledgers`` composed (PLD over their entries), each ledger's own ε at its
     share of δ, and the basic-composition bound (the sum of the targets)."""
@@ -318,6 +310,7 @@ def run_demo(
     label_ids = list(data.prompt.label_token_ids)
     config = replace(settings.gradmm_config, instructions=data.instructions or None)
     out.mkdir(parents=True, exist_ok=True)
+    fingerprint = model_fingerprint(model)  # one hash of the LM head, shared by every cache key
     report: dict[str, Any] = {"settings": asdict(settings), "stages": {}}
 
     def stage(name: str) -> Callable[[], None]:
@@ -332,6 +325,7 @@ def run_demo(
     task = progress.task(f"one forward pass over the {len(data.private)} private sentences", len(data.private))
     private, reused_pass = cached_pass(
         out / "private-features.pt",
+        fingerprint,
         model,
         tokenizer,
         data.private,
@@ -342,7 +336,14 @@ def run_demo(
     task.done()
     task = progress.task(f"features of the {len(data.test)} test sentences", len(data.test))
     test, _ = cached_pass(
-        out / "test-features.pt", model, tokenizer, data.test, data.prompt, config.max_private_tokens, task.advance
+        out / "test-features.pt",
+        fingerprint,
+        model,
+        tokenizer,
+        data.test,
+        data.prompt,
+        config.max_private_tokens,
+        task.advance,
     )
     task.done()
     end()
@@ -400,7 +401,8 @@ def run_demo(
         sets[name] = [(row["text"], int(row["label"])) for row in result.rows]
         outcomes[name] = {"reused_release": result.reused_release, "privacy": result.privacy}
     sets["zero_shot"] = zero_shot_texts(public_dir, tokenizer, len(label_ids), settings.per_class)
-    sets["random_real"] = random_real(data.private, settings.per_class, settings.seed)
+    counts = {label: settings.per_class for label in range(len(label_ids))}
+    sets["random_real"] = matched_random_subset(data.private, counts, settings.seed)  # a NON-PRIVATE reference
     end()
 
     end = stage("evaluation")
@@ -409,7 +411,13 @@ def run_demo(
     for name, rows in sets.items():
         if rows:
             features, _ = cached_pass(
-                out / "eval" / f"{name}-features.pt", model, tokenizer, rows, data.prompt, config.max_private_tokens
+                out / "eval" / f"{name}-features.pt",
+                fingerprint,
+                model,
+                tokenizer,
+                rows,
+                data.prompt,
+                config.max_private_tokens,
             )
             head = fit_head(model, label_ids, features, head_config(settings, len(rows), None))
             synthetic[name] = {**score_head(head, test), "n_train": len(rows)}

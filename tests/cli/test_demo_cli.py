@@ -112,3 +112,12 @@ def test_bad_settings_exit_2_before_anything_is_written(tmp_path: Path, capsys, 
     code, _, err = run(["demo", *ARGS, *extra, "--out", str(tmp_path / "demo")], capsys)
     assert code == 2 and fragment in err
     assert not (tmp_path / "demo" / "dp-finetune").exists()
+
+
+def test_the_cli_defaults_are_the_settings_defaults() -> None:
+    """``privlm demo``'s option defaults are written out (so ``--help`` imports no torch): they must stay
+    ``DemoSettings``'s."""
+    from privlm.cli.demo import DEFAULTS
+    from privlm.experiments.demo import DemoSettings
+
+    assert DEFAULTS == {name: getattr(DemoSettings(), name) for name in DEFAULTS}
