@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -112,20 +113,15 @@ def eval_command(
             validation=validation_examples,
             on_step=lambda step, loss: progress.update(task, completed=step, loss=f"{loss:.3f}"),
         )
-    summary = {
-        **row,
-        "model": model_name,
-        "data": str(spec),
-        "finetune": config.__dict__,
-        "wall_time_s": round(time.perf_counter() - start, 2),
-    }
-    if as_json:
-        print_json(summary)
-        return
-    console.print(
+    _report(
+        row,
+        model_name,
+        spec,
+        config,
+        start,
+        as_json,
         f"test accuracy {row['accuracy']:.1%} (95% CI {row['ci_low']:.1%}–{row['ci_high']:.1%}, "
-        f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples ({spec}) "
-        f"[{summary['wall_time_s']:.0f} s]"
+        f"n={row['n_test']}) after fine-tuning {model_name} on {row['n_train']} examples ({spec})",
     )
 
 
@@ -183,9 +179,25 @@ def _eval_generate(
             module, tokenizer, task_data, config.max_length, max_new_tokens, on_batch=decoding.advance
         )
         decoding.done()
+    _report(
+        {**metrics, "n_train": len(task_data.train)},
+        model_name,
+        spec,
+        config,
+        start,
+        as_json,
+        f"test ROUGE-1/2/L {metrics['rouge1']:.3f}/{metrics['rouge2']:.3f}/{metrics['rougeL']:.3f}, exact match "
+        f"{metrics['exact_match']:.1%} (n={metrics['n']}) after fine-tuning {model_name} on "
+        f"{len(task_data.train)} completions ({spec})",
+    )
+
+
+def _report(
+    metrics: dict[str, Any], model_name: str, spec: object, config: Any, start: float, as_json: bool, line: str
+) -> None:
+    """The summary of one ``privlm eval`` (its test metrics, model, data, recipe, wall time): JSON or ``line``."""
     summary = {
         **metrics,
-        "n_train": len(task_data.train),
         "model": model_name,
         "data": str(spec),
         "finetune": config.__dict__,
@@ -194,11 +206,7 @@ def _eval_generate(
     if as_json:
         print_json(summary)
         return
-    console.print(
-        f"test ROUGE-1/2/L {metrics['rouge1']:.3f}/{metrics['rouge2']:.3f}/{metrics['rougeL']:.3f}, exact match "
-        f"{metrics['exact_match']:.1%} (n={metrics['n']}) after fine-tuning {model_name} on "
-        f"{len(task_data.train)} completions ({spec}) [{summary['wall_time_s']:.0f} s]"
-    )
+    console.print(f"{line} [{summary['wall_time_s']:.0f} s]")
 
 
 def register(app: typer.Typer) -> None:
