@@ -54,6 +54,7 @@ _MANTISSA = (1 << 53) - 1
 _MAX_WORDS = 2**32 * 64 // 8  # one address: 2³² ChaCha20 blocks of 64 bytes
 _REFINE_BELOW = 2.0**20  # first words below this get a second word (u₁ < 2⁻³³)
 _TWO_PI = 2 * math.pi
+NOISE_BLOCK = 1 << 20  # elements per addressed block of a parameter's gradient noise (SecureRandom.gradient_noise)
 
 
 class SecureRandom:
@@ -152,6 +153,40 @@ class SecureRandom:
             stop = min(n, start + _CHUNK)
             out[start:stop] = stream.normals(stop - start).mul_(std)
         return out.reshape(shape).to(device)
+
+    def gradient_noise(
+        self,
+        shape: Sequence[int] | torch.Size,
+        address: tuple[int, int],
+        *,
+        rows: tuple[int, int] | None = None,
+        std: float = 1.0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """The N(0, std²) noise of a parameter of ``shape`` at ``address = (step, parameter)``, or only
+        its rows ``rows = (start, stop)`` of dimension 0 (a shard): shape ``(stop − start, *shape[1:])``.
+
+        The flattened noise is cut into blocks of :data:`NOISE_BLOCK` elements and block ``b`` is the draw
+        at ``(step, parameter, b)``, so a shard draws only the blocks its rows overlap (at most one block
+        on either side is shared with a neighbouring shard, each using its own elements), and every shard
+        of any number of ranks reads exactly its slice of the one-process draw. A parameter of at most
+        :data:`NOISE_BLOCK` elements gets :meth:`normal` at ``(step, parameter)`` itself (block 0)."""
+        shape = torch.Size(shape)
+        if len(address) != 2:
+            raise ValueError(f"a gradient-noise address is (step, parameter), got {tuple(address)}")
+        first, last = (0, shape[0] if shape else 1) if rows is None else rows
+        width = shape[1:].numel()
+        if not 0 <= first <= last <= (shape[0] if shape else 1):
+            raise ValueError(f"rows {rows} are not within the {shape[0] if shape else 1} rows of {tuple(shape)}")
+        n, start, stop = shape.numel(), first * width, last * width
+        parts = []
+        for block in range(start // NOISE_BLOCK, -(-stop // NOISE_BLOCK)):
+            lo = block * NOISE_BLOCK
+            drawn = self.normal((min(NOISE_BLOCK, n - lo),), (*address, block), std=std, dtype=dtype, device=device)
+            parts.append(drawn[max(start, lo) - lo : min(stop, lo + NOISE_BLOCK) - lo])
+        flat = torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=device)
+        return flat.reshape((last - first, *shape[1:]) if shape else ())
 
 
 class _Keystream:

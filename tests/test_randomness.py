@@ -134,3 +134,22 @@ def test_noise_multipliers_below_the_sampler_tail_are_refused():
     assert stats.norm.sf(Z_MAX - 1 / MIN_NOISE_MULTIPLIER) < 1e-12
     with pytest.raises(UserError, match="below"):
         gaussian_noise_multiplier(60.0, 1e-5)
+
+
+def test_gradient_noise_is_blocked_and_a_shard_reads_its_slice_of_the_whole_draw(monkeypatch):
+    import privlm.randomness as randomness
+
+    rng = SecureRandom.from_seed(3, "noise")
+    small = rng.gradient_noise((6, 5), (2, 1), std=0.5, dtype=torch.float64)
+    assert torch.equal(small, rng.normal((6, 5), (2, 1), std=0.5, dtype=torch.float64))  # one block: the plain draw
+    monkeypatch.setattr(randomness, "NOISE_BLOCK", 7)  # blocks of 7 elements: rows straddle them
+    whole = rng.gradient_noise((6, 5), (2, 1), dtype=torch.float64)
+    assert torch.equal(whole.flatten()[:7], rng.normal((7,), (2, 1, 0), dtype=torch.float64))
+    assert torch.equal(whole.flatten()[28:], rng.normal((2,), (2, 1, 4), dtype=torch.float64))  # the short last block
+    for cut in ([0, 3, 6], [0, 1, 2, 4, 6], [0, 6]):  # any sharding of the rows reads the same values
+        shards = [rng.gradient_noise((6, 5), (2, 1), rows=(a, b), dtype=torch.float64) for a, b in zip(cut, cut[1:])]
+        assert torch.equal(torch.cat(shards), whole)
+    assert rng.gradient_noise((6, 5), (2, 1), rows=(3, 3)).shape == (0, 5)
+    assert not torch.equal(whole.flatten()[:7], whole.flatten()[7:14])  # distinct blocks, distinct draws
+    with pytest.raises(ValueError, match="rows"):
+        rng.gradient_noise((6, 5), (2, 1), rows=(4, 7))

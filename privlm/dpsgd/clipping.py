@@ -44,6 +44,7 @@ from torch.profiler import record_function
 
 from privlm.dpsgd.hooks import LayerCapture, trainable_parameters
 from privlm.dpsgd.norms import Factor, sq_norms, weighted_sum
+from privlm.dpsgd.sharding import check_sharding
 from privlm.errors import UserError
 from privlm.norm_modes import norm_mode as norm_mode_spec
 from privlm.randomness import SecureRandom
@@ -109,6 +110,7 @@ class PerSampleClipper:
         self.randomness = randomness if randomness is not None else SecureRandom.from_os()
         self.capture = LayerCapture(model)
         self.params = trainable_parameters(model)
+        self.sharded = check_sharding(self.params, bookkeeping)  # FSDP2 (privlm.dpsgd.sharding)
         self._index = {p: j for j, p in enumerate(self.params)}
         self.step = 0
         self.summed_grads: dict[nn.Parameter, Tensor] = {}
@@ -233,7 +235,8 @@ class PerSampleClipper:
         """The accumulated clipped sums, in at least float32 (zeros for parameters no sample touched); resets
         the accumulator."""
         out = {
-            p: self.summed_grads.get(p, torch.zeros_like(p, dtype=_accumulation_dtype(p.dtype))) for p in self.params
+            p: self.summed_grads.get(p, torch.zeros(p.shape, dtype=_accumulation_dtype(p.dtype), device=p.device))
+            for p in self.params
         }
         self.summed_grads = {}
         return out

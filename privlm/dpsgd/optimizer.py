@@ -12,9 +12,11 @@ the joint Gaussian mechanism described there. The engine accounts the step at σ
 ``DPOptimizer`` built by hand must be accounted that way too.
 
 Noise comes from a :class:`~privlm.randomness.SecureRandom` stream (its own OS key): step t's noise for
-trainable parameter j is the draw at address (t, j), the loss noise the draw at (t, J) with J the number
-of trainable parameters; float64 Box–Muller from 53-bit uniforms, scaled by σC and cast to the gradient's
-dtype. Draws are addressed, not sequential, so a resumed run or every rank of a distributed one draws
+trainable parameter j is :meth:`~privlm.randomness.SecureRandom.gradient_noise` at (t, j) — blocks of
+2²⁰ elements, block b the draw at (t, j, b), so a parameter up to that size is the draw at (t, j) itself —
+and the loss noise the draw at (t, J) with J the number of trainable parameters; float64 Box–Muller from
+53-bit uniforms, scaled by σC and cast to the gradient's dtype. On an FSDP2-sharded model each rank draws
+only its shard's rows of that noise (:mod:`privlm.dpsgd.sharding`). Draws are addressed, not sequential, so a resumed run or every rank of a distributed one draws
 exactly the same noise for a step, and no other draw can shift it.
 """
 
@@ -27,6 +29,7 @@ import torch
 
 from privlm.dpsgd.clipping import PerSampleClipper
 from privlm.dpsgd.loss_release import LossRelease
+from privlm.dpsgd.sharding import as_grad, noise_rows, reduce_to_shards
 from privlm.privacy.snapping import snap
 from privlm.privacy.validation import check_noise_multiplier_for_sampler
 from privlm.randomness import SecureRandom
@@ -97,12 +100,16 @@ class DPOptimizer:
         """Set every trainable parameter's ``.grad`` to (clipped sum + σC·N(0, I)) / expected batch size
         and, with a loss release, :attr:`released_loss` to (clamped loss sum + N(0, σ²L²/α²)) / q·N."""
         std = self.noise_multiplier * self.clipper.max_grad_norm
+        sums, loss_sum = self.clipper.pop_summed_grads(), self.clipper.pop_summed_loss()
+        if self.clipper.sharded:  # FSDP2: sum over ranks, keep this rank's rows (privlm.dpsgd.sharding)
+            sums, reduced = reduce_to_shards(sums, loss_sum)
+            loss_sum = loss_sum if reduced is None else reduced
         with torch.profiler.record_function("privlm.noise"):
-            self._add_noise(std)
-            self.released_loss = self._release_loss()
+            self._add_noise(sums, std)
+            self.released_loss = self._release_loss(loss_sum)
 
-    def _release_loss(self) -> float | None:
-        summed = float(self.clipper.pop_summed_loss())
+    def _release_loss(self, summed_loss: torch.Tensor) -> float | None:
+        summed = float(summed_loss)
         if self.loss_release is None:
             return None
         address = (self.steps + 1, len(self.clipper.params))
@@ -112,12 +119,13 @@ class DPOptimizer:
         )
         return float(snap(noisy, std) if std > 0 else noisy) / self.expected_batch_size  # std 0: noise off
 
-    def _add_noise(self, std: float) -> None:
-        for j, (p, summed) in enumerate(self.clipper.pop_summed_grads().items()):
-            noise = self.randomness.normal(
-                p.shape, (self.steps + 1, j), std=std, dtype=summed.dtype, device=summed.device
+    def _add_noise(self, sums: dict[torch.nn.Parameter, torch.Tensor], std: float) -> None:
+        for j, (p, summed) in enumerate(sums.items()):
+            noise = self.randomness.gradient_noise(
+                p.shape, (self.steps + 1, j), rows=noise_rows(p), std=std, dtype=summed.dtype, device=summed.device
             )
-            p.grad = summed.add_(noise).div_(self.expected_batch_size).to(p.dtype)  # noise added in ≥ float32
+            local = summed.add_(noise).div_(self.expected_batch_size).to(p.dtype)  # noise added in ≥ float32
+            p.grad = as_grad(p, local)
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One private step: noise, update, then accounting (even for an empty logical batch); sets

@@ -79,8 +79,9 @@ def shard_of(indices: list[int], ctx: DistContext) -> list[int]:
 
 def all_reduce_clipped_sums(clipper: PerSampleClipper, ctx: DistContext) -> None:
     """Replace the clipper's accumulated clipped sums (and clamped loss sum, when it keeps one) by
-    their sums over all ranks (before the noise)."""
-    if not ctx.enabled:
+    their sums over all ranks (before the noise). An FSDP2-sharded model's sums are left alone: its
+    optimizer sums them and keeps each rank's rows (:mod:`privlm.dpsgd.sharding`)."""
+    if not ctx.enabled or clipper.sharded:
         return
     parts = clipper.pop_summed_grads()
     flat = torch.cat([g.reshape(-1) for g in parts.values()])
