@@ -63,6 +63,7 @@ from privlm.training.fingerprint import data_fingerprint, model_fingerprint
 from privlm.training.head import LabelWordHead
 
 LAYOUT = "final hidden state at the position predicting the first label-word token (privlm-head-v2)"
+CHUNK_ORDER = "length"  # the rows of a resumable build's chunks: in order of length (_build_in_chunks)
 BATCH_ROWS = 8  # rows of every batch of the feature pass (at most BATCH_ROWS - 1 examples and a filler row)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
@@ -238,10 +239,13 @@ def _check_partial(partial: Path, key: dict[str, str]) -> None:
     """Create the partial-build folder with its key, or check the key of the one a killed build left."""
     key_path = partial / "key.json"
     if key_path.exists():
-        _check_key(json.loads(key_path.read_text(encoding="utf-8")), key, f"the partial feature cache {partial}")
+        saved = json.loads(key_path.read_text(encoding="utf-8"))
+        _check_key(saved, key, f"the partial feature cache {partial}")
+        if saved.get("chunk_order") != CHUNK_ORDER:  # its chunks hold other rows than this build's would
+            raise UserError(f"the partial feature cache {partial} was cut into chunks by an older privlm: delete it")
         return
     partial.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(key_path, json.dumps(key, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(key_path, json.dumps({**key, "chunk_order": CHUNK_ORDER}, indent=2, sort_keys=True) + "\n")
 
 
 def _build_in_chunks(
@@ -253,30 +257,38 @@ def _build_in_chunks(
     chunk: int,
     on_rows: OnRows | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """``frozen``'s vectors of ``rows`` in ``dtype`` (and their counts, for a ragged pass), computed ``chunk``
-    rows at a time (by position; within a chunk each row's batch shape is still a function of its own
-    length); each finished chunk is saved atomically under ``partial`` and read back instead of recomputed."""
-    parts, counts = [], []
+    """``frozen``'s vectors of ``rows`` in ``dtype`` (and their counts, for a ragged pass), in row order,
+    computed ``chunk`` rows at a time in order of length (so that a chunk's rows share few of the public
+    batch widths and few filler rows are computed; each row's batch shape is still a function of its own
+    length, so its vectors are the same in any chunk); each finished chunk is saved atomically under
+    ``partial`` and read back instead of recomputed. The order is a function of the rows alone, so a resumed
+    build cuts the same chunks."""
+    order = sorted(range(len(rows)), key=lambda i: (len(rows[i].input_ids), i))
+    pieces: list[Tensor | None] = [None] * len(rows)
+    ragged = False
     for number, begin in enumerate(range(0, len(rows), chunk)):
+        members = order[begin : begin + chunk]
         path = partial / f"{split}-{number:06d}.safetensors"
         if path.exists():
             saved = load_file(str(path))
-            parts.append(saved["features"])
-            counts.append(saved.get("counts"))
+            part, count = saved["features"], saved.get("counts")
             if on_rows is not None:
-                on_rows(len(rows[begin : begin + chunk]))
-            continue
-        values, count = frozen.compute(rows[begin : begin + chunk], on_rows)
-        part = values.to(dtype).contiguous()
-        tmp = path.with_suffix(".tmp")
-        save_file({"features": part} | ({} if count is None else {"counts": count.contiguous()}), str(tmp))
-        os.replace(tmp, path)
-        parts.append(part)
-        counts.append(count)
-    if not parts:
+                on_rows(len(members))
+        else:
+            values, count = frozen.compute([rows[i] for i in members], on_rows)
+            part = values.to(dtype).contiguous()
+            tmp = path.with_suffix(".tmp")
+            save_file({"features": part} | ({} if count is None else {"counts": count.contiguous()}), str(tmp))
+            os.replace(tmp, path)
+        ragged = count is not None
+        sizes = [1] * len(members) if count is None else count.tolist()
+        for i, piece in zip(members, part.split(sizes)):
+            pieces[i] = piece
+    if not rows:
         return torch.zeros(0, frozen.width, dtype=dtype), None
-    ragged = [c for c in counts if c is not None]
-    return torch.cat(parts), (torch.cat(ragged) if ragged else None)
+    done = [piece for piece in pieces if piece is not None]
+    counts = torch.tensor([len(piece) for piece in done], dtype=torch.long) if ragged else None
+    return torch.cat(done), counts
 
 
 def _write(cache_dir: Path, features: Features, key: dict[str, str]) -> None:

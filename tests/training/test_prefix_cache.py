@@ -220,6 +220,34 @@ def test_a_killed_build_resumes_at_its_last_chunk_and_equals_an_uninterrupted_bu
     assert not (tmp_path / ".cache.partial").exists()
 
 
+def test_a_build_computes_its_chunks_in_length_order_and_refuses_a_partial_cut_the_old_way(tmp_path, monkeypatch):
+    """Chunks hold rows of similar length (few filler rows); the values come back in row order, equal to
+    one whole-set pass; a partial build whose chunks were cut in row order (an older privlm) is refused."""
+    head, tokenizer = _head()
+    train, test = _rows(tokenizer)
+    shape = (pad_token_id(tokenizer), MAX_LENGTH)
+    seen: list[list[int]] = []
+    compute = prefix_cache.compute_features
+
+    def record(head_, rows, *args, **kwargs):
+        seen.append([len(r.input_ids) for r in rows])
+        return compute(head_, rows, *args, **kwargs)
+
+    monkeypatch.setattr(prefix_cache, "compute_features", record)
+    built = load_or_build(tmp_path / "cache", head, train, test, *shape, dtype="float64", chunk=5)
+    train_chunks = seen[: -(-len(train) // 5)]
+    flat = [n for chunk in train_chunks for n in chunk]
+    assert flat == sorted(len(r.input_ids) for r in train) and len(set(flat)) > 1
+    direct = compute(head, train, *shape).to(torch.float64)
+    assert torch.equal(built.train, direct)  # row order, whatever the chunks
+    partial = tmp_path / ".old.partial"
+    partial.mkdir()
+    key = json.loads((tmp_path / "cache" / "meta.json").read_text())["key"]
+    (partial / "key.json").write_text(json.dumps(key))  # no chunk order: written by an older privlm
+    with pytest.raises(UserError, match="older privlm"):
+        load_or_build(tmp_path / "old", head, train, test, *shape, dtype="float64", chunk=5)
+
+
 def _session(data: str, cache_dir):
     config = TrainConfig(
         noise_multiplier=1.0,

@@ -1,0 +1,169 @@
+"""The private cells of the bbc-headlines study, in priority order, skipping finished ones.
+
+    nohup .venv/bin/python research/bbc_headlines/run.py > runs/bbc_headlines/driver.log 2>&1 &
+
+Each cell is one ``privlm train --task generate ... --resume --json`` command (printed in the log and kept in
+the cell's JSON), run in its own folder ``runs/bbc_headlines/<cell>/`` (git-ignored: checkpoints and the
+adapter). Killing the driver and starting it again continues the unfinished cell from its last checkpoint and
+skips finished ones. The hidden states entering the trained blocks are computed once per T into the private
+cache ``runs/bbc_headlines/cache-T<T>/`` shared by the cells (bound to the data and model by fingerprints;
+never under research/). Results: ``cells/<cell>.json`` (the ``--json`` summary plus command, wall time and
+peak resident memory) and ``predictions/<cell>.jsonl`` (test index, reference headline, generated one).
+
+The recipe is fixed before any private cell runs and never tuned on test (``RECIPE``): the prompt is the one
+``references.py`` chose on the validation split (the chat template), T = 1,024, the top 2 decoder blocks as
+LoRA r = 8 adapters over the cached prefix, B = 64 expected (Poisson), 2 epochs, AdamW lr 2e-3, C = 1,
+≤ 24 new tokens. No recipe grid was run: one cell costs about half an hour on this 2-core machine.
+
+Order: the non-private cell with the recipe; ε = 3 ``mixed`` (exact) and ``hutchinson`` k = 32, seed 0; the
+same, seeds 1 and 2; ε = 0.7 ``hutchinson`` vs ``hutchpp`` (32 probes), seed 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RUNS = ROOT / "runs" / "bbc_headlines"
+PRIVLM = str(ROOT / ".venv" / "bin" / "privlm")
+RECIPE = {
+    "max_length": 1024,
+    "train_layers": 2,
+    "lora": 8,
+    "batch_size": 64,
+    "epochs": 2,
+    "lr": 2e-3,
+    "clip": 1.0,
+    "max_new_tokens": 24,
+    "delta": 1e-5,
+}
+THREADS = os.environ.get("OMP_NUM_THREADS", "2")
+
+
+def recipe_args(recipe: dict) -> list[str]:
+    """The ``privlm train`` options of the fixed recipe (the prompt template from references.json)."""
+    template = json.loads((HERE / "references.json").read_text())["template"]
+    return [
+        "--template",
+        template.replace("\n", "\\n"),
+        "--max-length",
+        str(recipe["max_length"]),
+        "--train-layers",
+        str(recipe["train_layers"]),
+        "--lora",
+        str(recipe["lora"]),
+        "--batch-size",
+        str(recipe["batch_size"]),
+        "--epochs",
+        str(recipe["epochs"]),
+        "--lr",
+        str(recipe["lr"]),
+        "--clip",
+        str(recipe["clip"]),
+        "--max-new-tokens",
+        str(recipe["max_new_tokens"]),
+        "--cache-dir",
+        str(RUNS / f"cache-T{recipe['max_length']}"),
+    ]
+
+
+def cells() -> list[tuple[str, list[str]]]:
+    """(name, the cell's own options) in the order they run."""
+    private3 = ["--epsilon", "3", "--delta", str(RECIPE["delta"])]
+    out = [("nondp-s0", ["--no-dp", "--seed", "0"])]
+    for seed in (0, 1, 2):
+        out += [
+            (f"eps3-mixed-s{seed}", [*private3, "--norm-mode", "mixed", "--seed", str(seed)]),
+            (
+                f"eps3-hutchinson32-s{seed}",
+                [*private3, "--norm-mode", "hutchinson", "--probes", "32", "--seed", str(seed)],
+            ),
+        ]
+    for mode in ("hutchinson", "hutchpp"):
+        out.append(
+            (
+                f"eps0.7-{mode}32-s0",
+                [
+                    "--epsilon",
+                    "0.7",
+                    "--delta",
+                    str(RECIPE["delta"]),
+                    "--norm-mode",
+                    mode,
+                    "--probes",
+                    "32",
+                    "--seed",
+                    "0",
+                ],
+            )
+        )
+    return out
+
+
+def run_cell(name: str, own: list[str]) -> dict | None:
+    """Run one cell unless its JSON exists; returns its summary (None if the command failed)."""
+    target = HERE / "cells" / f"{name}.json"
+    if target.exists():
+        return json.loads(target.read_text())
+    out = RUNS / name
+    command = [
+        PRIVLM,
+        "train",
+        "--model",
+        "smollm2-135m",
+        "--data",
+        "bbc-headlines",
+        "--task",
+        "generate",
+        *recipe_args(RECIPE),
+        *own,
+        "--checkpoint-every",
+        "5",
+        "--out",
+        str(out),
+        "--resume",
+        "--json",
+    ]
+    shown = " ".join(f"'{c}'" if " " in c or "|" in c else c for c in command)
+    shown = shown.replace(PRIVLM, "privlm").replace(str(ROOT) + "/", "")
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=sys.stderr, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": THREADS}
+    )
+    stdout = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        print(f"{name}: failed (status {status})", flush=True)
+        return None
+    summary = json.loads(stdout)
+    summary.update(
+        cell=name,
+        command=shown,
+        cell_wall_s=round(time.perf_counter() - start, 1),
+        peak_rss_mb=round(usage.ru_maxrss / 1024, 1),
+    )
+    (HERE / "predictions").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "predictions.jsonl", HERE / "predictions" / f"{name}.jsonl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    print(f"{name}: test ROUGE-L {summary['test']['rougeL']:.4f} ({summary['cell_wall_s']} s)", flush=True)
+    return summary
+
+
+def main() -> None:
+    RUNS.mkdir(parents=True, exist_ok=True)
+    (HERE / "recipe.json").write_text(json.dumps(RECIPE, indent=2) + "\n")
+    for name, own in cells():
+        run_cell(name, own)
+
+
+if __name__ == "__main__":
+    main()
