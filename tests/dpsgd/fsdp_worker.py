@@ -3,7 +3,7 @@ float64 tiny Llama, on one process (plain ``python``) or sharded by FSDP2 under 
 
     python fsdp_worker.py OUT --modes exact,ghost,mixed,hutchinson,hutchpp --steps 3
 
-For each norm mode: the same seeded engine (sampler, probe and noise keys from one seed), σ = 1, AdamW;
+For each norm mode (and ``mixed+lora``: peft LoRA adapters): the same seeded engine (sampler, probe and noise keys from one seed), σ = 1, AdamW;
 every rank takes its share ``i ≡ rank (mod world)`` of each Poisson batch. Writes ``OUT.rank<r>.pt``: per
 mode the full trainable parameters after the steps (gathered from the shards), the released DP losses, and
 the parameters and optimizer state this rank holds (element counts: the memory FSDP2 shards).
@@ -25,6 +25,7 @@ from privlm.dpsgd import LossRelease, PrivacyEngine
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.resources.tiny import build_tiny_model
 from privlm.training.data import TaskData, encode, make_collate
+from privlm.training.top_blocks import decoder_parts
 
 TEXTS = [
     f"row {i}: " + " ".join(["one", "two", "red", "sun", "hat", "map"][j % 6] for j in range(i % 5 + 3))
@@ -40,12 +41,22 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
 
 
-def train(mode: str, steps: int, rank: int, world: int) -> dict:
+def train(variant: str, steps: int, rank: int, world: int) -> dict:
+    mode, _, lora = variant.partition("+")  # "mixed+lora": peft LoRA adapters, all else frozen
     model, tokenizer = build_tiny_model("tiny-llama", seed=0, dtype=torch.float64)
     model.model.embed_tokens.weight.requires_grad_(False)  # tied to the head: frozen (docs/scaling-out.md)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(0)  # lora_A's initial values: the same on every rank (the loop broadcasts rank 0's)
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+        with torch.no_grad():  # a non-zero B, so that A's gradients are non-zero too
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype))
     if world > 1:
         mesh = init_device_mesh("cpu", (world,))
-        for block in model.model.layers:
+        for block in decoder_parts(model).blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
     rows = encode(TaskData("lm", tuple(TEXTS), (), None), tokenizer, max_length=24)
@@ -84,7 +95,7 @@ def train(mode: str, steps: int, rank: int, world: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    parser.add_argument("--modes", default="exact,ghost,mixed,hutchinson,hutchpp")
+    parser.add_argument("--modes", default="exact,ghost,mixed,hutchinson,hutchpp,mixed+lora")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -4,6 +4,7 @@ one-process ones, each rank holds half of the parameters and of the optimizer st
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from privlm.dpsgd.sharding import check_sharding
 from privlm.errors import UserError
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
-MODES = ("exact", "ghost", "mixed", "hutchinson", "hutchpp")
+MODES = ("exact", "ghost", "mixed", "hutchinson", "hutchpp", "mixed+lora")  # +lora: peft adapters only
 
 
 def _run(out: Path, processes: int) -> list[dict]:
@@ -50,7 +51,9 @@ def test_two_sharded_processes_take_the_one_process_update(runs, mode):
     (one,), two = runs["one"], runs["two"]
     initial = dict(build_tiny_model("tiny-llama", seed=0, dtype=torch.float64)[0].named_parameters())
     single = one[mode]
-    assert all(not torch.equal(v, initial[n]) for n, v in single["params"].items())  # every trained weight moved
+    base = {n.removeprefix("base_model.model.").replace(".base_layer", ""): v for n, v in single["params"].items()}
+    assert all(n not in initial or not torch.equal(v, initial[n]) for n, v in base.items())  # trained weights moved
+    assert len(single["params"]) == (12 if "lora" in mode else 19)  # 2 blocks × (4 + 3 + 2 norms), final norm
     for rank in two:
         for name, value in single["params"].items():  # noise included: the same draw, sliced per shard
             torch.testing.assert_close(rank[mode]["params"][name], value, rtol=0, atol=1e-12)
@@ -97,3 +100,23 @@ def test_a_half_sharded_model_and_the_second_backward_are_refused(one_rank_group
     assert check_sharding(params, bookkeeping=True) is True
     with pytest.raises(UserError, match="second-backward"):
         PerSampleClipper(model, causal_lm_losses, max_grad_norm=1.0, bookkeeping=False)
+
+
+def test_the_fsdp2_example_trains_and_saves_the_gathered_weights(tmp_path):
+    """``examples/fsdp_private.py`` under torchrun (2 gloo processes): ε at the target, full-size weights."""
+    from safetensors.torch import load_file
+
+    example = Path(__file__).parents[2] / "examples" / "fsdp_private.py"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    done = subprocess.run(
+        [*launcher, str(example), "--out", str(tmp_path / "out"), "--steps", "2", "--max-train", "64"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads((tmp_path / "out" / "privacy.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 2 and 0 < summary["epsilon"] <= 3.0 + 1e-6
+    weights = load_file(str(tmp_path / "out" / "trainable.safetensors"))
+    assert weights["model.layers.0.mlp.down_proj.weight"].shape == (32, 64)  # gathered, not one rank's half
