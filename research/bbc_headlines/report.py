@@ -168,7 +168,7 @@ def markdown(result: dict) -> str:
             )
     lines += ["", "Targets:", ""] + [f"- {t}" for t in result["targets"]]
     lines += ["", "Commands (one per finished cell):", ""]
-    for name, s in result["settings"].items():
+    for s in result["settings"].values():
         lines += [f"- `{c}`" for c in s["commands"]]
     return "\n".join(lines) + "\n"
 
