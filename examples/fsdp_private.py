@@ -83,8 +83,7 @@ def main() -> None:
     for _, batch in zip(range(planned), loader):
         dp_optimizer.zero_grad()
         mine = {k: v[ctx.rank :: ctx.world].to(device) for k, v in batch.items()}  # FSDP2: this rank's share
-        if mine["input_ids"].shape[0]:
-            private.clipped_backward(mine)
+        private.clipped_backward(mine)  # on every rank, even with no rows: FSDP2 needs every rank's pass
         dp_optimizer.step()
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # FSDP2: gathered on rank 0
     weights = get_model_state_dict(model, options=options)

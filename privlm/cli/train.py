@@ -59,6 +59,12 @@ def train_command(
         help="float32, or bf16: forward and backward under bf16 autocast; weights, per-sample norms, clipped "
         "sums and noise stay in float32 (the sensitivity the accountant assumes).",
     ),
+    fsdp: bool = typer.Option(
+        False,
+        "--fsdp",
+        help="Shard the model over the torchrun ranks with FSDP2 (each decoder block and the root); the update "
+        "is the one-process update (docs/scaling-out.md). Excludes --head-only, --train-layers, --no-dp.",
+    ),
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -195,6 +201,7 @@ def train_command(
         template=None if task != "generate" or template is None else template.replace("\\n", "\n"),
         max_new_tokens=max_new_tokens,
         precision=precision,
+        fsdp=fsdp,
     )
     if task == "generate":
         spec, classes = completion_spec(data, train, None, test), None

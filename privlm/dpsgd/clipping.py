@@ -73,6 +73,15 @@ class ClipStats:
     factors: Tensor
 
 
+def _filler_row(batch: Any) -> Any:
+    """One row of ones with the structure of ``batch`` (a tensor or a mapping of them; rows on dimension 0)."""
+    if isinstance(batch, Tensor):
+        return torch.ones((1, *batch.shape[1:]), dtype=batch.dtype, device=batch.device)
+    if isinstance(batch, dict):
+        return {key: _filler_row(value) for key, value in batch.items()}
+    raise UserError(f"an FSDP2 filler pass needs a tensor or a dict of tensors as the batch, got {type(batch).__name__}")
+
+
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for half-precision parameters, else the parameter's dtype (float32 or float64)."""
     return torch.promote_types(dtype, torch.float32)
@@ -165,6 +174,12 @@ class PerSampleClipper:
     def sq_norms(self, batch: Any) -> Tensor:
         """Per-sample squared gradient norms (B,) in the clipper's mode (accumulates nothing)."""
         return self._forward_backward(batch, keep_graph=False)[2].detach()
+
+    def idle_pass(self, batch: Any) -> None:
+        """A forward and backward of one filler row shaped like ``batch``'s rows (every tensor entry 1: token
+        id 1, mask 1, label 1), its result dropped — nothing is accumulated: on a sharded model it runs the
+        collectives a real micro-batch runs, so that a rank with fewer micro-batches keeps step."""
+        self._forward_backward(_filler_row(batch), keep_graph=False)
 
     def clipped_backward(self, batch: Any) -> ClipStats:
         """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads` (and, with a loss bound L,

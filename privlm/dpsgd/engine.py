@@ -38,7 +38,8 @@ from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import Reduction, causal_lm_losses
 from privlm.dpsgd.norms import NormMode
 from privlm.dpsgd.optimizer import DPOptimizer
-from privlm.dpsgd.sampling import physical_batches, poisson_loader
+from privlm.dpsgd.sampling import physical_batches, poisson_loader, take_rows
+from privlm.dpsgd.sharding import passes_behind
 from privlm.errors import UserError
 from privlm.norm_modes import check_probes
 from privlm.norm_modes import norm_mode as norm_mode_spec
@@ -62,8 +63,16 @@ class PrivateModel(nn.Module):
 
     def clipped_backward(self, batch: Any) -> ClipStats:
         """Clip the per-sample gradients of a logical ``batch`` (split into physical micro-batches) and
-        accumulate their sum for the next ``optimizer.step()``. Returns the stats of all its samples."""
-        parts = [self.clipper.clipped_backward(b) for b in physical_batches(batch, self.max_physical_batch_size)]
+        accumulate their sum for the next ``optimizer.step()``. Returns the stats of all its samples.
+
+        On an FSDP2-sharded model every rank must call it at every step, with its share of the batch (possibly
+        empty): a rank with fewer micro-batches than another runs passes on zero rows, which add nothing."""
+        micro = list(physical_batches(batch, self.max_physical_batch_size))
+        # FSDP2 gathers inside every pass: all ranks agree on the count first, then run as many passes
+        behind = passes_behind(self.clipper.params, len(micro)) if self.clipper.sharded else 0
+        parts = [self.clipper.clipped_backward(b) for b in micro]
+        for _ in range(behind):
+            self.clipper.idle_pass(take_rows(batch, 0, 0))
         if not parts:
             empty = torch.zeros(0)
             return ClipStats(empty, empty, empty)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeGuard
 
+import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, Shard
@@ -105,6 +106,23 @@ def as_grad(param: nn.Parameter, local: Tensor) -> Tensor:
     )
 
 
+def gathered(tensor: Tensor) -> Tensor:
+    """The full tensor of a ``DTensor`` (a collective), else ``tensor``; detached."""
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+
+
+def like_param(param: Tensor, full: Tensor) -> Tensor:
+    """``full`` (the whole parameter-shaped tensor) as ``param`` holds it: its rows as a ``DTensor`` placed like
+    ``param`` when ``param`` is sharded, else ``full``."""
+    if not is_sharded(param):
+        return full
+    start, stop = local_rows(param)
+    local = full[start:stop].to(param.to_local().device, param.dtype).contiguous()
+    return DTensor.from_local(
+        local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+    )
+
+
 def noise_rows(param: nn.Parameter) -> tuple[int, int] | None:
     """The rows of ``param``'s noise this rank draws: its shard's, or None (all of them) when not sharded."""
     return local_rows(param) if is_sharded(param) else None
@@ -113,3 +131,17 @@ def noise_rows(param: nn.Parameter) -> tuple[int, int] | None:
 def _group(param: Tensor) -> dist.ProcessGroup | None:
     """The process group of a sharded parameter's (one-dimensional) mesh."""
     return param.device_mesh.get_group() if is_sharded(param) else None
+
+
+def passes_behind(params: Sequence[Tensor], passes: int) -> int:
+    """How many fewer forward/backward passes this rank ran than the most any rank of the sharded ``params``'
+    mesh ran (a collective): FSDP2 all-gathers the weights inside every pass, so every rank must run the
+    same number. The count of micro-batches is a function of the batch shares (private); it is used here
+    and never released."""
+    group = _group(params[0]) if params else None
+    if group is None:
+        return 0
+    device = params[0].to_local().device if is_sharded(params[0]) else torch.device("cpu")
+    most = torch.tensor([passes], dtype=torch.long, device=device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
+    return int(most.item()) - passes

@@ -36,6 +36,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from privlm.dpsgd.sharding import gathered, is_sharded, like_param
 from privlm.errors import UserError
 from privlm.privacy import Ledger
 
@@ -56,8 +57,9 @@ class Checkpoint:
 
 
 def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
-    """Every trainable parameter by name (a tied weight once), detached and contiguous."""
-    return {name: p.detach().contiguous() for name, p in module.named_parameters() if p.requires_grad}
+    """Every trainable parameter by name (a tied weight once), detached and contiguous; a sharded (FSDP2)
+    parameter gathered whole (a collective: every rank calls it)."""
+    return {name: gathered(p).contiguous() for name, p in module.named_parameters() if p.requires_grad}
 
 
 def load_trainable_state(module: nn.Module, weights: dict[str, torch.Tensor]) -> None:
@@ -68,7 +70,10 @@ def load_trainable_state(module: nn.Module, weights: dict[str, torch.Tensor]) ->
         raise UserError(f"checkpoint does not match the model's trainable parameters (e.g. {missing})")
     with torch.no_grad():
         for name, p in params.items():
-            p.copy_(weights[name])
+            if is_sharded(p):  # this rank's rows of the whole saved weight
+                p.to_local().copy_(like_param(p, weights[name]).to_local())
+            else:
+                p.copy_(weights[name])
 
 
 FINISHED = "FINISHED"
@@ -97,19 +102,20 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 def save_checkpoint(
     run_dir: Path,
     step: int,
-    module: nn.Module,
+    weights: dict[str, torch.Tensor],
     optimizer_state: dict[str, Any],
     rng: dict[str, Any],
     ledger: Ledger,
     meta: dict[str, Any],
 ) -> Path:
-    """Write ``RUN_DIR/checkpoint-<step>`` atomically and remove older checkpoints; returns its path."""
+    """Write ``RUN_DIR/checkpoint-<step>`` (``weights``: :func:`trainable_state`) atomically and remove older
+    checkpoints; returns its path."""
     target = run_dir / f"{PREFIX}{step:08d}"
     if target.exists():
         raise UserError(f"{target} already exists; a run never writes the same step twice")
     tmp = Path(tempfile.mkdtemp(prefix=f".{PREFIX}", dir=run_dir))
     try:
-        save_file(trainable_state(module), str(tmp / "trainable.safetensors"))
+        save_file(weights, str(tmp / "trainable.safetensors"))
         torch.save({"optimizer": optimizer_state, "rng": rng}, tmp / "state.pt")
         ledger.save(tmp / "privacy.json")
         (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=2, sort_keys=True) + "\n")

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from privlm.dpsgd.sharding import gathered
+
 DATA_TAG = b"privlm-rows-v1\0"
 MODEL_TAG = b"privlm-model-v1\0"
 # Keys of a model configuration that name where it was loaded from, not what it is.
@@ -120,7 +122,7 @@ def _feed_array(out: list[bytes], tag: bytes, dtype: str, shape: tuple[int, ...]
 
 def _flat_bytes(tensor: torch.Tensor) -> memoryview:
     """The tensor's bytes, flattened, without a copy beyond the move to contiguous CPU memory."""
-    flat = tensor.detach().reshape(-1).contiguous().cpu()
+    flat = gathered(tensor).reshape(-1).contiguous().cpu()  # a sharded (FSDP2) tensor whole: a collective
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
 

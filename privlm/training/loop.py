@@ -62,6 +62,7 @@ from privlm.errors import UserError
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
 from privlm.randomness import RunStreams
 from privlm.training import checkpoint as ckpt
+from privlm.training import fsdp
 from privlm.training.distributed import (
     DistContext,
     all_reduce_clipped_sums,
@@ -114,6 +115,7 @@ class TrainConfig(DPSGDSettings):
     template: str | None = None
     max_new_tokens: int = 32
     precision: str = "float32"
+    fsdp: bool = False
 
     OPTION_NAMES: ClassVar[dict[str, str]] = {
         "epsilon": "--epsilon",
@@ -147,6 +149,11 @@ class TrainConfig(DPSGDSettings):
             raise UserError(
                 "--head-only trains the label-word rows of a classify task: it excludes --lora, --train-layers "
                 "and --task lm/generate"
+            )
+        if self.fsdp and (self.head_only or self.train_layers is not None or not self.private or not self.bookkeeping):
+            raise UserError(
+                "--fsdp shards the whole model for DP-SGD with book-keeping: it excludes --head-only, --train-layers "
+                "(cached, one process), --no-dp and --second-backward"
             )
         if self.train_layers is not None:
             if self.train_layers < 1:
@@ -241,6 +248,8 @@ def prepare(
     streams = shared_streams(config.seed, ctx)
     check_same_on_all_ranks((len(rows), config.resume_key()), "dataset size or settings", ctx)
     broadcast_parameters(module, ctx)
+    if config.fsdp:
+        fsdp.shard_model(module, ctx)  # after the broadcast: every rank shards rank 0's weights
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise UserError("the model has no trainable parameters")
@@ -352,9 +361,19 @@ def _rng_state(run: Run) -> dict[str, Any]:
     return {"streams": run.streams.state()}
 
 
+def _optimizer_state(run: Run) -> dict[str, Any]:
+    """The optimizer's state to checkpoint (gathered whole under ``--fsdp``: a collective)."""
+    if run.config.fsdp:  # always private (TrainConfig): the DP optimizer wraps the torch one
+        return fsdp.gathered_optimizer_state(run.optimizer.optimizer)
+    return run.optimizer.state_dict()
+
+
 def _restore(run: Run, state: ckpt.Checkpoint) -> None:
     ckpt.load_trainable_state(run.module, state.weights)
-    run.optimizer.load_state_dict(state.optimizer)
+    if run.config.fsdp:
+        fsdp.load_optimizer_state(run.optimizer.optimizer, state.optimizer)
+    else:
+        run.optimizer.load_state_dict(state.optimizer)
     run.streams = RunStreams.from_state(state.rng["streams"])
     if run.private_model is not None:
         run.private_model.clipper.randomness = run.streams.probes
@@ -551,13 +570,14 @@ def train_loop(
                     append_metrics(run_dir, record)
         if checkpoint_step:
             rng = _rng_state(run)
+            weights, optimizer_state = ckpt.trainable_state(run.module), _optimizer_state(run)  # all ranks: gathers
             if ctx.is_main:
                 held = ledger.prefix(step) if run.event is not None else ledger
                 ckpt.save_checkpoint(
                     run_dir,
                     step,
-                    run.module,
-                    run.optimizer.state_dict(),
+                    weights,
+                    optimizer_state,
                     rng,
                     held,
                     {**_meta(run), "fingerprints": prints},

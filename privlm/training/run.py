@@ -32,7 +32,7 @@ from privlm.progress import SILENT, Progress
 from privlm.resources.completions import BUILTIN as COMPLETION_BUILTINS
 from privlm.resources.datasets import DataSpec
 from privlm.resources.models import load_model
-from privlm.training import prefix_cache, top_blocks
+from privlm.training import fsdp, prefix_cache, top_blocks
 from privlm.training.checkpoint import replace_folder, retire_checkpoints
 from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
 from privlm.training.distributed import barrier, init_from_env
@@ -78,11 +78,18 @@ def with_lora(model: PreTrainedModel, rank: int, seed: int | None, blocks: int |
         return get_peft_model(model, config)
 
 
-def save_model(module: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, run_dir: Path, lora: bool) -> Path:
-    """Write ``RUN_DIR/adapter`` (LoRA, safetensors) or ``RUN_DIR/model`` (+ tokenizer) atomically."""
+def save_model(
+    module: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    run_dir: Path,
+    lora: bool,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write ``RUN_DIR/adapter`` (LoRA, safetensors) or ``RUN_DIR/model`` (+ tokenizer) atomically;
+    ``state_dict``: the weights to write (the gathered ones of a sharded model), else the module's own."""
     target = run_dir / ("adapter" if lora else "model")
     tmp = run_dir / f".{target.name}.tmp"
-    module.save_pretrained(tmp, safe_serialization=True)
+    module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     replace_folder(tmp, target)
     return target
@@ -282,7 +289,7 @@ DECODING = "decoding the test prompts (greedy)"
 
 
 def evaluate_session(
-    session: Session, run_dir: Path, max_test: int | None, progress: Progress = SILENT
+    session: Session, run_dir: Path, max_test: int | None, progress: Progress = SILENT, write: bool = True
 ) -> dict[str, Any]:
     """Test metrics of the trained model; for ``classify`` also ``RUN_DIR/predictions.jsonl`` (one line per
     test example: index, gold, predicted, per-class scores — K-way log-probabilities for a head-only run,
@@ -303,7 +310,8 @@ def evaluate_session(
             on_batch=task.advance,
         )
         task.done()
-        write_predictions(run_dir / PREDICTIONS_FILE, records)
+        if write:
+            write_predictions(run_dir / PREDICTIONS_FILE, records)
         return metrics
     if config.task != "classify":
         return test_metrics(session.module, session.tokenizer, data, config.max_length, max_examples=max_test)
@@ -312,7 +320,8 @@ def evaluate_session(
     else:
         scores = label_word_scores(session.module, session.tokenizer, data, config.max_length, max_examples=max_test)
     metrics, records = classify_report(scores, [y for _, y in data.test])
-    write_text_atomic(run_dir / "predictions.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    if write:
+        write_text_atomic(run_dir / "predictions.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     return metrics
 
 
@@ -367,13 +376,20 @@ def fine_tune(
             )
     if session.features is not None:  # seconds spent computing the frozen features (None: read from the cache)
         summary["cache_build_s"] = None if session.features.build_s is None else round(session.features.build_s, 1)
+    # --fsdp: the weights are gathered on every rank (a collective), and every rank runs the same evaluation
+    # (the sharded forward needs all of them); rank 0 writes
+    full = fsdp.full_state_dict(session.module) if config.fsdp else None
     if run.ctx.is_main:
         if config.head_only:
             summary["saved"] = str(save_head(session.module, session.data, session.model_name, run_dir))
         else:
-            summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0))
+            summary["saved"] = str(save_model(session.module, session.tokenizer, run_dir, config.lora > 0, full))
         retire_checkpoints(run_dir)  # they hold the noise and sampling RNG states: never beside the release
-        summary["test"] = evaluate_session(session, run_dir, max_test, progress)
+    barrier(run.ctx)
+    if config.fsdp or run.ctx.is_main:
+        test = evaluate_session(session, run_dir, max_test, progress, write=run.ctx.is_main)
+    if run.ctx.is_main:
+        summary["test"] = test
         if session.cache_dir is not None and session.cache_dir.resolve().parent == run_dir.resolve():
             shutil.rmtree(session.cache_dir, ignore_errors=True)
         append_metrics(run_dir, {"step": result.steps, "test": summary["test"]})

@@ -78,8 +78,7 @@ def train(variant: str, steps: int, rank: int, world: int) -> dict:
             break
         dp_optimizer.zero_grad()
         mine = {k: v[rank::world] for k, v in batch.items()}
-        if mine["input_ids"].shape[0]:
-            private.clipped_backward(mine)
+        private.clipped_backward(mine)  # on every rank, even with no rows: FSDP2 needs every rank's pass
         dp_optimizer.step()
         released.append(dp_optimizer.released_loss)
     state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim()]

@@ -28,10 +28,14 @@ def test_round_trip_and_only_the_latest_checkpoint_is_kept(tmp_path):
     gen = torch.Generator().manual_seed(5)
     ledger = Ledger()
     ledger.record(EVENT, 3, "steps 1-3")
-    ckpt.save_checkpoint(tmp_path, 3, model, optimizer.state_dict(), {"noise": gen.get_state()}, ledger, {"a": 1})
+    ckpt.save_checkpoint(
+        tmp_path, 3, ckpt.trainable_state(model), optimizer.state_dict(), {"noise": gen.get_state()}, ledger, {"a": 1}
+    )
     ledger.record(EVENT, 3, "steps 4-6")
     torch.rand(4, generator=gen)
-    ckpt.save_checkpoint(tmp_path, 6, model, optimizer.state_dict(), {"noise": gen.get_state()}, ledger, {"a": 1})
+    ckpt.save_checkpoint(
+        tmp_path, 6, ckpt.trainable_state(model), optimizer.state_dict(), {"noise": gen.get_state()}, ledger, {"a": 1}
+    )
     expected = torch.rand(4, generator=gen)  # what the generator draws after the checkpoint
     assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["checkpoint-00000006"]
     state = ckpt.load_checkpoint(tmp_path / "checkpoint-00000006")
@@ -54,7 +58,7 @@ def test_round_trip_and_only_the_latest_checkpoint_is_kept(tmp_path):
 def test_a_failed_write_leaves_no_checkpoint_and_no_temporary(tmp_path):
     model = _model()
     with pytest.raises((pickle.PicklingError, AttributeError)):  # a lambda cannot be pickled
-        ckpt.save_checkpoint(tmp_path, 2, model, {}, {"bad": lambda: None}, Ledger(), {})
+        ckpt.save_checkpoint(tmp_path, 2, ckpt.trainable_state(model), {}, {"bad": lambda: None}, Ledger(), {})
     assert ckpt.checkpoints(tmp_path) == [] and list(tmp_path.iterdir()) == []
 
 

@@ -154,9 +154,9 @@ def test_a_checkpoint_ledger_never_covers_steps_beyond_its_weights(tmp_path, mon
     seen = []
     save = ckpt.save_checkpoint
 
-    def record_ledger(run_dir, step, module, optimizer_state, rng, ledger, meta):
+    def record_ledger(run_dir, step, weights, optimizer_state, rng, ledger, meta):
         seen.append((step, sum(e.count for e in ledger)))
-        return save(run_dir, step, module, optimizer_state, rng, ledger, meta)
+        return save(run_dir, step, weights, optimizer_state, rng, ledger, meta)
 
     monkeypatch.setattr(ckpt, "save_checkpoint", record_ledger)
     run = _run(config=TrainConfig(**{**CONFIG.__dict__, "checkpoint_every": 1}))
