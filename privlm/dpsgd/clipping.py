@@ -79,7 +79,9 @@ def _filler_row(batch: Any) -> Any:
         return torch.ones((1, *batch.shape[1:]), dtype=batch.dtype, device=batch.device)
     if isinstance(batch, dict):
         return {key: _filler_row(value) for key, value in batch.items()}
-    raise UserError(f"an FSDP2 filler pass needs a tensor or a dict of tensors as the batch, got {type(batch).__name__}")
+    raise UserError(
+        f"an FSDP2 filler pass needs a tensor or a dict of tensors as the batch, got {type(batch).__name__}"
+    )
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
