@@ -7,7 +7,7 @@ JSON), run in its own folder ``runs/bbc_news_v2/<cell>/`` (git-ignored; checkpoi
 driver and starting it again continues the unfinished cell from its last checkpoint and skips finished
 ones. The frozen model's features are computed once per (data set, T) into a private cache folder
 ``runs/bbc_news_v2/cache-<data>-T<T>/`` shared by that data set's cells (bound to the data and model by
-fingerprints; never under results/). Results: ``<results>/cells/<cell>.json`` (the ``--json`` summary plus
+fingerprints; never under research/). Results: ``<results>/cells/<cell>.json`` (the ``--json`` summary plus
 command, wall time and the process's peak resident memory) and ``<results>/predictions/<cell>.jsonl``.
 
 Stages: (1) the recipe (lr, epochs, B) chosen once on ``tweets`` (not a reported data set): a grid at
@@ -31,8 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "runs" / "bbc_news_v2"
-BBC = ROOT / "results" / "bbc_news_v2"
-RT = ROOT / "results" / "rotten_tomatoes_dpft"
+BBC = ROOT / "research" / "dp_finetune_bbc"
+RT = ROOT / "research" / "dp_finetune_rotten_tomatoes"
 PRIVLM = str(ROOT / ".venv" / "bin" / "privlm")
 GRID = [(lr, epochs, batch) for batch in (128, 512) for epochs in (10, 40) for lr in (3e-3, 1e-2, 3e-2)]
 SEEDS = (0, 1, 2)

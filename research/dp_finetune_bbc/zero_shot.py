@@ -19,9 +19,9 @@ from privlm.training.run import evaluate_session, set_up
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = (
-    ("bbc-news", 256, ROOT / "results" / "bbc_news_v2", "bbc-T256"),
-    ("bbc-news", 1024, ROOT / "results" / "bbc_news_v2", "bbc-T1024"),
-    ("rotten-tomatoes", 256, ROOT / "results" / "rotten_tomatoes_dpft", "rt"),
+    ("bbc-news", 256, ROOT / "research" / "dp_finetune_bbc", "bbc-T256"),
+    ("bbc-news", 1024, ROOT / "research" / "dp_finetune_bbc", "bbc-T1024"),
+    ("rotten-tomatoes", 256, ROOT / "research" / "dp_finetune_rotten_tomatoes", "rt"),
 )
 
 for data, max_length, results, setting in SETTINGS:
