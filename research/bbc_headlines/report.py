@@ -26,6 +26,7 @@ from privlm.evaluation.generation_metrics import rouge_f1_per_row
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("rouge1", "rouge2", "rougeL")
+CLASSIFY = "cls-"  # BBC News classification cells (the same top-N recipe): accuracy, not ROUGE
 PAIRS = (  # (a, b): a − b, paired per seed
     ("eps3-hutchinson32", "eps3-mixed", "randomized − exact clipping, ε = 3 (target: within 1 point)"),
     ("eps0.7-hutchpp32", "eps0.7-hutchinson32", "Hutch++ − Hutchinson, ε = 0.7"),
@@ -45,6 +46,8 @@ def load_cells(folder: Path = HERE) -> dict[str, dict[int, tuple[dict, dict[str,
     """setting → seed → (the cell's summary, per-article ROUGE F1 by kind)."""
     out: dict[str, dict[int, tuple[dict, dict[str, np.ndarray]]]] = defaultdict(dict)
     for path in sorted((folder / "cells").glob("*.json")):
+        if path.stem.startswith(CLASSIFY):
+            continue
         match = re.fullmatch(r"(.+)-s(\d+)", path.stem)
         if match is None:
             raise SystemExit(f"{path}: a cell name ends with -s<seed>")
@@ -95,6 +98,7 @@ def build(folder: Path = HERE) -> dict:
             diff_b = np.mean([cells[b][s][1]["rougeL"] for s in common], axis=0)
             pairs.append({"a": a, "b": b, "what": what, "seeds": common, **_difference(diff_a, diff_b)})
     return {
+        "classification": _classification(folder),
         "references": {name: {kind: float(100 * fixed[name][kind].mean()) for kind in KINDS} for name in fixed},
         "zero_shot_prompt": references["zero_shot_prompt_chosen"],
         "n_test": len(fixed["lead"]["rougeL"]),
@@ -102,6 +106,21 @@ def build(folder: Path = HERE) -> dict:
         "pairs": pairs,
         "targets": _targets(settings, pairs),
     }
+
+
+def _classification(folder: Path) -> dict:
+    """The ``cls-`` cells: test accuracy each, and randomized − exact (same seed) with a paired interval."""
+    cells = {}
+    for path in sorted((folder / "cells").glob(f"{CLASSIFY}*.json")):
+        rows = _predictions(folder / "predictions" / f"{path.stem}.jsonl")
+        summary = json.loads(path.read_text())
+        correct = np.array([r["gold"] == r["predicted"] for r in rows], dtype=float)
+        cells[path.stem] = {"accuracy": float(100 * correct.mean()), "epsilon": summary["epsilon"], "correct": correct}
+    out: dict = {name: {k: v for k, v in c.items() if k != "correct"} for name, c in cells.items()}
+    a, b = cells.get("cls-eps3-hutchinson32-s0"), cells.get("cls-eps3-mixed-s0")
+    if a is not None and b is not None:
+        out["hutchinson_minus_mixed"] = _difference(a["correct"], b["correct"])
+    return out
 
 
 def _targets(settings: dict, pairs: list[dict]) -> list[str]:
@@ -165,6 +184,16 @@ def markdown(result: dict) -> str:
         for p in result["pairs"]:
             lines.append(
                 f"| {p['what']} | {len(p['seeds'])} | {p['points']:+.2f} | [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] |"
+            )
+    cls = result["classification"]
+    if cls:
+        lines += ["", "BBC News classification, the same top-2-block LoRA recipe (test accuracy, %):", ""]
+        lines += [f"- {name}: {c['accuracy']:.1f} (ε {c['epsilon']:.2f})" for name, c in cls.items() if "accuracy" in c]
+        if "hutchinson_minus_mixed" in cls:
+            d = cls["hutchinson_minus_mixed"]
+            lines.append(
+                f"- randomized − exact: {d['points']:+.1f} points, 95 % [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}] "
+                "(the paper: within 0.7)"
             )
     lines += ["", "Targets:", ""] + [f"- {t}" for t in result["targets"]]
     lines += ["", "Commands (one per finished cell):", ""]

@@ -16,7 +16,9 @@ LoRA r = 8 adapters over the cached prefix, B = 64 expected (Poisson), 2 epochs,
 ≤ 24 new tokens. No recipe grid was run: one cell costs about half an hour on this 2-core machine.
 
 Order: the non-private cell with the recipe; ε = 3 ``mixed`` (exact) and ``hutchinson`` k = 32, seed 0; the
-same, seeds 1 and 2; ε = 0.7 ``hutchinson`` vs ``hutchpp`` (32 probes), seed 0.
+same, seeds 1 and 2; ε = 0.7 ``hutchinson`` vs ``hutchpp`` (32 probes), seed 0; then the same top-2-block
+LoRA recipe on BBC News *classification* (``--data bbc-news --no-head-only``, the label-word objective, the
+articles of the same split), ε = 3 ``mixed`` vs ``hutchinson``, seed 0 (``cls-`` cells, their own cache).
 """
 
 from __future__ import annotations
@@ -47,12 +49,17 @@ RECIPE = {
 THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 
 
-def recipe_args(recipe: dict) -> list[str]:
-    """The ``privlm train`` options of the fixed recipe (the prompt template from references.json)."""
-    template = json.loads((HERE / "references.json").read_text())["template"]
+def recipe_args(recipe: dict, task: str) -> list[str]:
+    """The ``privlm train`` options of the fixed recipe for ``task`` (generate: the prompt template from
+    references.json; classify: BBC News's own label-word prompt)."""
+    if task == "generate":
+        template = json.loads((HERE / "references.json").read_text())["template"]
+        data = ["--data", "bbc-headlines", "--task", "generate", "--template", template.replace("\n", "\\n")]
+        data += ["--max-new-tokens", str(recipe["max_new_tokens"])]
+    else:
+        data = ["--data", "bbc-news", "--task", "classify", "--no-head-only"]
     return [
-        "--template",
-        template.replace("\n", "\\n"),
+        *data,
         "--max-length",
         str(recipe["max_length"]),
         "--train-layers",
@@ -67,10 +74,8 @@ def recipe_args(recipe: dict) -> list[str]:
         str(recipe["lr"]),
         "--clip",
         str(recipe["clip"]),
-        "--max-new-tokens",
-        str(recipe["max_new_tokens"]),
         "--cache-dir",
-        str(RUNS / f"cache-T{recipe['max_length']}"),
+        str(RUNS / (f"cache-T{recipe['max_length']}" if task == "generate" else f"cache-cls-T{recipe['max_length']}")),
     ]
 
 
@@ -104,6 +109,10 @@ def cells() -> list[tuple[str, list[str]]]:
                 ],
             )
         )
+    out += [
+        ("cls-eps3-mixed-s0", [*private3, "--norm-mode", "mixed", "--seed", "0"]),
+        ("cls-eps3-hutchinson32-s0", [*private3, "--norm-mode", "hutchinson", "--probes", "32", "--seed", "0"]),
+    ]
     return out
 
 
@@ -118,11 +127,7 @@ def run_cell(name: str, own: list[str]) -> dict | None:
         "train",
         "--model",
         "smollm2-135m",
-        "--data",
-        "bbc-headlines",
-        "--task",
-        "generate",
-        *recipe_args(RECIPE),
+        *recipe_args(RECIPE, "classify" if name.startswith("cls-") else "generate"),
         *own,
         "--checkpoint-every",
         "5",
@@ -154,7 +159,9 @@ def run_cell(name: str, own: list[str]) -> dict | None:
     shutil.copyfile(out / "predictions.jsonl", HERE / "predictions" / f"{name}.jsonl")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    print(f"{name}: test ROUGE-L {summary['test']['rougeL']:.4f} ({summary['cell_wall_s']} s)", flush=True)
+    test = summary["test"]
+    metric = "rougeL" if "rougeL" in test else "accuracy"
+    print(f"{name}: test {metric} {test[metric]:.4f} ({summary['cell_wall_s']} s)", flush=True)
     return summary
 
 
