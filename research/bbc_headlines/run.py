@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import cell_runner  # noqa: E402  (research/cell_runner.py: research/ is not a package)
+
+ROOT = cell_runner.ROOT
 RUNS = ROOT / "runs" / "bbc_headlines"
-PRIVLM = str(ROOT / ".venv" / "bin" / "privlm")
+PRIVLM = cell_runner.PRIVLM
 RECIPE = {
     "max_length": 1024,
     "train_layers": 2,
@@ -117,10 +117,7 @@ def cells() -> list[tuple[str, list[str]]]:
 
 
 def run_cell(name: str, own: list[str]) -> dict | None:
-    """Run one cell unless its JSON exists; returns its summary (None if the command failed)."""
-    target = HERE / "cells" / f"{name}.json"
-    if target.exists():
-        return json.loads(target.read_text())
+    """Run one cell unless its JSON exists (``research/cell_runner.py``); returns its summary."""
     out = RUNS / name
     command = [
         PRIVLM,
@@ -136,33 +133,7 @@ def run_cell(name: str, own: list[str]) -> dict | None:
         "--resume",
         "--json",
     ]
-    shown = " ".join(f"'{c}'" if " " in c or "|" in c else c for c in command)
-    shown = shown.replace(PRIVLM, "privlm").replace(str(ROOT) + "/", "")
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=sys.stderr, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": THREADS}
-    )
-    stdout = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        print(f"{name}: failed (status {status})", flush=True)
-        return None
-    summary = json.loads(stdout)
-    summary.update(
-        cell=name,
-        command=shown,
-        cell_wall_s=round(time.perf_counter() - start, 1),
-        peak_rss_mb=round(usage.ru_maxrss / 1024, 1),
-    )
-    (HERE / "predictions").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(out / "predictions.jsonl", HERE / "predictions" / f"{name}.jsonl")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    test = summary["test"]
-    metric = "rougeL" if "rougeL" in test else "accuracy"
-    print(f"{name}: test {metric} {test[metric]:.4f} ({summary['cell_wall_s']} s)", flush=True)
-    return summary
+    return cell_runner.run_cell(HERE, name, out, command, THREADS)
 
 
 def main() -> None:

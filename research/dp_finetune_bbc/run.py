@@ -22,30 +22,25 @@ Stages: (1) the recipe (lr, epochs, B) chosen once on ``tweets`` (not a reported
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cell_runner  # noqa: E402  (research/cell_runner.py: research/ is not a package)
+
+ROOT = cell_runner.ROOT
 RUNS = ROOT / "runs" / "bbc_news_v2"
 BBC = ROOT / "research" / "dp_finetune_bbc"
 RT = ROOT / "research" / "dp_finetune_rotten_tomatoes"
-PRIVLM = str(ROOT / ".venv" / "bin" / "privlm")
+PRIVLM = cell_runner.PRIVLM
 GRID = [(lr, epochs, batch) for batch in (128, 512) for epochs in (10, 40) for lr in (3e-3, 1e-2, 3e-2)]
 SEEDS = (0, 1, 2)
 
 
 def run_cell(results: Path, name: str, data: str, max_length: int, args: list[str]) -> dict | None:
-    """Run one cell unless its JSON exists; returns its summary (None if the command failed)."""
-    target = results / "cells" / f"{name}.json"
-    if target.exists():
-        return json.loads(target.read_text())
+    """Run one cell unless its JSON exists (``research/cell_runner.py``); returns its summary."""
     out = RUNS / name
-    if (out / "FINISHED").exists():  # finished but its summary was lost: rerun the (seeded) cell from scratch
-        shutil.rmtree(out)
     command = [
         PRIVLM,
         "train",
@@ -67,30 +62,7 @@ def run_cell(results: Path, name: str, data: str, max_length: int, args: list[st
         "--resume",
         "--json",
     ]
-    shown = " ".join(c if c != PRIVLM else "privlm" for c in command).replace(str(ROOT) + "/", "")
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=sys.stderr, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
-    stdout = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        print(f"{name}: failed (status {status})", flush=True)
-        return None
-    summary = json.loads(stdout)
-    summary.update(
-        cell=name,
-        command=shown,
-        cell_wall_s=round(time.perf_counter() - start, 1),
-        peak_rss_mb=round(usage.ru_maxrss / 1024, 1),
-    )
-    (results / "predictions").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(out / "predictions.jsonl", results / "predictions" / f"{name}.jsonl")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    print(f"{name}: test accuracy {summary['test']['accuracy']:.4f} ({summary['cell_wall_s']} s)", flush=True)
-    return summary
+    return cell_runner.run_cell(results, name, out, command)
 
 
 def recipe() -> dict:
