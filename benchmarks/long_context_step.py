@@ -266,6 +266,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     norm_mode = MODES[spec["mode"]]
+    # --precision bf16: float32 weights, forward and backward under bf16 autocast (privlm train --precision bf16)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.get("precision") == "bf16")
     extra: dict[str, Any] = {}
     seen: set[nn.Parameter] = set()
 
@@ -273,7 +275,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
-            per_sample_losses(module, batch).sum().backward()
+            with autocast:
+                per_sample_losses(module, batch).sum().backward()
             optimizer.step()
 
     else:
@@ -296,7 +299,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
         def step() -> None:
             dp_optimizer.zero_grad()
-            private.clipped_backward(batch)
+            with autocast:
+                private.clipped_backward(batch)
             dp_optimizer.step()
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
@@ -481,6 +485,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument(
+        "--precision",
+        default="float32",
+        choices=("float32", "bf16"),
+        help="bf16: float32 weights, forward/backward under bf16 autocast (privlm train --precision bf16)",
+    )
     parser.add_argument("--seq-lens", type=_ints, default=[1024, 2048, 4096], help="comma-separated T")
     parser.add_argument("--shapes", type=_names(list(SHAPES)), default=["smollm2-135m", "llama-3.2-1b"])
     parser.add_argument("--modes", type=_names(list(MODES)), default=list(MODES), help="nonprivate is always added")
@@ -549,6 +559,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = {
         "device": args.device,
         "dtype": args.dtype,
+        "precision": args.precision,
         "batch": args.batch,
         "blocks": args.blocks,
         "probes": args.probes,
