@@ -9,7 +9,8 @@ every rank, whatever the number of ranks). The book-keeping clipped sum of a ran
 (Σ over its examples of c_i g_i, as one process forms it). At the step, :func:`reduce_to_shards` sums those
 over the ranks and keeps this rank's rows; the optimizer adds the noise of those rows only
 (:meth:`privlm.randomness.SecureRandom.gradient_noise`: the slice of the one-process draw) and sets a sharded
-``.grad``. The update is therefore the one-process update, with the one-process noise, on any number of
+``.grad``. Every rank runs as many forward/backward passes as the rank with the most micro-batches
+(:func:`passes_behind`; FSDP2 gathers inside each pass), the extra ones on a filler row whose result is dropped. The update is therefore the one-process update, with the one-process noise, on any number of
 ranks (``tests/dpsgd/test_sharding.py``: 2 gloo processes against 1, all five norm modes).
 
 Assumptions and limits (said again in ``docs/scaling-out.md``): every trainable parameter is sharded by the
@@ -96,9 +97,9 @@ def reduce_to_shards(
     return out, loss_sum
 
 
-def as_grad(param: nn.Parameter, local: Tensor) -> Tensor:
-    """``local`` (this rank's rows) as ``param``'s gradient: a ``DTensor`` placed like ``param`` for a sharded
-    parameter, ``local`` itself otherwise."""
+def as_grad(param: Tensor, local: Tensor) -> Tensor:
+    """``local`` (this rank's rows) placed like ``param`` — its gradient, or any parameter-shaped state: a
+    ``DTensor`` for a sharded parameter, ``local`` itself otherwise."""
     if not is_sharded(param):
         return local
     return DTensor.from_local(
@@ -117,10 +118,7 @@ def like_param(param: Tensor, full: Tensor) -> Tensor:
     if not is_sharded(param):
         return full
     start, stop = local_rows(param)
-    local = full[start:stop].to(param.to_local().device, param.dtype).contiguous()
-    return DTensor.from_local(
-        local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
-    )
+    return as_grad(param, full[start:stop].to(param.to_local().device, param.dtype).contiguous())
 
 
 def noise_rows(param: nn.Parameter) -> tuple[int, int] | None:
@@ -134,10 +132,11 @@ def _group(param: Tensor) -> dist.ProcessGroup | None:
 
 
 def passes_behind(params: Sequence[Tensor], passes: int) -> int:
-    """How many fewer forward/backward passes this rank ran than the most any rank of the sharded ``params``'
-    mesh ran (a collective): FSDP2 all-gathers the weights inside every pass, so every rank must run the
-    same number. The count of micro-batches is a function of the batch shares (private); it is used here
-    and never released."""
+    """How many fewer forward/backward passes this rank's ``passes`` are than the most of any rank of the
+    sharded ``params``' mesh (a collective, before the passes run): FSDP2 all-gathers the weights inside every
+    pass, so every rank must run the same number, the short ones on filler rows. The counts of micro-batches
+    are functions of the batch shares (private statistics): exchanged between the trusted ranks, never
+    released."""
     group = _group(params[0]) if params else None
     if group is None:
         return 0
