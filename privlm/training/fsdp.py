@@ -35,6 +35,11 @@ def shard_model(module: nn.Module, ctx: DistContext) -> None:
         raise UserError(
             "--fsdp cannot train a tied embedding (input embedding = output layer): freeze it (--lora R) or untie it"
         )
+    if not ctx.enabled:
+        raise UserError(
+            "--fsdp shards the model over torchrun's ranks: launch it as "
+            "torchrun --nproc-per-node N $(which privlm) train --fsdp ... (N >= 2)"
+        )
     device = "cuda" if next(module.parameters()).is_cuda else "cpu"
     mesh = init_device_mesh(device, (ctx.world,))
     for block in parts.blocks:

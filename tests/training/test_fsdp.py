@@ -73,3 +73,20 @@ def test_what_fsdp_excludes_exits_2_with_the_reason(tmp_path, extra, reason):
     )  # fmt: skip
     assert done.returncode == 2 and reason in done.stderr.replace("\n", " ")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        (["--lora", "4"], "launch it as torchrun"),  # one process: nothing to shard over
+        (["--task", "lm"], "cannot train a tied embedding"),  # full fine-tuning of the tied tiny Llama
+    ],
+)
+def test_fsdp_without_torchrun_or_with_a_trained_tied_embedding_exits_2(tmp_path, extra, reason):
+    done = subprocess.run(
+        [str(PRIVLM), "train", "--model", "tiny-llama", "--data", "rotten-tomatoes", "--no-head-only", "--fsdp",
+         "--epsilon", "3", "--max-train", "16", *extra, "--out", str(tmp_path / "o")],
+        env=ENV, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert reason in done.stderr.replace("\n", " ")
