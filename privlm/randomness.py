@@ -175,17 +175,21 @@ class SecureRandom:
         shape = torch.Size(shape)
         if len(address) != 2:
             raise ValueError(f"a gradient-noise address is (step, parameter), got {tuple(address)}")
-        first, last = (0, shape[0] if shape else 1) if rows is None else rows
-        width = shape[1:].numel()
-        if not 0 <= first <= last <= (shape[0] if shape else 1):
-            raise ValueError(f"rows {rows} are not within the {shape[0] if shape else 1} rows of {tuple(shape)}")
-        n, start, stop = shape.numel(), first * width, last * width
+        total = shape[0] if shape else 1  # a scalar is one row of one element
+        first, last = (0, total) if rows is None else rows
+        if not 0 <= first <= last <= total:
+            raise ValueError(f"rows {rows} are not within the {total} rows of {tuple(shape)}")
+        width, n = shape[1:].numel(), shape.numel()
+        start, stop = first * width, last * width
         parts = []
         for block in range(start // NOISE_BLOCK, -(-stop // NOISE_BLOCK)):
             lo = block * NOISE_BLOCK
             drawn = self.normal((min(NOISE_BLOCK, n - lo),), (*address, block), std=std, dtype=dtype, device=device)
             parts.append(drawn[max(start, lo) - lo : min(stop, lo + NOISE_BLOCK) - lo])
-        flat = torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=device)
+        if len(parts) == 1:  # one block (every parameter up to NOISE_BLOCK elements): no copy
+            flat = parts[0]
+        else:
+            flat = torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=device)
         return flat.reshape((last - first, *shape[1:]) if shape else ())
 
 

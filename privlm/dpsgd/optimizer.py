@@ -16,8 +16,9 @@ trainable parameter j is :meth:`~privlm.randomness.SecureRandom.gradient_noise` 
 2²⁰ elements, block b the draw at (t, j, b), so a parameter up to that size is the draw at (t, j) itself —
 and the loss noise the draw at (t, J) with J the number of trainable parameters; float64 Box–Muller from
 53-bit uniforms, scaled by σC and cast to the gradient's dtype. On an FSDP2-sharded model each rank draws
-only its shard's rows of that noise (:mod:`privlm.dpsgd.sharding`). Draws are addressed, not sequential, so a resumed run or every rank of a distributed one draws
-exactly the same noise for a step, and no other draw can shift it.
+only its shard's rows of that noise (:mod:`privlm.dpsgd.sharding`). Draws are addressed, not sequential,
+so a resumed run or every rank of a distributed one draws exactly the same noise for a step, and no other
+draw can shift it.
 """
 
 from __future__ import annotations
@@ -102,8 +103,7 @@ class DPOptimizer:
         std = self.noise_multiplier * self.clipper.max_grad_norm
         sums, loss_sum = self.clipper.pop_summed_grads(), self.clipper.pop_summed_loss()
         if self.clipper.sharded:  # FSDP2: sum over ranks, keep this rank's rows (privlm.dpsgd.sharding)
-            sums, reduced = reduce_to_shards(sums, loss_sum)
-            loss_sum = loss_sum if reduced is None else reduced
+            sums, loss_sum = reduce_to_shards(sums, loss_sum)
         with torch.profiler.record_function("privlm.noise"):
             self._add_noise(sums, std)
             self.released_loss = self._release_loss(loss_sum)

@@ -75,9 +75,7 @@ def local_rows(param: DTensor) -> tuple[int, int]:
     return start, stop
 
 
-def reduce_to_shards(
-    sums: dict[nn.Parameter, Tensor], loss_sum: Tensor | None
-) -> tuple[dict[nn.Parameter, Tensor], Tensor | None]:
+def reduce_to_shards(sums: dict[nn.Parameter, Tensor], loss_sum: Tensor) -> tuple[dict[nn.Parameter, Tensor], Tensor]:
     """Sum each sharded parameter's full-size clipped sum (and the clamped loss sum) over the ranks of its
     mesh and keep this rank's rows (a sum over ranks of exact sums: the clipped sum of the whole batch).
     Parameters that are not sharded pass through."""
@@ -90,7 +88,7 @@ def reduce_to_shards(
             group, device = _group(p), g.device
             dist.all_reduce(g, group=group)
             out[p] = g[rows[0] : rows[1]].contiguous()
-    if group is not None and loss_sum is not None:
+    if group is not None:
         reduced = loss_sum.to(device, copy=True)  # NCCL reduces device tensors only
         dist.all_reduce(reduced, group=group)
         loss_sum = reduced.cpu()
@@ -109,16 +107,19 @@ def as_grad(param: Tensor, local: Tensor) -> Tensor:
 
 def gathered(tensor: Tensor) -> Tensor:
     """The full tensor of a ``DTensor`` (a collective), else ``tensor``; detached."""
-    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+    return (tensor.full_tensor() if is_sharded(tensor) else tensor).detach()
+
+
+def local_part(param: DTensor, full: Tensor) -> Tensor:
+    """This rank's rows of ``full`` (a whole ``param``-shaped tensor), on the shard's device and dtype."""
+    start, stop = local_rows(param)
+    return full[start:stop].to(param.to_local().device, param.dtype).contiguous()
 
 
 def like_param(param: Tensor, full: Tensor) -> Tensor:
     """``full`` (the whole parameter-shaped tensor) as ``param`` holds it: its rows as a ``DTensor`` placed like
     ``param`` when ``param`` is sharded, else ``full``."""
-    if not is_sharded(param):
-        return full
-    start, stop = local_rows(param)
-    return as_grad(param, full[start:stop].to(param.to_local().device, param.dtype).contiguous())
+    return as_grad(param, local_part(param, full)) if is_sharded(param) else full
 
 
 def noise_rows(param: nn.Parameter) -> tuple[int, int] | None:
@@ -137,10 +138,9 @@ def passes_behind(params: Sequence[Tensor], passes: int) -> int:
     pass, so every rank must run the same number, the short ones on filler rows. The counts of micro-batches
     are functions of the batch shares (private statistics): exchanged between the trusted ranks, never
     released."""
-    group = _group(params[0]) if params else None
-    if group is None:
+    if not params or not is_sharded(params[0]):
         return 0
-    device = params[0].to_local().device if is_sharded(params[0]) else torch.device("cpu")
+    group, device = params[0].device_mesh.get_group(), params[0].to_local().device
     most = torch.tensor([passes], dtype=torch.long, device=device)
     dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)
     return int(most.item()) - passes

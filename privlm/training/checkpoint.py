@@ -36,7 +36,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from privlm.dpsgd.sharding import gathered, is_sharded, like_param
+from privlm.dpsgd.sharding import gathered, is_sharded, local_part
 from privlm.errors import UserError
 from privlm.privacy import Ledger
 
@@ -71,7 +71,7 @@ def load_trainable_state(module: nn.Module, weights: dict[str, torch.Tensor]) ->
     with torch.no_grad():
         for name, p in params.items():
             if is_sharded(p):  # this rank's rows of the whole saved weight
-                p.to_local().copy_(like_param(p, weights[name]).to_local())
+                p.to_local().copy_(local_part(p, weights[name]))
             else:
                 p.copy_(weights[name])
 
