@@ -1,4 +1,4 @@
-"""One study cell = one ``privlm train ... --resume --json`` command, shared by the studies' drivers.
+"""One study cell = one ``privlm train --model smollm2-135m ... --resume --json`` command, shared by the studies' drivers.
 
 A cell's summary goes to ``<results>/cells/<name>.json`` (the ``--json`` summary plus the command as shown,
 wall time and the process's peak resident memory) and its predictions to
@@ -27,9 +27,10 @@ def shown(command: list[str]) -> str:
     return text.replace(PRIVLM, "privlm").replace(str(ROOT) + "/", "")
 
 
-def run_cell(results: Path, name: str, out: Path, command: list[str], threads: str = "1") -> dict | None:
-    """Run ``command`` (its ``--out`` is ``out``) unless the cell's JSON exists; returns the summary (None if
-    the command failed). The printed score is the test split's ROUGE-L or accuracy."""
+def run_cell(results: Path, name: str, out: Path, args: list[str], threads: str = "1") -> dict | None:
+    """Run ``privlm train --model smollm2-135m ARGS --out OUT --resume --json`` unless the cell's JSON exists;
+    returns the summary (None if the command failed). The printed score is the test split's ROUGE-L or accuracy."""
+    command = [PRIVLM, "train", "--model", "smollm2-135m", *args, "--out", str(out), "--resume", "--json"]
     target = results / "cells" / f"{name}.json"
     if target.exists():
         return json.loads(target.read_text())

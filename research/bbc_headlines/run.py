@@ -34,7 +34,6 @@ import cell_runner  # noqa: E402  (research/cell_runner.py: research/ is not a p
 
 ROOT = cell_runner.ROOT
 RUNS = ROOT / "runs" / "bbc_headlines"
-PRIVLM = cell_runner.PRIVLM
 RECIPE = {
     "max_length": 1024,
     "train_layers": 2,
@@ -118,22 +117,13 @@ def cells() -> list[tuple[str, list[str]]]:
 
 def run_cell(name: str, own: list[str]) -> dict | None:
     """Run one cell unless its JSON exists (``research/cell_runner.py``); returns its summary."""
-    out = RUNS / name
-    command = [
-        PRIVLM,
-        "train",
-        "--model",
-        "smollm2-135m",
+    args = [
         *recipe_args(RECIPE, "classify" if name.startswith("cls-") else "generate"),
         *own,
         "--checkpoint-every",
         "5",
-        "--out",
-        str(out),
-        "--resume",
-        "--json",
     ]
-    return cell_runner.run_cell(HERE, name, out, command, THREADS)
+    return cell_runner.run_cell(HERE, name, RUNS / name, args, THREADS)
 
 
 def main() -> None:

@@ -33,19 +33,13 @@ ROOT = cell_runner.ROOT
 RUNS = ROOT / "runs" / "bbc_news_v2"
 BBC = ROOT / "research" / "dp_finetune_bbc"
 RT = ROOT / "research" / "dp_finetune_rotten_tomatoes"
-PRIVLM = cell_runner.PRIVLM
 GRID = [(lr, epochs, batch) for batch in (128, 512) for epochs in (10, 40) for lr in (3e-3, 1e-2, 3e-2)]
 SEEDS = (0, 1, 2)
 
 
 def run_cell(results: Path, name: str, data: str, max_length: int, args: list[str]) -> dict | None:
     """Run one cell unless its JSON exists (``research/cell_runner.py``); returns its summary."""
-    out = RUNS / name
-    command = [
-        PRIVLM,
-        "train",
-        "--model",
-        "smollm2-135m",
+    options = [
         "--data",
         data,
         "--task",
@@ -57,12 +51,8 @@ def run_cell(results: Path, name: str, data: str, max_length: int, args: list[st
         "--checkpoint-every",
         "50",
         *args,
-        "--out",
-        str(out),
-        "--resume",
-        "--json",
     ]
-    return cell_runner.run_cell(results, name, out, command)
+    return cell_runner.run_cell(results, name, RUNS / name, options)
 
 
 def recipe() -> dict:
