@@ -17,6 +17,7 @@ full trainable weights, gathered on rank 0) and ``OUT/privacy.json`` (ε at δ, 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -80,7 +81,8 @@ def main() -> None:
         loss_fn=lambda m, b: causal_lm_losses(m, b, reduction="mean"),
     )
     planned = math.ceil(epochs * math.ceil(len(rows) / args.batch_size))
-    for _, batch in zip(range(planned), loader):
+    passes = (batch for _ in itertools.count() for batch in loader)  # each pass continues the step numbers
+    for _, batch in zip(range(planned), passes):
         dp_optimizer.zero_grad()
         mine = {k: v[ctx.rank :: ctx.world].to(device) for k, v in batch.items()}  # FSDP2: this rank's share
         private.clipped_backward(mine)  # on every rank, even with no rows: FSDP2 needs every rank's pass
