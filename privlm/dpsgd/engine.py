@@ -38,7 +38,7 @@ from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import Reduction, causal_lm_losses
 from privlm.dpsgd.norms import NormMode
 from privlm.dpsgd.optimizer import DPOptimizer
-from privlm.dpsgd.sampling import physical_batches, poisson_loader, take_rows
+from privlm.dpsgd.sampling import MicroBatches, physical_batches, poisson_loader, take_rows
 from privlm.dpsgd.sharding import passes_behind
 from privlm.errors import UserError
 from privlm.norm_modes import check_probes
@@ -50,24 +50,34 @@ from privlm.randomness import RunStreams
 
 
 class PrivateModel(nn.Module):
-    """The user's model (``.module``; ``forward`` unchanged) plus :meth:`clipped_backward`."""
+    """The user's model (``.module``; ``forward`` unchanged) plus :meth:`clipped_backward`; ``micro_batches``
+    cuts a logical batch into micro-batches of at most ``max_physical_batch_size`` rows (default: consecutive
+    rows, :func:`~privlm.dpsgd.sampling.physical_batches`)."""
 
-    def __init__(self, module: nn.Module, clipper: PerSampleClipper, max_physical_batch_size: int | None) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        clipper: PerSampleClipper,
+        max_physical_batch_size: int | None,
+        micro_batches: MicroBatches = physical_batches,
+    ) -> None:
         super().__init__()
         self.module = module
         self.clipper = clipper
         self.max_physical_batch_size = max_physical_batch_size
+        self.micro_batches = micro_batches
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
     def clipped_backward(self, batch: Any) -> ClipStats:
         """Clip the per-sample gradients of a logical ``batch`` (split into physical micro-batches) and
-        accumulate their sum for the next ``optimizer.step()``. Returns the stats of all its samples.
+        accumulate their sum for the next ``optimizer.step()``. Returns the stats of all its samples, in the
+        order the micro-batches hold them.
 
         On an FSDP2-sharded model every rank must call it at every step, with its share of the batch (possibly
         empty): a rank with fewer micro-batches than another runs passes on zero rows, which add nothing."""
-        micro = list(physical_batches(batch, self.max_physical_batch_size))
+        micro = list(self.micro_batches(batch, self.max_physical_batch_size))
         # FSDP2 gathers inside every pass: all ranks agree on the count first, then run as many passes
         behind = passes_behind(self.clipper.params, len(micro)) if self.clipper.sharded else 0
         parts = [self.clipper.clipped_backward(b) for b in micro]
@@ -146,6 +156,7 @@ class PrivacyEngine:
         loss_fn: LossFn | None = None,
         loss_reduction: Reduction = "sum",
         loss_release: LossRelease | None = None,
+        micro_batches: MicroBatches = physical_batches,
     ) -> tuple[PrivateModel, DPOptimizer, DataLoader[Any]]:
         """Wrap model, optimizer and loader for DP-SGD.
 
@@ -168,6 +179,9 @@ class PrivacyEngine:
             loss_fn: ``loss_fn(model, batch) -> (B,)`` per-sample losses, each a function of its own example only.
             loss_reduction: ``"sum"`` or ``"mean"`` over tokens of the default causal-LM loss.
             loss_release: the DP loss release, or None.
+            micro_batches: how a logical batch is cut into micro-batches (memory and speed only: any cut that
+                holds every row once gives the same clipped sum), e.g. rows sorted by length and each
+                micro-batch cut to its longest row (:func:`privlm.training.top_blocks.length_sorted_batches`).
 
         Returns:
             ``(private_model, dp_optimizer, poisson_loader)``: call ``private_model.clipped_backward(batch)``
@@ -239,7 +253,7 @@ class PrivacyEngine:
             collate_fn=data_loader.collate_fn,
             num_workers=data_loader.num_workers,
         )
-        return PrivateModel(module, clipper, max_physical_batch_size), dp_optimizer, loader
+        return PrivateModel(module, clipper, max_physical_batch_size, micro_batches), dp_optimizer, loader
 
     def _calibrate(
         self,

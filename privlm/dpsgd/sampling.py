@@ -10,7 +10,7 @@ accumulated before the noise is added (once per logical step).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
@@ -67,6 +67,11 @@ def batch_size(batch: Any) -> int:
         for value in batch.values() if isinstance(batch, Mapping) else batch:
             return batch_size(value)
     raise TypeError(f"cannot find the rows of a batch of type {type(batch).__name__}")
+
+
+MicroBatches = Callable[[Any, int | None], Iterable[Any]]
+"""How a logical batch is cut into micro-batches of at most ``max_size`` rows (None: no cap). Any cut that
+holds every row exactly once gives the same clipped sum: each row's clipped gradient is its own."""
 
 
 def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:

@@ -56,7 +56,7 @@ from privlm.atomic import write_text_atomic
 from privlm.dpsgd.clipping import LossFn
 from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.losses import causal_lm_losses
-from privlm.dpsgd.sampling import PoissonBatchSampler, take_rows
+from privlm.dpsgd.sampling import MicroBatches, PoissonBatchSampler, physical_batches, take_rows
 from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
@@ -78,7 +78,7 @@ from privlm.training.distributed import (
 from privlm.training.fingerprint import fingerprints as run_fingerprints
 
 PRECISIONS = ("float32", "bf16")
-RESUME_INSENSITIVE = ("checkpoint_every", "log_every", "max_new_tokens")
+RESUME_INSENSITIVE = ("checkpoint_every", "log_every", "max_new_tokens", "physical_batch_size")  # memory only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +88,7 @@ class TrainConfig(DPSGDSettings):
 
     ``private=False`` trains without clipping or noise (a non-private baseline; nothing is accounted).
     ``batch_size`` is the *expected* logical batch size B (q = B/N); ``physical_batch_size`` caps the
-    micro-batches. ``head_only`` (classify): train only the label-word rows of the output layer
+    micro-batches (memory only: a resume may change it). ``head_only`` (classify): train only the label-word rows of the output layer
     (:mod:`privlm.training.head`); ``train_layers`` N: train only the last N decoder blocks (their LoRA
     adapters with ``lora`` R > 0, else their full weights; embeddings, lower blocks, final norm and output
     layer frozen, :mod:`privlm.training.top_blocks`); ``cache``: the dtype the frozen features (head-only)
@@ -237,10 +237,12 @@ def prepare(
     config: TrainConfig,
     ctx: DistContext | None = None,
     loss_fn: LossFn | None = None,
+    micro_batches: MicroBatches = physical_batches,
 ) -> Run:
     """Wrap ``module`` (its trainable parameters are trained) for DP-SGD on ``rows`` (all ranks pass
     the same rows in the same order); ``collate`` turns a list of rows into a model batch;
-    ``loss_fn(module, batch)`` gives per-sample losses (B,) — default: the mean token loss."""
+    ``loss_fn(module, batch)`` gives per-sample losses (B,) — default: the mean token loss;
+    ``micro_batches`` cuts a private step's batch into micro-batches (``PrivacyEngine.make_private``)."""
     loss_fn = loss_fn or functools.partial(causal_lm_losses, reduction="mean")
     ctx = ctx or context()
     if len(rows) == 0:
@@ -259,7 +261,7 @@ def prepare(
     if config.private:
         engine = config.privacy_engine(streams)
         private_model, optimizer, private_loader = config.make_private(
-            engine, module, optimizer, loader, epochs=config.epochs, loss_fn=loss_fn
+            engine, module, optimizer, loader, epochs=config.epochs, loss_fn=loss_fn, micro_batches=micro_batches
         )
         sample_rate = private_loader.batch_sampler.sample_rate
         event = engine.event

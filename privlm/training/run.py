@@ -24,6 +24,7 @@ from transformers.pytorch_utils import Conv1D
 
 from privlm.atomic import write_text_atomic
 from privlm.dpsgd.losses import label_word_lm_losses
+from privlm.dpsgd.sampling import physical_batches
 from privlm.errors import UserError
 from privlm.evaluation.generation_metrics import PREDICTIONS_FILE, write_predictions
 from privlm.lm.completion import count_cut, encode_prompt
@@ -172,7 +173,7 @@ def set_up(
     if max_train is not None:
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
-    collate = make_collate(tokenizer)
+    collate, micro_batches = make_collate(tokenizer), physical_batches
     rows_cut = None
     if config.task == "generate":
         rows_cut = count_cut(rows)
@@ -230,7 +231,7 @@ def set_up(
                 on_rows=build.on_rows,
             )
             rows = top_blocks.cached_rows(features, rows, label_ids)
-            collate = top_blocks.collate_prefix
+            collate, micro_batches = top_blocks.collate_prefix, top_blocks.length_sorted_batches
             trained = top_blocks.TopBlocks(module, config.train_layers)
             loss_fn = (
                 top_blocks.top_token_losses
@@ -239,7 +240,7 @@ def set_up(
             )
     build.done()
     trained.train()
-    run = prepare(trained, rows, collate, config, ctx, loss_fn)
+    run = prepare(trained, rows, collate, config, ctx, loss_fn, micro_batches)
     return Session(model_name, str(data_name), config, module, tokenizer, data, run, features, cache_dir, rows_cut)
 
 
