@@ -30,6 +30,7 @@ CLASSIFY = "cls-"  # BBC News classification cells (the same top-N recipe): accu
 PAIRS = (  # (a, b): a − b, paired per seed
     ("eps3-hutchinson32", "eps3-mixed", "randomized − exact clipping, ε = 3 (target: within 1 point)"),
     ("eps0.7-hutchpp32", "eps0.7-hutchinson32", "Hutch++ − Hutchinson, ε = 0.7"),
+    ("eps3-hutchinson32-T2048", "eps3-hutchinson32", "T = 2,048 − T = 1,024, Hutchinson, ε = 3"),
 )
 
 
