@@ -31,8 +31,11 @@ repeat its names. ``describe = "{label_name} movie review sentence"`` is the pub
 methods write from (as ``--describe``). ``template = "Note: {text} Diagnosis:"`` sets the prompt of user data (as
 ``--template``). Explicit splits, as ``--train/--validation/--test``: ``train = "train.jsonl"``,
 ``test = "test.jsonl"`` (each file is that split, whole; ``dataset`` may then be left out, and gives
-the splits that are not files). A configuration without ``labels``, ``template`` or split files hashes
-as it did before those keys existed.
+the splits that are not files). ``head_probe = true`` (or a ``[head_probe]`` table: ``epochs``, ``lr``,
+``batch_size``, ``max_length``) scores every cell's set a second way, beside the fine-tune: the head-only
+classifier of :mod:`privlm.training.head_probe` (a shared setting: it is in the shared hash). A
+configuration without ``labels``, ``template``, split files or ``head_probe`` hashes as it did before those
+keys existed.
 
 The configuration hash (SHA-256 of its canonical JSON) tags every results row, and so do two finer
 hashes: of the shared settings, and of the shared settings plus one method's parameters. A resume keeps
@@ -55,6 +58,7 @@ from privlm.privacy.validation import check_epsilon
 from privlm.resources.datasets import DataSpec, data_spec
 from privlm.resources.labels import LabelSpec, as_labels, with_description, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
+from privlm.training.head_probe import HeadProbeConfig
 
 NO_DP = "none"
 FULL_POOL = "full-pool"
@@ -125,6 +129,7 @@ class ExperimentConfig:
     train: str | None = None
     validation: str | None = None
     test: str | None = None
+    head_probe: dict[str, Any] | None = None
 
     def data_spec(self) -> str | DataSpec:
         """Where the splits come from (:func:`privlm.resources.datasets.data_spec`)."""
@@ -134,7 +139,7 @@ class ExperimentConfig:
         """Canonical dict form; ``labels``, a template and split files only when given (older
         configurations keep their hashes)."""
         data = asdict(self)
-        for key in ("labels", "train", "validation", "test"):
+        for key in ("labels", "train", "validation", "test", "head_probe"):
             if data[key] is None:
                 del data[key]
         for key in ("template", "description"):
@@ -163,6 +168,10 @@ class ExperimentConfig:
         """The fine-tuning preset with this config's overrides and the cell's seed."""
         overrides = {k: v for k, v in self.finetune.items() if k not in ("preset", "grid")}
         return preset(self.finetune.get("preset", "smollm2"), **overrides, seed=seed)
+
+    def head_probe_config(self) -> HeadProbeConfig | None:
+        """The head-only downstream classifier's settings (``[head_probe]``), or None when it is not run."""
+        return None if self.head_probe is None else HeadProbeConfig(**self.head_probe)
 
     def finetune_grid(self, seed: int) -> list[FinetuneConfig]:
         """``[finetune] grid = [{lr = ...}, ...]``: candidates chosen on validation (empty: no grid)."""
@@ -198,6 +207,25 @@ def _int_list(value: Any, where: str) -> tuple[int, ...]:
     ):
         raise UserError(f"{where} must be a non-empty list of integers, got {value!r}")
     return tuple(value)
+
+
+def _head_probe(value: Any, source: str) -> dict[str, Any] | None:
+    """``head_probe = true`` (the defaults) or a ``[head_probe]`` table of :class:`HeadProbeConfig` fields;
+    checked here so that a bad value stops the run before the first cell."""
+    if value is None or value is False:
+        return None
+    table = {} if value is True else value
+    if not isinstance(table, dict):
+        raise UserError(f"{source}: head_probe must be true or a table, got {value!r}")
+    known = {f.name for f in fields(HeadProbeConfig)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise UserError(f"{source}: head_probe: unknown key(s) {unknown}; known: {sorted(known)}")
+    try:
+        HeadProbeConfig(**table)
+    except UserError as err:
+        raise UserError(f"{source}: {err}") from err
+    return dict(table)
 
 
 def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
@@ -279,6 +307,7 @@ def parse_config(data: dict[str, Any], source: str) -> ExperimentConfig:
         train=splits["train"],
         validation=splits["validation"],
         test=splits["test"],
+        head_probe=_head_probe(data.get("head_probe"), source),
     )
     if config.labels is None and config.dataset is not None and config.dataset.startswith(("jsonl:", "csv:")):
         raise UserError(

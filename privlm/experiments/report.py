@@ -1,7 +1,8 @@
 """Experiment report: ``report.md`` (with ``plots/*.png``) and a self-contained ``report.html``.
 
 Per (method, ε, n per class): mean and standard deviation of test accuracy over seeds, the mean of the
-per-seed 95% bootstrap bounds, and the mean membership-inference advantage and AUC. Plots: accuracy
+per-seed 95% bootstrap bounds, the head-only classifier's accuracy beside it when the grid ran it
+(``head_probe``), and the mean membership-inference advantage and AUC. Plots: accuracy
 vs n per method, and accuracy vs ε for the methods that take ε. For every ε-method, ε and n, the
 report says whether it beats the best baseline at that n (``full-pool`` is a reference, not a baseline),
 and every DP entry of a method with a noise-only control in the grid (a table of the same base method with
@@ -65,6 +66,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in ("mia_advantage", "mia_auc"):
             if all(key in r for r in group):
                 entry[key] = float(np.mean([r[key] for r in group]))
+        if all("head_accuracy" in r for r in group):
+            head = np.array([r["head_accuracy"] for r in group])
+            entry["head_accuracy_mean"] = float(head.mean())
+            entry["head_accuracy_std"] = float(head.std(ddof=1)) if len(head) > 1 else 0.0
         summary.append(entry)
     return summary
 
@@ -140,6 +145,11 @@ def against_noise(summary: Sequence[dict[str, Any]], config: ExperimentConfig) -
             )
             if no_dp:
                 line += f"; {100 * (entry['accuracy_mean'] - no_dp[0]['accuracy_mean']):+.1f} points vs no DP"
+            if "head_accuracy_mean" in entry and "head_accuracy_mean" in control:
+                line += (
+                    f"; head-only classifier {entry['head_accuracy_mean']:.1%} vs {control['head_accuracy_mean']:.1%}: "
+                    f"{100 * (entry['head_accuracy_mean'] - control['head_accuracy_mean']):+.1f} points"
+                )
             lines.append(line + ".")
     return lines
 
@@ -215,6 +225,9 @@ def plot_accuracy_vs_epsilon(summary: Sequence[dict[str, Any]]) -> bytes | None:
 
 
 def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The report's table; a "head-only" column (the head-only classifier's accuracy beside the fine-tune's)
+    when the grid ran it."""
+    probed = any("head_accuracy_mean" in e for e in summary)
     head = [
         "method",
         "n/class",
@@ -222,6 +235,7 @@ def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
         "seeds",
         "accuracy (mean ± sd)",
         "95% CI (mean)",
+        *(["head-only (mean ± sd)"] if probed else []),
         "MIA adv.",
         "MIA AUC",
         "wall s",
@@ -237,6 +251,15 @@ def _table(summary: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 str(e["seeds"]),
                 f"{e['accuracy_mean']:.1%} ± {e['accuracy_std']:.1%}",
                 f"{e['ci_low_mean']:.1%}–{e['ci_high_mean']:.1%}",
+                *(
+                    [
+                        f"{e['head_accuracy_mean']:.1%} ± {e['head_accuracy_std']:.1%}"
+                        if "head_accuracy_mean" in e
+                        else "–"
+                    ]
+                    if probed
+                    else []
+                ),
                 f"{e['mia_advantage']:.3f}" if "mia_advantage" in e else "–",
                 f"{e['mia_auc']:.3f}" if "mia_auc" in e else "–",
                 f"{e['wall_time_s']:.0f}",
@@ -279,6 +302,7 @@ def write_report(
         f"machine: {machine}",
         *([f"command: `{command}`"] if command else []),
         f"fine-tuning: {config.finetune}; test examples: {rows[0]['n_test'] if rows else 0}",
+        *([f"head-only classifier: {config.head_probe_config()}"] if config.head_probe is not None else []),
     ]
     head, body = _table(summary)
     found = verdicts(summary)

@@ -15,7 +15,9 @@ re-read before each cell, so a cell another process finished meanwhile is not ru
 
 Data: the private pool is ``pool_per_class`` examples per class of the train split (``data_seed``), or
 the whole train split (``"all"``); the membership non-members are as many other train examples;
-validation and test are seeded subsets of their own splits. All cells share them.
+validation and test are seeded subsets of their own splits. All cells share them. With ``head_probe`` each
+row also holds ``head_accuracy`` (and its interval): the head-only classifier fitted on the cell's set
+(:mod:`privlm.training.head_probe`), on the test prompts' features computed once.
 ``DIR/work/private-cache/<shared hash>/`` holds what methods compute once from the private pool for all
 cells (GRADMM's per-example last-layer factors): PRIVATE, as sensitive as the data (``work/`` is never
 published; ``work/`` folders are git-ignored).
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from privlm.atomic import atomic_path, write_text_atomic
 from privlm.errors import UserError
@@ -47,6 +50,7 @@ from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
 from privlm.runfolder import claim
 from privlm.synthesis.registry import Method, MethodContext, get_method
+from privlm.training.head_probe import head_probe, prompt_features
 
 
 @dataclass
@@ -190,6 +194,12 @@ def run_experiment(
     model, tokenizer = load_model(config.model, seed=config.data_seed)
     private_cache = out / "work" / "private-cache" / config.shared_hash
     features = functools.cache(lambda: _pool_features(model, tokenizer, pool, private_cache / "pool-features.npy"))
+    probe = config.head_probe_config()
+    probe_length = 0 if probe is None else probe.max_length
+    test_features = functools.cache(  # the test split's prompt features, computed once for every cell's head probe
+        lambda: prompt_features(model, tokenizer, [t for t, _ in test], template, probe_length)
+    )
+    test_classes = torch.tensor([y for _, y in test], dtype=torch.long)
 
     saved = _saved_configs(out)
 
@@ -224,6 +234,12 @@ def run_experiment(
             write_jsonl_atomic(set_path, method(ctx))
         generation_s = time.perf_counter() - start
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
+        head: dict[str, float] = {}
+        if probe is not None:
+            hooks.phase(f"{cell.key}: head-only classifier on {len(train_set)} examples")
+            head = head_probe(
+                model, tokenizer, train_set, test_features(), test_classes, template, words, probe, cell.seed
+            )
         finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
@@ -254,6 +270,7 @@ def run_experiment(
             "epsilon_spent": _epsilon_spent(set_path),
             "privacy": method.privacy,
             **scores,
+            **head,
             "set_s": round(generation_s, 3),
             "wall_time_s": round(time.perf_counter() - start, 3),
         }

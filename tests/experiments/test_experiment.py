@@ -259,6 +259,9 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
         base + "n_per_class = [2]\nvalidation_size = 4\n[finetune]\ngrid = [{lx = 1}]\n[methods.random]\n": "bad",
         "model = ": "not valid TOML",
         base + 'n_per_class = [2]\n[methods."random@a/b"]\n': "must be NAME or NAME@VARIANT",
+        base + "n_per_class = [2]\n[head_probe]\nepochs = 0\n[methods.random]\n": "head_probe.epochs must be",
+        base + "n_per_class = [2]\n[head_probe]\nepoch = 3\n[methods.random]\n": "head_probe: unknown key",
+        base + "n_per_class = [2]\nhead_probe = 3\n[methods.random]\n": "head_probe must be true or a table",
     }
     for text, message in cases.items():
         toml.write_text(text)
@@ -360,3 +363,28 @@ def test_pool_features_are_computed_once_per_experiment_and_random_never_needs_t
         s.unlink()
     run_experiment(load_config(toml), out, resume=True)
     assert calls == [12, 12] and np.load(cached[0]).shape[0] == 12
+
+
+def test_the_head_only_classifier_scores_every_cell_beside_the_fine_tune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [2]")
+    plain = head + "[methods.random]\n[methods.first-eps]\nepsilons = [1.0]\n"
+    toml.write_text(plain)
+    without = load_config(toml)
+    toml.write_text(plain.replace("[finetune]", "[head_probe]\nepochs = 5\n\n[finetune]"))
+    config = load_config(toml)
+    assert "head_probe" not in without.to_dict() and config.shared_hash != without.shared_hash
+    assert config.head_probe_config().epochs == 5
+    test_features: list[int] = []
+    real = experiment.prompt_features
+    monkeypatch.setattr(experiment, "prompt_features", lambda *a: test_features.append(len(a[2])) or real(*a))
+    rows = run_experiment(config, tmp_path / "out")
+    assert test_features == [12]  # the test prompts' features: once for every cell (train sets: in head_probe)
+    for row in rows:
+        assert 0.0 <= row["head_ci_low"] <= row["head_accuracy"] <= row["head_ci_high"] <= 1.0
+        assert "accuracy" in row  # the fine-tune's score beside it
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "head-only (mean ± sd)" in report and "head-only classifier: HeadProbeConfig(epochs=5" in report
