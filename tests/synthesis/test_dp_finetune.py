@@ -7,12 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, training_rows
+from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, training_rows
 from privlm.training.checkpoint import FINISHED
 
 NAMES = ["negative", "positive"]
@@ -78,6 +80,25 @@ def test_rows_carry_the_runs_epsilon_and_the_ledger_covers_every_step(reference)
     assert (run_dir / FINISHED).exists() and not list(
         run_dir.glob("checkpoint-*")
     )  # no noise keys left beside the release
+    assert not (run_dir / PREFIX_CACHE).exists()  # nor the private rows' hidden states
+
+
+def test_the_cached_top_blocks_train_the_adapters_of_the_whole_model(lm, tmp_path, monkeypatch) -> None:
+    """Seeded noise (the mechanism's keys come from the OS; seeded here to compare): the cached run (the default)
+    ends at the adapters of a run through every block, up to the rounding of the cache's bfloat16 states."""
+    plain = DPFinetuneConfig.train_config
+    monkeypatch.setattr(DPFinetuneConfig, "train_config", lambda self, *a: replace(plain(self, *a), seed=0))
+    adapters = []
+    for cache in (True, False):
+        out = tmp_path / f"cache-{cache}.jsonl"
+        _run(lm, out, lambda: list(PRIVATE), config=replace(CONFIG, cache=cache))
+        adapters.append(load_file(out.with_name(out.name + ".dpft") / "adapter" / "adapter_model.safetensors"))
+    assert adapters[0].keys() == adapters[1].keys() and len(adapters[0]) > 0
+    moved = 0
+    for name, value in adapters[0].items():
+        torch.testing.assert_close(value, adapters[1][name], rtol=1e-2, atol=1e-5)  # bfloat16: 8 bits of mantissa
+        moved += "lora_B" in name and bool(value.abs().max() > 0)  # B starts at 0: training moved it
+    assert moved > 0
 
 
 def test_a_finished_run_is_reused_without_reading_the_data(lm, reference, tmp_path) -> None:

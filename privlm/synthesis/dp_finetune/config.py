@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from privlm.errors import UserError
 from privlm.lm.sampling import SAMPLING_PARAMS
 
+CACHE_DTYPE = "bfloat16"  # the prefix cache's dtype, as privlm train's default
+
 if TYPE_CHECKING:
     from privlm.training.loop import TrainConfig
 
@@ -26,6 +28,7 @@ class DPFinetuneConfig:
     norm_mode: str = "hutchinson"
     probes: int = 32
     max_text_tokens: int = 48  # each private text is cut to its first tokens
+    cache: bool = True  # the hidden states entering the trained blocks computed once per example (top-blocks path)
     instructions: tuple[str, ...] | None = None  # the public prompt of each class (None: the zero-shot default)
     max_new_tokens: int = 40
     temperature: float = 1.0
@@ -55,7 +58,9 @@ class DPFinetuneConfig:
             max_grad_norm=self.max_grad_norm,
             physical_batch_size=self.physical_batch_size,
             lora=self.lora,
-            lora_layers=self.lora_layers,
+            lora_layers=None if self.cache else self.lora_layers,
+            train_layers=self.lora_layers if self.cache else None,
+            cache=CACHE_DTYPE if self.cache else None,
             checkpoint_every=5,
             log_every=5,
         )

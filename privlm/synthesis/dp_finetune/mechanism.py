@@ -15,6 +15,14 @@ is post-processing, so the synthetic set is (ε, δ)-DP with the run's ε, whate
 LoRA initialisation (``seed``) and every setting are public. **CPU cuts** (the defaults): LoRA rank 8 on
 the last 2 of 30 blocks only, texts cut to 48 tokens, one epoch at an expected batch of 256.
 
+With ``cache`` (the default) the run takes privlm's top-blocks path (:mod:`privlm.training.top_blocks`): the
+hidden states entering the first trained block are computed once per example into ``run_dir/prefix-cache/``
+(private like the data, bound to the rows and the model by fingerprints, deleted with the checkpoints), and
+each DP-SGD step runs only the trained blocks, the final norm and the output layer at the text's positions,
+in micro-batches sorted by length. The per-sample losses, norms and clipped sums are those of the whole model
+(``tests/training/test_top_blocks.py``), so the guarantee is unchanged; an epoch costs a fraction of one
+through all 30 blocks, which is what lets the run take enough steps for its DP loss to fall.
+
 Files: the run folder ``run_dir`` (default ``FILE.jsonl.dpft/``) is privlm's training run folder
 (``privacy.json``, ``metrics.jsonl``, checkpoints while training — they hold the noise keys — and
 ``adapter/`` at the end, when the checkpoints are deleted), plus ``run.json``, the public settings that
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +50,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 from privlm.lm.generation import chat_prompt, class_instructions
-from privlm.lm.prompts import EncodedOption
+from privlm.lm.prompts import EncodedOption, pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import (
@@ -57,10 +66,13 @@ from privlm.runfolder import (
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.generation.baselines import zero_shot
 from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.training import top_blocks
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
 from privlm.training.run import save_model, with_lora
+
+PREFIX_CACHE = "prefix-cache"  # inside the run folder: private, deleted with the checkpoints
 
 
 @dataclass(frozen=True)
@@ -127,11 +139,28 @@ def train_generator(
         train = config.train_config(epsilon, delta, max_length)
         module = with_lora(base, config.lora, config.seed, config.lora_layers)
         module.train()
-        run = prepare(module, rows, make_collate(tokenizer), train)
         run_dir.mkdir(parents=True, exist_ok=True)
+        cache_dir = run_dir / PREFIX_CACHE
+        if train.cache is not None:  # the frozen prefix once per example; each step runs the top blocks only
+            features = top_blocks.load_or_build(
+                cache_dir, module, config.lora_layers, rows, pad_token_id(tokenizer), max_length, train.cache
+            )
+            top = top_blocks.TopBlocks(module, config.lora_layers)
+            cached = top_blocks.cached_rows(features, rows)
+            run = prepare(
+                top,
+                cached,
+                top_blocks.collate_prefix,
+                train,
+                loss_fn=top_blocks.top_token_losses,
+                micro_batches=top_blocks.length_sorted_batches,
+            )
+        else:
+            run = prepare(module, rows, make_collate(tokenizer), train)
         train_loop(run, run_dir, resume=True, on_progress=on_progress)
         save_model(module, tokenizer, run_dir, lora=True)
         retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
+        shutil.rmtree(cache_dir, ignore_errors=True)  # the private data's hidden states
         return module.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
 
 
