@@ -7,7 +7,8 @@ Each study states at most its own grid's ε, but several studies draw DP release
 seeded train split of one data set), and whoever publishes all of them pays their composition. This script
 reads the committed files only (``git ls-files research``), finds every DP release, groups the releases by the
 data set they read (a release on a subset, a pool of 50 per class or a ``--max-train`` cut, reads the same
-records and is grouped with the rest) and states per data set:
+records and is grouped with the rest, and so is a release on a data set made of another's records:
+``bbc-headlines`` is the ``bbc-news`` articles, :data:`SAME_RECORDS`) and states per data set:
 
 * **basic composition**: Σ ε_i at Σ δ_i over the releases' stated (ε_i, δ_i), valid for any mechanisms;
 * **PLD composition** with privlm's accountant, the way :mod:`privlm.evaluation.grid_privacy` composes ledgers
@@ -193,6 +194,15 @@ def study_of(path: str) -> str:
     return path.split("/")[1]
 
 
+SAME_RECORDS = {"bbc-headlines": "bbc-news"}  # a data set made of another's records: its releases compose with them
+
+
+def records_of(data: str) -> str:
+    """The data set whose records ``data`` reads: ``bbc-headlines`` is every ``bbc-news`` article (its body and
+    first line) in the same split, so a release on either reads the same articles."""
+    return SAME_RECORDS.get(data, data)
+
+
 def statement(root: Path = ROOT) -> dict[str, Any]:
     """The whole statement (what ``research/privacy_across_studies.json`` holds), from the committed files."""
     scan = Scan(root, committed_files(root))
@@ -203,8 +213,8 @@ def statement(root: Path = ROOT) -> dict[str, Any]:
     read_sidecars(scan)
     studies = [_study_entry(scan, study, data) for study, data in sorted({(r.study, r.data) for r in scan.releases})]
     data_sets = [
-        _data_set_entry(data, [r for r in scan.releases if r.data == data])
-        for data in sorted({r.data for r in scan.releases})
+        _data_set_entry(data, [r for r in scan.releases if records_of(r.data) == data])
+        for data in sorted({records_of(r.data) for r in scan.releases})
     ]
     folders = sorted({study_of(path) for path in scan.files if path.count("/") > 1})
     excluded = [
@@ -642,6 +652,7 @@ def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
             not_rebuilt[(release.study, release.mechanism, release.source)] += 1
     return {
         "data": data,
+        "read_as": sorted({r.data for r in releases}),
         "studies": studies,
         "dp_cells": sum(len(r.rows) for r in releases),
         "releases": len(releases),
@@ -714,8 +725,10 @@ def render_markdown(result: dict[str, Any]) -> str:
             if entry["superseded_releases"]
             else ""
         )
+        read_as = entry["read_as"]
+        also = f", read as {' and '.join(f'`{d}`' for d in read_as)} (the same articles)" if len(read_as) > 1 else ""
         lines.append(
-            f"- **{entry['data']}** ({'; '.join(entry['splits'])}), releases on "
+            f"- **{entry['data']}** ({'; '.join(entry['splits'])}{also}), releases on "
             f"{'; '.join(entry['records'])}. Rebuilt for PLD: "
             f"{'every release' if not missing else 'all but ' + missing}.{superseded}"
         )

@@ -89,7 +89,7 @@ def test_every_dp_results_row_is_counted_exactly_once(script: ModuleType, result
 def test_pld_lies_between_the_largest_release_and_basic_composition(result: dict[str, Any]) -> None:
     assert {entry["data"] for entry in result["data_sets"]} >= {"rotten-tomatoes", "bbc-news"}
     for entry in result["data_sets"]:
-        releases = [r for r in result["releases"] if r["data"] == entry["data"]]
+        releases = [r for r in result["releases"] if r["data"] in entry["read_as"]]
         assert len(releases) == entry["releases"] > 1
         assert entry["dp_cells"] == sum(len(r["rows"]) for r in releases)
         assert entry["basic"]["epsilon"] == pytest.approx(sum(r["epsilon"] for r in releases), rel=1e-6)
@@ -105,3 +105,12 @@ def test_the_audit_and_each_noise_only_or_no_dp_reason_is_named(script: ModuleTy
     reasons = {(entry["study"], entry["reason"]) for entry in result["excluded"]}
     assert ("audit", script.EXCLUDED_FOLDERS["audit"]) in reasons
     assert {reason for _, reason in reasons} >= {script.NO_DP, script.NOISE_ONLY}
+
+
+def test_a_data_set_made_of_another_s_records_composes_with_it(result: dict[str, Any]) -> None:
+    """bbc-headlines is the bbc-news articles: its DP cells are in the bbc-news composition, never apart."""
+    groups = {entry["data"]: entry for entry in result["data_sets"]}
+    assert "bbc-headlines" not in groups
+    headline_cells = [r for r in result["releases"] if r["data"] == "bbc-headlines"]
+    assert headline_cells  # the study's private cells are committed
+    assert "bbc-headlines" in groups["bbc-news"]["read_as"] and "bbc_headlines" in groups["bbc-news"]["studies"]

@@ -31,6 +31,8 @@ PAIRS = (  # (a, b): a − b, paired per seed
     ("eps3-hutchinson32", "eps3-mixed", "randomized − exact clipping, ε = 3 (target: within 1 point)"),
     ("eps0.7-hutchpp32", "eps0.7-hutchinson32", "Hutch++ − Hutchinson, ε = 0.7"),
     ("eps3-hutchinson32-T2048", "eps3-hutchinson32", "T = 2,048 − T = 1,024, Hutchinson, ε = 3"),
+    ("eps3-mixed", "eps30-mixed", "ε = 3 − ε = 30, exact clipping: what the extra noise costs"),
+    ("eps30-mixed", "nondp", "ε = 30 − non-private: what clipping and the remaining noise cost"),
 )
 
 
