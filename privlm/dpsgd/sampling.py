@@ -74,6 +74,14 @@ MicroBatches = Callable[[Any, int | None], Iterable[Any]]
 holds every row exactly once gives the same clipped sum: each row's clipped gradient is its own."""
 
 
+def longest_first(lengths: torch.Tensor, max_size: int | None) -> Iterator[torch.Tensor]:
+    """The row indices of micro-batches of at most ``max_size`` rows (None: one), rows sorted by ``lengths``
+    (B,), longest first (stable: equal lengths keep their order); the cut of the length-sorted micro-batches
+    (e.g. :func:`privlm.training.data.length_sorted_token_batches`)."""
+    order = torch.argsort(lengths, descending=True, stable=True)
+    yield from order.split(max(len(order) if max_size is None else max_size, 1))
+
+
 def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:
     """Split a logical batch into consecutive micro-batches of at most ``max_size`` rows (none if empty)."""
     n = batch_size(batch)

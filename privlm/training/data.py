@@ -18,7 +18,9 @@ JSONL file may hold texts without labels (``jsonl:PATH`` with a ``text`` field p
 
 **DP-SGD batch shapes: what holds bitwise and what does not.** :func:`make_collate` pads a batch to its
 longest row, and the training loop collates each Poisson-sampled logical batch at once and cuts it into
-consecutive micro-batches (:func:`privlm.dpsgd.sampling.physical_batches`). A row's per-sample gradient
+micro-batches: consecutive ones (:func:`privlm.dpsgd.sampling.physical_batches`) or, for ``privlm train``,
+rows sorted by length with each micro-batch cut to its own longest row (:func:`length_sorted_token_batches`,
+and :func:`privlm.training.top_blocks.length_sorted_batches` over a cached prefix). A row's per-sample gradient
 g_i, its norm and its clip factor c_i are thus computed in a shape that depends on the other sampled rows
 (the width of the step's longest row, the size of the row's micro-batch), and may differ in their last
 bits when one example is added. Measured in float32, every norm mode, on one micro-batch of 8 classify
@@ -37,7 +39,9 @@ move of a clipped gradient (c_i = min(1, C/‖g_i‖) is continuous: no rounding
 nearest-candidate vote), so with per-row relative moves ≤ δ, ‖e‖ ≤ δ·Σ_i ‖c_i g_i‖ ≤ δ·B·C over the B
 sampled rows: the Gaussian step has sensitivity at most C·(1 + δB) where the accountant assumes C, i.e.
 noise multiplier σ/(1 + δB) instead of σ — at the measured δ ≈ 2e-6 and B = 256, 0.05% in the worst
-case (every move aligned). Measured on SmolLM2 at B = 8: ‖e‖/C ≈ 1.0e-6 (head-only: 4.8e-7), the same
+case (every move aligned). The length-sorted cut does not change this: adding x may move other rows to
+another micro-batch of another width, and each such move is again a rounding-size move of one c_i g_i,
+inside the same bound (the rows' own values never depend on the cut beyond rounding). Measured on SmolLM2 at B = 8: ‖e‖/C ≈ 1.0e-6 (head-only: 4.8e-7), the same
 size as the difference between that very sum computed as one micro-batch of 8 and as two of 4 (1.1e-6;
 6.0e-7) — a rounding of the reduction over the batch that no batching scheme removes. Fixed-shape
 micro-batches (each row padded to its own :func:`privlm.resources.padding.shape_buckets` width, a fixed
@@ -47,13 +51,14 @@ here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.dpsgd.sampling import longest_first
 from privlm.errors import UserError
 from privlm.lm.completion import HEADLINE_TEMPLATE, EncodedCompletion, collate_completions, encode_completions
 from privlm.lm.prompts import EncodedOption, collate, encode_option, pad_token_id
@@ -178,6 +183,22 @@ def encode(
         ids = tokenizer(text, add_special_tokens=True)["input_ids"][:max_length]
         encoded.append(EncodedOption(ids, len(ids)))
     return encoded
+
+
+def length_sorted_token_batches(
+    batch: Mapping[str, torch.Tensor], max_size: int | None
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Micro-batches of a :func:`make_collate` batch (right-padded ``input_ids``, ``attention_mask`` and ``labels``,
+    each (B, T)) for the DP-SGD engine (``micro_batches``): rows longest first, at most ``max_size`` per
+    micro-batch, each cut to its own longest row. Right padding sits after every real token and carries no
+    label, so a row's loss, norm and clipped gradient are its own whatever the cut; the clipped sum is the
+    whole batch's up to rounding (``tests/training/test_data.py``)."""
+    if set(batch) != {"input_ids", "attention_mask", "labels"}:
+        raise ValueError(f"a token batch holds input_ids, attention_mask and labels, got {sorted(batch)}")
+    lengths = batch["attention_mask"].sum(1)
+    for rows in longest_first(lengths, max_size):
+        width = int(lengths[rows].max())
+        yield {key: value[rows, :width] for key, value in batch.items()}
 
 
 def make_collate(

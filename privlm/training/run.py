@@ -35,7 +35,14 @@ from privlm.resources.datasets import DataSpec
 from privlm.resources.models import load_model
 from privlm.training import fsdp, prefix_cache, top_blocks
 from privlm.training.checkpoint import replace_folder, retire_checkpoints
-from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
+from privlm.training.data import (
+    TaskData,
+    check_max_length,
+    encode,
+    length_sorted_token_batches,
+    load_task_data,
+    make_collate,
+)
 from privlm.training.distributed import barrier, init_from_env
 from privlm.training.evaluate import classify_report, generation_report, label_word_scores, test_metrics
 from privlm.training.head import LabelWordHead, head_losses, label_token_ids
@@ -173,7 +180,7 @@ def set_up(
     if max_train is not None:
         data = replace(data, train=data.train[:max_train])
     rows = encode(data, tokenizer, config.max_length)
-    collate, micro_batches = make_collate(tokenizer), physical_batches
+    collate, micro_batches = make_collate(tokenizer), length_sorted_token_batches
     rows_cut = None
     if config.task == "generate":
         rows_cut = count_cut(rows)
@@ -207,7 +214,7 @@ def set_up(
                 on_rows=build.on_rows,
             )
             rows = prefix_cache.cached_rows(features.train, [y for _, y in data.train])
-            collate = prefix_cache.collate_cached
+            collate, micro_batches = prefix_cache.collate_cached, physical_batches  # one d-vector a row: no padding
     else:
         # The adapters' initial values are public and fixed (seed 0 without --seed, like the tiny models' weights):
         # a resume rebuilds the very model it started from, which the model fingerprint checks.

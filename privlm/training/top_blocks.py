@@ -43,6 +43,7 @@ from transformers import PreTrainedModel
 from transformers.masking_utils import create_causal_mask
 
 from privlm.dpsgd.losses import IGNORE_INDEX, label_word_losses, token_losses
+from privlm.dpsgd.sampling import longest_first
 from privlm.errors import UserError
 from privlm.lm.completion import EncodedCompletion, collate_completions
 from privlm.lm.prompts import EncodedOption, collate
@@ -300,10 +301,7 @@ def length_sorted_batches(batch: Mapping[str, Tensor], max_size: int | None) -> 
     rounding (``tests/training/test_top_blocks.py``); the order is a function of the sampled rows only."""
     lengths = batch["attention_mask"].sum(1)
     counts = (batch["targets"] != IGNORE_INDEX).sum(1)
-    order = torch.argsort(lengths, descending=True, stable=True)
-    step = max(len(order) if max_size is None else max_size, 1)
-    for start in range(0, len(order), step):
-        rows = order[start : start + step]
+    for rows in longest_first(lengths, max_size):
         width, count = int(lengths[rows].max()), int(counts[rows].max())
         yield {
             "hidden": batch["hidden"][rows, :width],

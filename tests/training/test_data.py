@@ -1,16 +1,30 @@
-"""Training data: label-word targets for classify, first-T-token targets for lm, T ≤ context, labels required."""
+"""Training data: label-word targets for classify, first-T-token targets for lm, T ≤ context, labels required;
+length-sorted micro-batches of token batches give the whole batch's clipped sum."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
+from privlm.dpsgd.clipping import PerSampleClipper
+from privlm.dpsgd.engine import PrivateModel
+from privlm.dpsgd.losses import causal_lm_losses
+from privlm.dpsgd.sampling import physical_batches
 from privlm.errors import UserError
 from privlm.lm.prompts import IGNORE_INDEX
+from privlm.randomness import SecureRandom
 from privlm.resources.tiny import build_tiny_model, tiny_tokenizer
 from privlm.resources.verbalizers import Verbalizer
-from privlm.training.data import TaskData, check_max_length, encode, load_task_data, make_collate
+from privlm.training.data import (
+    TaskData,
+    check_max_length,
+    encode,
+    length_sorted_token_batches,
+    load_task_data,
+    make_collate,
+)
 
 VERBALIZER = Verbalizer(" It was ", ("bad", "great"))
 
@@ -65,3 +79,36 @@ def test_unlabelled_jsonl_serves_lm_only(tmp_path):
     assert len(load_task_data(f"jsonl:{mixed}", "lm").train) >= len(data.train)
     with pytest.raises(UserError, match="--task"):
         load_task_data(f"jsonl:{path}", "regress")
+
+
+@pytest.mark.parametrize("mode", ["mixed", "hutchinson"])
+def test_length_sorted_token_micro_batches_give_the_whole_batch_clipped_sum(mode):
+    model, tok = build_tiny_model("tiny-llama", seed=0, dtype=torch.float64)
+    texts = tuple("the market rose " * (1 + i * 5 % 11) for i in range(10))
+    batch = make_collate(tok)(encode(TaskData("lm", texts, (), None), tok, max_length=64))
+    micro = list(length_sorted_token_batches(batch, 4))
+    lengths = [int(n) for m in micro for n in m["attention_mask"].sum(1)]
+    assert lengths == sorted(batch["attention_mask"].sum(1).tolist(), reverse=True)  # every row once
+    for m in micro:  # each cut to its own longest row
+        assert set(m) == set(batch) and int(m["attention_mask"][:, -1].max()) == 1
+    assert sum(m["input_ids"].numel() for m in micro) < batch["input_ids"].numel()
+    sums = []
+    for cut, size in ((physical_batches, None), (length_sorted_token_batches, 4)):
+        clipper = PerSampleClipper(
+            model,
+            causal_lm_losses,
+            max_grad_norm=0.05,
+            norm_mode=mode,
+            probes=6,
+            randomness=SecureRandom.from_seed(0, "probes"),
+        )
+        clipper.begin_step(1)
+        stats = PrivateModel(model, clipper, size, cut).clipped_backward(batch)
+        clipper.capture.remove()
+        assert bool((stats.factors < 1).all())
+        sums.append({p: g.clone() for p, g in clipper.summed_grads.items()})
+    assert len(sums[0]) > 0
+    for p, whole in sums[0].items():  # eager attention's float32 softmax rounds other widths differently
+        torch.testing.assert_close(sums[1][p], whole, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="input_ids, attention_mask and labels"):
+        next(length_sorted_token_batches({"features": batch["input_ids"]}, 4))
