@@ -79,7 +79,9 @@ def longest_first(lengths: torch.Tensor, max_size: int | None) -> Iterator[torch
     (B,), longest first (stable: equal lengths keep their order); the cut of the length-sorted micro-batches
     (e.g. :func:`privlm.training.data.length_sorted_token_batches`)."""
     order = torch.argsort(lengths, descending=True, stable=True)
-    yield from order.split(max(len(order) if max_size is None else max_size, 1))
+    step = max(len(order) if max_size is None else max_size, 1)
+    for start in range(0, len(order), step):
+        yield order[start : start + step]
 
 
 def physical_batches(batch: Any, max_size: int | None) -> Iterator[Any]:
