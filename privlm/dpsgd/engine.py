@@ -38,7 +38,7 @@ from privlm.dpsgd.loss_release import LossRelease
 from privlm.dpsgd.losses import Reduction, causal_lm_losses
 from privlm.dpsgd.norms import NormMode
 from privlm.dpsgd.optimizer import DPOptimizer
-from privlm.dpsgd.sampling import MicroBatches, physical_batches, poisson_loader, take_rows
+from privlm.dpsgd.sampling import MicroBatches, batch_size, physical_batches, poisson_loader, take_rows
 from privlm.dpsgd.sharding import passes_behind
 from privlm.errors import UserError
 from privlm.norm_modes import check_probes
@@ -78,6 +78,8 @@ class PrivateModel(nn.Module):
         On an FSDP2-sharded model every rank must call it at every step, with its share of the batch (possibly
         empty): a rank with fewer micro-batches than another runs passes on zero rows, which add nothing."""
         micro = list(self.micro_batches(batch, self.max_physical_batch_size))
+        if sum(batch_size(b) for b in micro) != batch_size(batch):  # a repeated row would count twice
+            raise ValueError("the micro-batches must hold every row of the logical batch exactly once")
         # FSDP2 gathers inside every pass: all ranks agree on the count first, then run as many passes
         behind = passes_behind(self.clipper.params, len(micro)) if self.clipper.sharded else 0
         parts = [self.clipper.clipped_backward(b) for b in micro]
@@ -182,6 +184,8 @@ class PrivacyEngine:
             micro_batches: how a logical batch is cut into micro-batches (memory and speed only: any cut that
                 holds every row once gives the same clipped sum), e.g. rows sorted by length and each
                 micro-batch cut to its longest row (:func:`privlm.training.top_blocks.length_sorted_batches`).
+                The guarantee assumes every row once, each in its own values: the row count is checked per
+                step, a cut that repeated one row and dropped another is not caught.
 
         Returns:
             ``(private_model, dp_optimizer, poisson_loader)``: call ``private_model.clipped_backward(batch)``

@@ -11,6 +11,7 @@ from dpsgd_harness import padded_batch, tiny_model
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.engine import PrivacyEngine
+from privlm.dpsgd.sampling import physical_batches, take_rows
 from privlm.errors import UserError
 
 
@@ -100,3 +101,29 @@ def test_target_epsilon_is_met_after_the_planned_epochs():
             opt.step()
     assert engine.steps == 4
     assert 0.95 * 3.0 <= engine.epsilon(1e-5) <= 3.0
+
+
+def test_a_micro_batch_cut_that_loses_or_repeats_rows_is_refused():
+    """A cut must hold every row once (the clipped sum's sensitivity rests on it); the row count is checked."""
+
+    def repeats_the_first_row(batch, size):
+        yield from physical_batches(batch, size)
+        yield take_rows(batch, 0, 1)
+
+    def drops_the_last_row(batch, size):
+        yield from physical_batches(take_rows(batch, 0, len(batch["input_ids"]) - 1), size)
+
+    for cut in (repeats_the_first_row, drops_the_last_row):
+        model = tiny_model("tiny-llama", lora=True)
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+        private, optimizer, loader = PrivacyEngine(seed=0).make_private(
+            model,
+            optimizer,
+            DataLoader(_rows(), batch_size=8),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            micro_batches=cut,
+        )
+        optimizer.zero_grad()
+        with pytest.raises(ValueError, match="every row of the logical batch exactly once"):
+            private.clipped_backward(padded_batch([12, 5, 9], seq_len=12, seed=4))
