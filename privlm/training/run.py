@@ -196,7 +196,7 @@ def set_up(
             raise UserError("a cached run runs on one process (the cache is built once); drop torchrun or --no-cache")
         if cache_dir is None:
             raise UserError("a cached run needs a cache folder")
-    build = _BuildProgress(progress, on_cache_build)
+    build = BuildProgress(progress, on_cache_build)
     if config.head_only:
         module = trained = LabelWordHead(model, label_ids)
         loss_fn = head_losses
@@ -251,7 +251,7 @@ def set_up(
     return Session(model_name, str(data_name), config, module, tokenizer, data, run, features, cache_dir, rows_cut)
 
 
-class _BuildProgress:
+class BuildProgress:
     """Reports a cache build (opened only when one starts): ``on_cache_build(n)`` and a private progress task
     (its count, the number of private examples, is never shown)."""
 

@@ -11,11 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from privlm.errors import UserError
+from privlm.progress import Progress, Task
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, training_rows
 from privlm.training.checkpoint import FINISHED
+from privlm.training.run import CACHE_BUILD
 
 NAMES = ["negative", "positive"]
 PRIVATE = [(f"{word} film number {i}", y) for i in range(12) for y, word in ((0, "a dull"), (1, "a lovely"))]
@@ -81,6 +83,30 @@ def test_rows_carry_the_runs_epsilon_and_the_ledger_covers_every_step(reference)
         run_dir.glob("checkpoint-*")
     )  # no noise keys left beside the release
     assert not (run_dir / PREFIX_CACHE).exists()  # nor the private rows' hidden states
+
+
+class _Recorder(Progress):
+    """Records the tasks opened: (description, total, private) and the units advanced."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, float | None, bool]] = []
+        self.advanced = 0.0
+
+    def task(self, description, total=None, private=False, transient=False) -> Task:
+        self.opened.append((description, total, private))
+        recorder = self
+
+        class _Counted(Task):
+            def advance(self, amount: float = 1) -> None:
+                recorder.advanced += amount
+
+        return _Counted()
+
+
+def test_the_prefix_cache_build_is_shown_as_a_private_task(lm, tmp_path) -> None:
+    recorder = _Recorder()
+    _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE), progress=recorder)
+    assert recorder.opened == [(CACHE_BUILD, len(PRIVATE), True)] and recorder.advanced == len(PRIVATE)
 
 
 def test_the_cached_top_blocks_train_the_adapters_of_the_whole_model(lm, tmp_path, monkeypatch) -> None:

@@ -56,6 +56,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             run_dir=workdir,
             settings=request.settings(),
             on_progress=on_progress,
+            progress=progress,
         )
         training.done()
         return SynthOutcome(

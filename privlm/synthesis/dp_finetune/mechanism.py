@@ -53,6 +53,7 @@ from privlm.lm.generation import chat_prompt, class_instructions
 from privlm.lm.prompts import EncodedOption, pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.privacy.ledger import Ledger
+from privlm.progress import SILENT, Progress
 from privlm.runfolder import (
     LEDGER,
     LOCK,
@@ -70,7 +71,7 @@ from privlm.training import top_blocks
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
 from privlm.training.loop import prepare, train_loop
-from privlm.training.run import save_model, with_lora
+from privlm.training.run import BuildProgress, save_model, with_lora
 
 PREFIX_CACHE = "prefix-cache"  # inside the run folder: private, deleted with the checkpoints
 
@@ -114,11 +115,13 @@ def train_generator(
     settings: dict[str, Any] | None = None,
     wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[PreTrainedModel, Ledger]:
     """The DP fine-tuned copy of ``model`` (LoRA merged) and the run's ledger: trained into ``run_dir`` (resumed
     from its last checkpoint), or its saved adapter reloaded without reading the data, with ``run_dir`` locked
     (``wait``: wait for another process holding it instead of refusing) and ``run.json`` checked against
-    :func:`run_settings` (module docstring)."""
+    :func:`run_settings` (module docstring). ``progress``: where the prefix cache's build is shown (a private
+    task: its count, the number of private examples, is never displayed)."""
     with hold(run_dir, wait=wait):
         _start(run_dir, run_settings(model, config, epsilon, delta, settings))
         base = copy.deepcopy(model)
@@ -142,9 +145,19 @@ def train_generator(
         run_dir.mkdir(parents=True, exist_ok=True)
         cache_dir = run_dir / PREFIX_CACHE
         if train.cache is not None:  # the frozen prefix once per example; each step runs the top blocks only
+            build = BuildProgress(progress or SILENT, None)
             features = top_blocks.load_or_build(
-                cache_dir, module, config.lora_layers, rows, pad_token_id(tokenizer), max_length, train.cache
+                cache_dir,
+                module,
+                config.lora_layers,
+                rows,
+                pad_token_id(tokenizer),
+                max_length,
+                train.cache,
+                on_build=build.on_build,
+                on_rows=build.on_rows,
             )
+            build.done()
             top = top_blocks.TopBlocks(module, config.lora_layers)
             cached = top_blocks.cached_rows(features, rows)
             run = prepare(
@@ -215,6 +228,7 @@ def run_dp_finetune(
     settings: dict[str, Any] | None = None,
     wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
+    progress: Progress | None = None,
 ) -> DPFinetuneResult:
     """Train (or reuse) the DP generator, sample ``per_class`` texts per class, write ``out`` and its
     ``.privacy.json`` sidecar (ε accounted from the run's ledger, never below the target). ``settings``: the
@@ -230,6 +244,7 @@ def run_dp_finetune(
         epsilon, delta: the target of the DP-SGD run.
         run_dir: the run folder (default: beside ``out``); a finished run with the same settings is reused.
         on_progress: ``on_progress(step, total, dp_loss, epsilon)`` after each DP-SGD step.
+        progress: where the private prefix cache's build is shown (:func:`train_generator`).
 
     Returns:
         :class:`DPFinetuneResult`: the sampled texts and the privacy statement written to the sidecar.
@@ -255,6 +270,7 @@ def run_dp_finetune(
         settings=settings,
         wait=wait,
         on_progress=on_progress,
+        progress=progress,
     )
     sampling = Sampling.from_params(config.to_dict())
     rows = [
