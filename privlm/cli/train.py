@@ -66,6 +66,12 @@ def train_command(
         "is the one-process update (docs/scaling-out.md). Excludes --head-only, --train-layers, --no-dp.",
     ),
     epsilon: float | None = typer.Option(None, "--epsilon", help="Privacy budget ε of the whole run."),
+    noise_multiplier: float | None = typer.Option(
+        None,
+        "--noise-multiplier",
+        help="σ instead of calibrating it to --epsilon (noise std σ·C); ε is accounted from it and reported. "
+        "With --epsilon too, the run stops at the last step within that budget.",
+    ),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
     norm_mode: str = typer.Option("mixed", "--norm-mode", help=f"Per-sample norms: {', '.join(NORM_MODES)}."),
@@ -153,10 +159,12 @@ def train_command(
             "--labels names the classes of a classify task; --task generate learns the completion of each prompt "
             "(rows with 'prompt' and 'completion') and has no classes: drop --labels"
         )
-    if no_dp and epsilon is not None:
-        raise UserError("--no-dp cannot be combined with --epsilon")
-    if not no_dp and epsilon is None:
-        raise UserError("give --epsilon (the privacy budget), or --no-dp for a non-private baseline")
+    if no_dp and (epsilon is not None or noise_multiplier is not None):
+        raise UserError("--no-dp cannot be combined with --epsilon or --noise-multiplier")
+    if not no_dp and epsilon is None and noise_multiplier is None:
+        raise UserError(
+            "give --epsilon (the privacy budget) or --noise-multiplier, or --no-dp for a non-private baseline"
+        )
     if max_test is not None and max_test < 1:
         raise UserError(f"--max-test must be >= 1, got {max_test}")
     chosen = defaults(
@@ -178,6 +186,7 @@ def train_command(
     config = TrainConfig(
         task=task,
         epsilon=epsilon,
+        noise_multiplier=noise_multiplier,
         delta=delta,
         private=not no_dp,
         norm_mode=norm_mode,

@@ -96,7 +96,7 @@ class DPSGDSettings:
             check_epsilon(self.epsilon, self.option("epsilon"))
         check_delta(self.delta, self.option("delta"))
         if self.noise_multiplier is not None and not self.noise_multiplier > 0:
-            raise UserError(f"noise multiplier must be > 0, got {self.noise_multiplier}")
+            raise UserError(f"{self.option('noise_multiplier')} must be > 0, got {self.noise_multiplier}")
         if not self.max_grad_norm > 0:
             raise UserError(f"{self.option('max_grad_norm')} must be > 0, got {self.max_grad_norm!r}")
         if self.accountant not in ACCOUNTANTS:

@@ -119,6 +119,7 @@ class TrainConfig(DPSGDSettings):
 
     OPTION_NAMES: ClassVar[dict[str, str]] = {
         "epsilon": "--epsilon",
+        "noise_multiplier": "--noise-multiplier",
         "delta": "--delta",
         "max_grad_norm": "--clip",
         "norm_mode": "--norm-mode",

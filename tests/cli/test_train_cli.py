@@ -20,7 +20,7 @@ import torch
 from cli_helpers import exit_code
 from safetensors.torch import load_file
 
-from privlm.privacy import Ledger
+from privlm.privacy import Ledger, LedgerEntry, PoissonGaussianStep
 
 WORDS = ["great", "bad", "warm", "dull", "funny", "slow", "sharp", "wooden", "moving", "boring"]
 TEXTS = [f"review {i}: the film was " + " ".join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5)) for i in range(60)]
@@ -91,6 +91,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faste
         (["--loss-bound", "0"], "loss bound"),
         (["--lora", "4", "--lora-layers", "99"], "--lora-layers must be in 1.."),
         (["--lora-layers", "1"], "--lora-layers needs --lora R > 0"),
+        (["--noise-multiplier", "0"], "--noise-multiplier must be > 0"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
@@ -99,6 +100,21 @@ def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragme
     err = capsys.readouterr().err
     assert err.startswith("error:") and fragment in err
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_a_given_noise_multiplier_is_drawn_and_its_epsilon_accounted(data, tmp_path, capsys):
+    at = RUN.index("--epsilon")
+    without_budget = RUN[:at] + RUN[at + 2 :]
+    out = tmp_path / "sigma"
+    args = [*without_budget, "--data", data, "--epochs", "1", "--noise-multiplier", "2", "--out", str(out), "--json"]
+    assert _train(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["noise_multiplier"] == 2.0 and summary["steps"] == 6
+    event = PoissonGaussianStep(summary["sample_rate"], summary["accounted_noise_multiplier"], snapped=1)
+    expected = Ledger([LedgerEntry(event, summary["steps"])]).epsilon(1e-5)
+    assert summary["epsilon"] == pytest.approx(expected, rel=1e-6) and 0 < summary["epsilon"] < 8
+    no_dp = [*without_budget, "--data", data, "--no-dp", "--noise-multiplier", "2", "--out", str(tmp_path / "x")]
+    assert _train(no_dp) == 2 and "cannot be combined" in capsys.readouterr().err
 
 
 def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
