@@ -189,7 +189,7 @@ def prefix_pass(model: nn.Module, blocks: int, pad_id: int, max_length: int) -> 
     """The :class:`~privlm.training.prefix_cache.FrozenPass` of the hidden states entering block L−``blocks``:
     example i's n_i states, computed in a batch of ``BATCH_ROWS`` rows × the public width ladder holding n_i
     (capped at ``max_length``, the public bound the rows were encoded with), at least one filler row. Bound to
-    ``model``'s fingerprint (its configuration and every weight, adapters included)."""
+    the fingerprint of :class:`FrozenPrefix`: the configuration and every weight below that block."""
     depth = check_train_layers(model, blocks)
     parts = decoder_parts(model)
     first = depth - blocks
@@ -214,7 +214,23 @@ def prefix_pass(model: nn.Module, blocks: int, pad_id: int, max_length: int) -> 
         return values, torch.tensor(lengths, dtype=torch.long)
 
     layout = LAYOUT.format(first=first, depth=depth)
-    return FrozenPass(layout, model, parts.causal_lm.config.hidden_size, compute)
+    return FrozenPass(layout, FrozenPrefix(parts, first), parts.causal_lm.config.hidden_size, compute)
+
+
+class FrozenPrefix(nn.Module):
+    """What the hidden states entering block ``first`` are a function of: the model's configuration and the
+    backbone's modules below that block (embeddings, positions, blocks 0..first−1, any adapters on them),
+    not the trained blocks above it, the final norm or the output layer. The prefix cache is bound to its
+    fingerprint, so runs that differ only in what they train on top (their seed's LoRA initial values, the
+    LoRA rank, full blocks or adapters) share one cache, and another base model is refused."""
+
+    def __init__(self, parts: DecoderParts, first: int) -> None:
+        super().__init__()
+        self.config = parts.causal_lm.config
+        for name, child in parts.backbone.named_children():
+            if child is not parts.blocks and child is not parts.norm:
+                self.add_module(name, child)
+        self.below = nn.ModuleList(list(parts.blocks[:first]))
 
 
 def load_or_build(

@@ -35,6 +35,7 @@ from privlm.training.top_blocks import (
     TopBlocks,
     cached_rows,
     collate_prefix,
+    decoder_parts,
     length_sorted_batches,
     top_label_word_losses,
     top_token_losses,
@@ -305,6 +306,31 @@ def test_a_cache_built_for_other_rows_another_model_or_another_block_is_refused(
         top_blocks.load_or_build(tmp_path / "cache", module, 2, encoded, pad, MAX_LENGTH, "bfloat16")
     meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
     assert meta["n_train"] == len(encoded) and meta["n_test"] == 0 and "PRIVATE" in meta["note"]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_runs_that_differ_only_above_the_prefix_share_its_cache(tmp_path, name):
+    """Another LoRA rank or initialisation (another seed), or full blocks instead of adapters: the same states
+    enter the trained blocks, so the cache is read, not rebuilt; the prefix's own weights still bind it."""
+    module, tokenizer = _model(name, lora=4)
+    encoded = _completions(tokenizer)
+    pad = pad_token_id(tokenizer)
+    built = top_blocks.load_or_build(tmp_path / "cache", module, 2, encoded, pad, MAX_LENGTH, "float64")
+    assert built.build_s is not None
+    model, _ = build_tiny_model(name, seed=0, dtype=torch.float64, layers=LAYERS)
+    for other in (
+        with_lora(model, 2, 7, 2),
+        train_top_blocks(build_tiny_model(name, seed=0, dtype=torch.float64, layers=LAYERS)[0], 2),
+    ):
+        read = top_blocks.load_or_build(tmp_path / "cache", other, 2, encoded, pad, MAX_LENGTH, "float64")
+        assert read.build_s is None and all(torch.equal(a, b) for a, b in zip(read.rows("train"), built.rows("train")))
+    changed, _ = build_tiny_model(name, seed=0, dtype=torch.float64, layers=LAYERS)
+    with torch.no_grad():  # one weight of block 0, below the trained blocks
+        next(decoder_parts(changed).blocks[0].parameters()).add_(1e-3)
+    with pytest.raises(UserError, match="another model"):
+        top_blocks.load_or_build(
+            tmp_path / "cache", train_top_blocks(changed, 2), 2, encoded, pad, MAX_LENGTH, "float64"
+        )
 
 
 def test_a_block_count_beyond_the_model_is_refused():
