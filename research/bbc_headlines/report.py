@@ -33,6 +33,9 @@ PAIRS = (  # (a, b): a − b, paired per seed
     ("eps3-hutchinson32-T2048", "eps3-hutchinson32", "T = 2,048 − T = 1,024, Hutchinson, ε = 3"),
     ("eps3-mixed", "eps30-mixed", "ε = 3 − ε = 30, exact clipping: what the extra noise costs"),
     ("eps30-mixed", "nondp", "ε = 30 − non-private: what clipping and the remaining noise cost"),
+    ("sigma0.05-mixed", "nondp", "clipping with almost no noise (σ = 0.05) − non-private: what clipping costs"),
+    ("eps3-mixed", "sigma0.05-mixed", "ε = 3 − σ = 0.05, exact clipping: what the noise costs"),
+    ("eps3-mixed-r1", "eps3-mixed", "LoRA r = 1 − r = 8 at ε = 3, exact clipping"),
 )
 
 
