@@ -20,7 +20,7 @@ multi-token words the head is a classifier on the first tokens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -52,6 +52,15 @@ def label_token_ids(tokenizer: PreTrainedTokenizerBase, verbalizer: Verbalizer) 
     return ids
 
 
+def label_word_rows(model: PreTrainedModel, label_ids: Sequence[int]) -> Tensor:
+    """A copy of the output layer's rows for ``label_ids`` (K, d): the model's own K-way label-word classifier.
+    :class:`UserError` for an output layer with a bias (the rows alone would not be the classifier)."""
+    output = model.get_output_embeddings()
+    if output is None or getattr(output, "bias", None) is not None:
+        raise UserError(f"{type(model).__name__}: the label-word head needs an output layer without bias")
+    return output.weight.detach()[torch.as_tensor(list(label_ids), dtype=torch.long)].clone()
+
+
 class LabelWordHead(nn.Module):
     """A frozen causal LM (``model``) and a trainable K × d copy of its output rows for ``label_ids`` (``rows``).
 
@@ -60,14 +69,11 @@ class LabelWordHead(nn.Module):
 
     def __init__(self, model: PreTrainedModel, label_ids: list[int]) -> None:
         super().__init__()
-        output = model.get_output_embeddings()
-        if output is None or getattr(output, "bias", None) is not None:
-            raise UserError(f"{type(model).__name__}: head-only training needs an output layer without bias")
+        weight = label_word_rows(model, label_ids)
         model.requires_grad_(False)
         model.eval()
         self.model = model
         self.register_buffer("label_ids", torch.tensor(label_ids, dtype=torch.long))
-        weight = output.weight.detach()[self.label_ids].clone()
         self.rows = nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
         with torch.no_grad():
             self.rows.weight.copy_(weight)

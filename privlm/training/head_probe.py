@@ -29,7 +29,7 @@ from privlm.lm.features import hidden_features
 from privlm.lm.prompts import split_prompt
 from privlm.lm.scoring import Example, accuracy_ci
 from privlm.resources.verbalizers import Verbalizer
-from privlm.training.head import label_token_ids
+from privlm.training.head import label_token_ids, label_word_rows
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,7 @@ def head_probe(
     """Fit the label-word rows on ``train`` and score them on the test features (:func:`prompt_features`):
     ``{"head_accuracy", "head_ci_low", "head_ci_high"}`` (95 % bootstrap interval over test examples). An
     empty ``train`` scores the model's own rows (the zero-shot classifier)."""
-    ids = label_token_ids(tokenizer, Verbalizer(template, tuple(label_words)))
-    output = model.get_output_embeddings()
-    if output is None or getattr(output, "bias", None) is not None:
-        raise UserError(f"{type(model).__name__}: the head-only classifier needs an output layer without bias")
-    initial = output.weight.detach()[ids]
+    initial = label_word_rows(model, label_token_ids(tokenizer, Verbalizer(template, tuple(label_words))))
     features = prompt_features(model, tokenizer, [t for t, _ in train], template, config.max_length)
     classes = torch.tensor([y for _, y in train], dtype=torch.long)
     rows = fit_rows(initial, features, classes, config, seed)
