@@ -237,13 +237,13 @@ def set_up(
                 on_build=build.on_build,
                 on_rows=build.on_rows,
             )
-            rows = top_blocks.cached_rows(features, rows, label_ids)
-            collate, micro_batches = top_blocks.collate_prefix, top_blocks.length_sorted_batches
-            trained = top_blocks.TopBlocks(module, config.train_layers)
-            loss_fn = (
-                top_blocks.top_token_losses
-                if label_tensor is None
-                else functools.partial(top_blocks.top_label_word_losses, label_ids=label_tensor)
+            top = top_blocks.cached_training(module, config.train_layers, features, rows, label_ids)
+            trained, rows, collate, loss_fn, micro_batches = (
+                top.module,
+                top.rows,
+                top.collate,
+                top.loss_fn,
+                top.micro_batches,
             )
     build.done()
     trained.train()

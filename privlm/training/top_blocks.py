@@ -31,6 +31,7 @@ holds them (≈ Σ n_i × d values: 1.2 KB per token for SmolLM2 in bfloat16) wi
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -325,6 +326,41 @@ def length_sorted_batches(batch: Mapping[str, Tensor], max_size: int | None) -> 
             "positions": batch["positions"][rows, :count],
             "targets": batch["targets"][rows, :count],
         }
+
+
+@dataclass(frozen=True)
+class CachedTraining:
+    """What :func:`privlm.training.loop.prepare` takes to train the top blocks over their cached prefix."""
+
+    module: TopBlocks
+    rows: list[PrefixRow]
+    collate: Callable[[Sequence[PrefixRow]], dict[str, Tensor]]
+    loss_fn: Callable[[TopBlocks, Mapping[str, Tensor]], Tensor]
+    micro_batches: Callable[[Mapping[str, Tensor], int | None], Iterator[dict[str, Tensor]]]
+
+
+def cached_training(
+    module: nn.Module,
+    blocks: int,
+    features: Features,
+    rows: Sequence[EncodedRow],
+    label_ids: Sequence[int] | None = None,
+) -> CachedTraining:
+    """The top ``blocks`` of ``module`` over ``features`` (:func:`load_or_build`) for the encoded ``rows``: the
+    cached rows, their collate, the per-sample loss (the mean token loss, or with ``label_ids`` the K-way
+    label-word loss) and the length-sorted micro-batch cut."""
+    loss_fn = (
+        top_token_losses
+        if label_ids is None
+        else functools.partial(top_label_word_losses, label_ids=torch.tensor(list(label_ids), dtype=torch.long))
+    )
+    return CachedTraining(
+        TopBlocks(module, blocks),
+        cached_rows(features, rows, label_ids),
+        collate_prefix,
+        loss_fn,
+        length_sorted_batches,
+    )
 
 
 def top_token_losses(top: TopBlocks, batch: Mapping[str, Tensor]) -> Tensor:

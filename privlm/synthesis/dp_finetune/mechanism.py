@@ -158,15 +158,9 @@ def train_generator(
                 on_rows=build.on_rows,
             )
             build.done()
-            top = top_blocks.TopBlocks(module, config.lora_layers)
-            cached = top_blocks.cached_rows(features, rows)
+            top = top_blocks.cached_training(module, config.lora_layers, features, rows)
             run = prepare(
-                top,
-                cached,
-                top_blocks.collate_prefix,
-                train,
-                loss_fn=top_blocks.top_token_losses,
-                micro_batches=top_blocks.length_sorted_batches,
+                top.module, top.rows, top.collate, train, loss_fn=top.loss_fn, micro_batches=top.micro_batches
             )
         else:
             run = prepare(module, rows, make_collate(tokenizer), train)
