@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import exit_code
+from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant
 from safetensors.torch import load_file
 
 from privlm.privacy import Ledger, LedgerEntry, PoissonGaussianStep
@@ -113,6 +115,12 @@ def test_a_given_noise_multiplier_is_drawn_and_its_epsilon_accounted(data, tmp_p
     event = PoissonGaussianStep(summary["sample_rate"], summary["accounted_noise_multiplier"], snapped=1)
     expected = Ledger([LedgerEntry(event, summary["steps"])]).epsilon(1e-5)
     assert summary["epsilon"] == pytest.approx(expected, rel=1e-6) and 0 < summary["epsilon"] < 8
+    # independent reference (Google's dp-accounting, the accounted σ, no snapping slack): never under-reported
+    reference = pld_privacy_accountant.PLDAccountant()
+    gaussian = dp_event.GaussianDpEvent(summary["accounted_noise_multiplier"])
+    reference.compose(dp_event.PoissonSampledDpEvent(summary["sample_rate"], gaussian), summary["steps"])
+    assert summary["accounted_noise_multiplier"] < 2.0  # the DP loss shares the noise: accounted below drawn
+    assert reference.get_epsilon(1e-5) <= summary["epsilon"] <= 1.05 * reference.get_epsilon(1e-5)
     no_dp = [*without_budget, "--data", data, "--no-dp", "--noise-multiplier", "2", "--out", str(tmp_path / "x")]
     assert _train(no_dp) == 2 and "cannot be combined" in capsys.readouterr().err
 
