@@ -36,6 +36,9 @@ class GradmmConfig:
     label_filter: bool = True  # drop candidates the public few-shot classifier labels differently
     class_context: bool = False  # start and project each class after its own public demonstrations only
     seed: int = 0
+    # the seed of the public candidates (ADMM's starting samples, instructed answers); None: ``seed``. Set, it
+    # lets cells of several seeds select from one public pool (their releases and downstream runs still differ)
+    pool_seed: int | None = None
     release: str = "full"  # released rows of the LM-head gradient: "label-rows" (presets) or "full" (all V)
     optimizer: str = "admm"  # "admm" (the paper's) or "select" (generate-select, privlm.synthesis.gradmm.select)
     noise_only: bool = False  # the noise-only control: a release of pure noise at the same σ and C, no data read
@@ -57,6 +60,11 @@ class GradmmConfig:
             self, "instructions", None if unused or self.instructions is None else tuple(self.instructions)
         )
 
+    @property
+    def candidate_seed(self) -> int:
+        """The seed the public candidates are drawn with: ``pool_seed``, else ``seed``."""
+        return self.seed if self.pool_seed is None else self.pool_seed
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {**asdict(self), "instructions": None if self.instructions is None else list(self.instructions)}
@@ -70,6 +78,8 @@ class GradmmConfig:
         for name in ("rho", "lr", "clip"):
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name.replace('_', '-')} must be > 0 (got {getattr(self, name)})")
+        if self.pool_seed is not None and self.pool_seed < 0:
+            raise UserError(f"pool_seed must be >= 0 (got {self.pool_seed})")
         if self.private_per_class is not None and self.private_per_class < 1:
             raise UserError(f"--private-per-class must be >= 1 (got {self.private_per_class})")
         if not self.oversample >= 1:

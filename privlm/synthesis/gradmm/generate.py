@@ -258,7 +258,7 @@ def synthesize(
                 lambda k=k: projector_for(k),
                 k,
                 config,
-                batch_seed(config.seed, k, j),
+                batch_seed(config.candidate_seed, k, j),
                 on_step,
                 public_dir,
             )

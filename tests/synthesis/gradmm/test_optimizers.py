@@ -239,6 +239,37 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
     assert sorted(p.name for p in public.iterdir()) == files
 
 
+def test_a_pool_seed_shares_the_public_candidates_between_seeds(lm, tmp_path, monkeypatch) -> None:
+    """``pool_seed``: runs of other seeds select from one public pool (the candidate files of the first run are
+    read, none generated); without it each seed draws its own candidates."""
+    model, tokenizer, prompt = lm
+
+    def run(out: Path, public: Path, **overrides):
+        config = replace(_config("select-instruct"), **overrides).validated()
+        run_gradmm(
+            model,
+            tokenizer,
+            prompt,
+            lambda: list(PRIVATE),
+            out=out,
+            per_class=2,
+            config=config,
+            dp=True,
+            epsilon=4.0,
+            delta=1e-5,
+            public_dir=public,
+        )
+        return {p.name: p.read_text() for p in public.iterdir() if p.name.startswith("class")}
+
+    pooled = run(tmp_path / "s1.jsonl", tmp_path / "pool", seed=1, pool_seed=7)
+    own = run(tmp_path / "own.jsonl", tmp_path / "own", seed=2)
+    assert pooled and own and set(own).isdisjoint(pooled)  # another seed, other candidates
+    monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the shared pool must be reused"))
+    assert run(tmp_path / "s2.jsonl", tmp_path / "pool", seed=2, pool_seed=7) == pooled
+    with pytest.raises(UserError, match="pool_seed"):
+        replace(_config("select-instruct"), pool_seed=-1).validated()
+
+
 def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeypatch) -> None:
     """The label filter's verdicts on public candidates are kept in ``public_dir`` and reused; another
     candidate set (other texts) gets its own."""
