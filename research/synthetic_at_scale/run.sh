@@ -6,7 +6,7 @@
 #          >> logs/synthetic_at_scale.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)
 TOML=research/synthetic_at_scale/config.toml
 OUT=research/synthetic_at_scale
-source "$(dirname "$0")/driver.sh"
+source "$(dirname "$0")/../driver.sh"
 for seed in 0 1 2; do
   run --cells "gradmm@instruct_n1000_seed${seed}_eps1" --cells "gradmm@instruct-noise_n1000_seed${seed}_eps1" \
       --cells "random_n1000_seed${seed}_*" --cells "zero-shot_n1000_seed${seed}_*"

@@ -7,7 +7,7 @@
 #          >> logs/rotten_tomatoes_full.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)
 TOML=research/synthetic_full_split/config.toml
 OUT=research/synthetic_full_split
-source "$(dirname "$0")/driver.sh"
+source "$(dirname "$0")/../driver.sh"
 # (n = 20 at ε = 1 first ran both objectives; the contrastive one separated from its noise control, the
 #  own-class one did not, so the contrastive objective leads at n = 100)
 run --cells "gradmm@instruct-own_n20_*_eps1" --cells "gradmm@instruct-own-noise_n20_*_eps1" \

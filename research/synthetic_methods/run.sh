@@ -6,7 +6,7 @@
 #          >> logs/rotten_tomatoes_pe.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)
 TOML=research/synthetic_methods/config.toml
 OUT=research/synthetic_methods
-source "$(dirname "$0")/driver.sh"
+source "$(dirname "$0")/../driver.sh"
 run --cells "pe_n100_*_eps1"
 run --cells "pe_n100_*_eps4"
 run --cells "dp-finetune-gen_n100_*_eps4"

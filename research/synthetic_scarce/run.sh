@@ -5,7 +5,7 @@
 #          >> logs/rotten_tomatoes_scarce.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)
 TOML=research/synthetic_scarce/config.toml
 OUT=research/synthetic_scarce
-source "$(dirname "$0")/driver.sh"
+source "$(dirname "$0")/../driver.sh"
 for seed in 0 1 2; do
   run --cells "gradmm@instruct_n10_seed${seed}_eps1" --cells "gradmm@instruct-noise_n10_seed${seed}_eps1"
 done
