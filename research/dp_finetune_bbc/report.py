@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-FOLDERS = (HERE, HERE.parent / "rotten_tomatoes_dpft")
+FOLDERS = (HERE, HERE.parent / "dp_finetune_rotten_tomatoes")
 PAIRS = (("eps3-hutchinson32", "eps3-mixed"), ("eps0.7-hutchpp32", "eps0.7-hutchinson32"))
 
 

@@ -16,9 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DPFT = HERE.parent / "rotten_tomatoes_dpft"
+DPFT = HERE.parent / "dp_finetune_rotten_tomatoes"
 TEST_SIZE, DATA_SEED = 300, 0  # research/synthetic_methods/config.toml
-FOLDERS = (HERE, HERE.parent / "rotten_tomatoes_full")
+FOLDERS = (HERE, HERE.parent / "synthetic_full_split")
 METHODS = (
     "pe",
     "dp-finetune-gen",
@@ -47,7 +47,7 @@ def rows() -> list[dict]:
 def direct_rows() -> dict[object, list[tuple[float, float]]]:
     """Per ε (None: non-private): (accuracy on the grid's 300 test sentences, training seconds) of each
     seed of DP fine-tuning directly (``rt-eps{ε}-hutchinson32-s{seed}`` / ``rt-nondp-s{seed}``)."""
-    from privlm.evaluation.sampling import subsample
+    from privlm.experiments.sampling import subsample
     from privlm.resources.datasets import load_dataset
 
     test = load_dataset("rotten-tomatoes", split="test", seed=DATA_SEED).examples
