@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privlm.evaluation.prompts import split_prompt
+from privlm.lm.prompts import split_prompt
 from privlm.resources.models import load_model
 from privlm.training.data import load_task_data
 from privlm.training.run import SPLIT_SEED

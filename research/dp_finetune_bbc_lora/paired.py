@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from peft import PeftModel
 
-from privlm.evaluation.scoring import option_scores
+from privlm.lm.scoring import option_scores
 from privlm.resources.models import load_model
 from privlm.training.data import load_task_data
 from privlm.training.run import SPLIT_SEED
