@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -368,6 +369,33 @@ def test_train_layers_beyond_the_model_exits_2_for_classify(data, tmp_path, caps
     assert "--train-layers must be in 1..2 (the model's decoder blocks), got 99" in capsys.readouterr().err
 
 
+def _released_adapter_writes_the_predictions(out: Path, data: str, records: list[dict]) -> None:
+    """What a user does with the release: the base model plus ``adapter/`` loaded by peft (no privlm class)
+    completes the test prompts exactly as the run's ``predictions.jsonl`` says."""
+    from peft import PeftModel
+
+    from privlm.lm.completion import greedy_complete
+    from privlm.resources.models import load_model
+    from privlm.training.data import GENERATE_TEMPLATE, load_task_data
+    from privlm.training.run import SPLIT_SEED
+
+    base, tokenizer = load_model("tiny-llama", seed=3)  # --model tiny-llama --seed 3: the base privlm trained
+    model = PeftModel.from_pretrained(base, str(out / "adapter"))
+    test = load_task_data(data, "generate", SPLIT_SEED).test[: len(records)]
+    assert [r.completion for r in test] == [r["reference"] for r in records]
+
+    def complete(lm) -> list[str]:
+        prompts = [r.prompt for r in test]
+        return greedy_complete(lm, tokenizer, prompts, max_new_tokens=6, max_length=48, template=GENERATE_TEMPLATE)
+
+    assert complete(model) == [r["generated"] for r in records]
+    ids = tokenizer(test[0].prompt, return_tensors="pt")
+    with torch.no_grad():
+        trained = model(**ids).logits
+        with model.disable_adapter():  # the loaded adapters are the trained ones: they move the base's logits
+            assert not torch.allclose(model(**ids).logits, trained)
+
+
 def test_generate_on_cached_top_blocks_scores_rouge_and_writes_predictions(completions, tmp_path, capsys):
     out = tmp_path / "run"
     args = [*GENERATE, "--data", completions, "--out", str(out), "--train-layers", "1", "--lora", "4"]
@@ -391,7 +419,9 @@ def test_generate_on_cached_top_blocks_scores_rouge_and_writes_predictions(compl
         "privacy.json",
     ]
     assert not [p for p in tmp_path.rglob("*") if "cache" in p.name]
+    _released_adapter_writes_the_predictions(out, completions, records)
     lines = captured.err.splitlines()
     build = [line for line in lines if "building the private prefix cache" in line]
-    assert build and not any(str(summary["n_train"]) in line for line in build)  # a private count: never shown
+    shown = [re.sub(r"^\[\d\d:\d\d:\d\d\]|\(\d+ s\)", "", line) for line in build]  # not the clock's digits
+    assert build and not any(str(summary["n_train"]) in line for line in shown)  # a private count: never shown
     assert any("decoding the test prompts" in line for line in lines)
