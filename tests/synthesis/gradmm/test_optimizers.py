@@ -65,7 +65,7 @@ def _config(name: str):
     )
 
 
-def _run(lm, out: Path, name: str, load_private, **kwargs):
+def _run(lm, out: Path, name: str, load_private, overrides: dict | None = None, **kwargs):
     model, tokenizer, prompt = lm
     return run_gradmm(
         model,
@@ -74,7 +74,7 @@ def _run(lm, out: Path, name: str, load_private, **kwargs):
         load_private,
         out=out,
         per_class=2,
-        config=_config(name),
+        config=replace(_config(name), **(overrides or {})).validated(),
         dp=True,
         epsilon=4.0,
         delta=1e-5,
@@ -242,23 +242,9 @@ def test_instructed_candidates_are_public_and_shared_between_releases(lm, tmp_pa
 def test_a_pool_seed_shares_the_public_candidates_between_seeds(lm, tmp_path, monkeypatch) -> None:
     """``pool_seed``: runs of other seeds select from one public pool (the candidate files of the first run are
     read, none generated); without it each seed draws its own candidates."""
-    model, tokenizer, prompt = lm
 
     def run(out: Path, public: Path, **overrides):
-        config = replace(_config("select-instruct"), **overrides).validated()
-        run_gradmm(
-            model,
-            tokenizer,
-            prompt,
-            lambda: list(PRIVATE),
-            out=out,
-            per_class=2,
-            config=config,
-            dp=True,
-            epsilon=4.0,
-            delta=1e-5,
-            public_dir=public,
-        )
+        _run(lm, out, "select-instruct", lambda: list(PRIVATE), overrides, public_dir=public)
         return {p.name: p.read_text() for p in public.iterdir() if p.name.startswith("class")}
 
     pooled = run(tmp_path / "s1.jsonl", tmp_path / "pool", seed=1, pool_seed=7)
