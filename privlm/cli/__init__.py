@@ -31,6 +31,15 @@ def _root() -> None:
 
 
 _registered: set[str] = set()
+_invocation: list[str] = []
+
+
+def invocation() -> str:
+    """The command line :func:`main` is running (``privlm`` and its arguments, shell-quoted), for the records
+    a command writes (e.g. a synthetic set's data card); empty outside :func:`main`."""
+    import shlex
+
+    return shlex.join(_invocation)
 
 
 def _register_commands(argv: list[str]) -> None:
@@ -48,6 +57,7 @@ def _register_commands(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``privlm`` script: bad input exits with code 2 and one line, no traceback."""
     argv = sys.argv[1:] if argv is None else argv
+    _invocation[:] = ["privlm", *argv]
     try:
         _register_commands(argv)
         code = app(args=argv, standalone_mode=False)  # a command's ``typer.Exit(n)`` comes back as n here

@@ -87,10 +87,46 @@ def run_request(command: SynthCommand, request: SynthRequest, json_out: bool) ->
         err_console.print(f"[bold yellow]warning[/]: {NO_DESCRIPTION_WARNING}")
     with cli_progress(err_console) as progress:
         outcome = run(model, tokenizer, progress)
+    card = write_card(request, outcome)
     if json_out:
-        print_json(outcome.summary())
+        print_json({**outcome.summary(), "card": str(card)})
     else:
         show_outcome(outcome)
+        console.print(f"data card: {card}")
+
+
+def write_card(request: SynthRequest, outcome: SynthOutcome) -> Path:
+    """``FILE.card.md`` beside the output (:mod:`privlm.synthesis.card`): the public settings of ``request``
+    and the outcome's privacy statement and rows; nothing of the private rows."""
+    from privlm import __version__
+    from privlm.cli import invocation
+    from privlm.privacy.ledger import Ledger
+    from privlm.synthesis.card import write_data_card
+    from privlm.synthesis.command import public_label_names
+
+    names, verbalizer = public_label_names(request)
+    ledger = outcome.privacy.get("ledger_file")
+    seeded = ledger is not None and not Ledger.load(outcome.out.parent / ledger).private_release
+    spec = request.labels
+    public = {
+        "class names": ", ".join(names),
+        "label words": ", ".join(w.strip() for w in verbalizer.label_words),
+        "prompt template": repr(verbalizer.template),
+        "description (--describe)": getattr(spec, "description", None),
+        **{f"--{k.replace('_', '-')}": v for k, v in sorted(request.options.items())},
+    }
+    return write_data_card(
+        outcome.out,
+        method=request.method,
+        model=request.model_name,
+        data=str(request.data),
+        rows=outcome.rows,
+        privacy=outcome.privacy,
+        public=public,
+        private_release=not seeded,
+        command=invocation() or None,
+        version=__version__,
+    )
 
 
 def method_options(commands: dict[str, SynthCommand]) -> dict[str, list[tuple[str, SynthOption]]]:

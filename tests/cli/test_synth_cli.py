@@ -195,6 +195,28 @@ def test_no_dp_says_so_in_every_output(tmp_path, capsys) -> None:
     assert summary["privacy"]["dp"] is False and "NOT differentially private" in summary["privacy"]["warning"]
     assert json.loads(GradmmPaths(out).sidecar.read_text())["dp"] is False
     assert all(json.loads(line)["dp"] is False for line in out.read_text().splitlines())
+    card = Path(summary["card"]).read_text()
+    assert Path(summary["card"]) == tmp_path / "o.card.md" and "NOT differentially private" in card
+    assert "(ε =" not in card
+
+
+def test_the_data_card_states_the_sidecars_privacy_and_no_private_row(tmp_path, capsys) -> None:
+    data = _write_data(tmp_path / "d.jsonl", ROWS)
+    out = tmp_path / "o.jsonl"
+    args = [*SMALL, "--data", data, "--per-class", "2", "--outer-steps", "1", "--inner-steps", "2"]
+    assert _synth([*args, "--epsilon", "4", "--delta", "1e-5", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    card_file = tmp_path / "o.card.md"
+    assert f"data card: {card_file}" in shown.replace("\n", "")
+    card = card_file.read_text()
+    sidecar = json.loads(GradmmPaths(out).sidecar.read_text())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert f"(ε = {sidecar['epsilon']:.4g}, δ = {sidecar['delta']:.3g})-DP** for the whole file" in card
+    assert f"ε accounted {sidecar['epsilon_accounted']:.4g}" in card and "add/remove-one" in card
+    assert f"**Rows:** {len(rows)} (neg: 2, pos: 2)" in card and "`gradmm`; public model `tiny-llama`" in card
+    assert "class names: neg, pos" in card and "privlm synth" in card and "o.privacy.json" in card
+    assert not any(text in card for text, _ in ROWS)  # no private row, nor the private set's size
+    assert f"{len(ROWS)} " not in card.replace(f"**Rows:** {len(rows)} ", "")
 
 
 def test_a_new_label_or_no_labels_exits_2_and_never_shows_the_label(tmp_path, capsys) -> None:

@@ -1,0 +1,130 @@
+"""The data card of a synthetic set: ``FILE.card.md`` beside ``FILE.jsonl`` and its sidecar ``FILE.privacy.json``.
+
+What a person who receives the set reads first: what it is (method, public model, size per class), what it
+costs in privacy and what that guarantee covers and rests on, which inputs were public, and how it was
+made. Everything on the card comes from the run's public settings, its privacy statement (the sidecar) and
+the released rows themselves: no private row, count or statistic is read to write it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from privlm.atomic import write_text_atomic
+
+CARD_SUFFIX = ".card.md"
+# sidecar keys the card states in its own words, or that are too long for a card (the sidecar has them all)
+_STATED = {"dp", "epsilon", "delta", "epsilon_target", "epsilon_accounted", "ledger", "ledger_file", "warning"}
+_GUARANTEE = (
+    "Example-level (ε, δ)-differential privacy with respect to the private set the run read (add/remove-one "
+    "adjacency: any one example added or removed changes the probability of any output by at most e^ε, up "
+    "to δ). It covers this file as a whole; every other release of the same private data (another set, a "
+    "model trained on it) costs its own ε, and releases compose."
+)
+_ASSUMPTIONS = (
+    "the noise comes from the operating system's randomness (no user seed reproduces it)",
+    "everything after the noisy release (generation, filtering, selection) reads only the release and "
+    "public inputs: post-processing",
+    "the private set is what the run read (its train split, or the file given); a selection from a larger "
+    "file is not covered as that file",
+    "the public inputs below were not derived from the private rows",
+)
+
+
+def card_path(out: Path) -> Path:
+    """``FILE.card.md``, the data card of the output ``FILE.jsonl``."""
+    return Path(out).with_suffix(CARD_SUFFIX)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"{len(value)} values"
+    return str(value)
+
+
+def data_card(
+    *,
+    out: Path,
+    method: str,
+    model: str,
+    data: str,
+    rows: Sequence[Mapping[str, Any]],
+    privacy: Mapping[str, Any],
+    public: Mapping[str, Any],
+    private_release: bool = True,
+    command: str | None = None,
+    version: str = "",
+) -> str:
+    """The card (Markdown) of the set ``rows`` written to ``out`` by ``method`` with the public ``model``
+    from the private ``data`` (its name or path), with the run's ``privacy`` statement (the sidecar) and
+    its ``public`` inputs (class names, template, description, instructions: name → value).
+    ``private_release``: the ledger's flag; False (seeded noise, e.g. ``--seed`` of a DP-SGD run or a test)
+    puts a warning first: a seed reproduces the noise, so the stated ε is not a guarantee."""
+    counts = Counter(str(row.get("label_name", row.get("label"))) for row in rows)
+    lines = [f"# Synthetic data set `{Path(out).name}`", ""]
+    lines += [
+        f"- **Rows:** {len(rows)} ({', '.join(f'{name}: {n}' for name, n in counts.items())})",
+        f"- **Method:** `{method}`; public model `{model}`",
+        f"- **Private source:** `{data}` (never copied here: the rows are synthetic)",
+    ]
+    if privacy.get("dp") and not private_release:
+        lines += [
+            "- **WARNING: seeded noise.** Whoever knows the seed regenerates the noise: the ε below is what the run"
+            " spent, not a guarantee. Do not share this file where the private data may not go."
+        ]
+    if privacy.get("dp"):
+        epsilon = privacy["epsilon"]
+        accounted = privacy.get("epsilon_accounted")
+        lines += [
+            f"- **Privacy: (ε = {epsilon:.4g}, δ = {privacy['delta']:.3g})-DP** for the whole file"
+            + (
+                f" (ε accounted {accounted:.4g} by PLD over the run's ledger, target {privacy.get('epsilon_target'):.4g};"
+                " the card states the larger)"
+                if isinstance(accounted, float) and math.isfinite(accounted)
+                else ""
+            ),
+            "",
+            "## The guarantee",
+            "",
+            _GUARANTEE,
+            "",
+            "It rests on these assumptions:",
+            "",
+            *[f"- {a}" for a in _ASSUMPTIONS],
+        ]
+    else:
+        lines += [
+            f"- **NOT differentially private:** {privacy.get('warning', 'no noise was added')}",
+            "",
+            "Do not share this file where the private data may not go.",
+        ]
+    details = {k: v for k, v in privacy.items() if k not in _STATED}
+    if details:
+        lines += ["", "## How the privacy was spent (from the sidecar)", ""]
+        lines += [f"- `{k}`: {_value(v)}" for k, v in details.items()]
+    lines += ["", "## Public inputs", ""]
+    lines += [f"- {name}: {_value(value)}" for name, value in public.items() if value is not None] or ["- none"]
+    lines += ["", "## Files", ""]
+    lines += [
+        f"- `{Path(out).name}`: the rows (text, label, label_name, method fields)",
+        f"- `{Path(out).with_suffix('.privacy.json').name}`: the privacy statement and the ledger of every draw",
+        f"- `{card_path(out).name}`: this card",
+    ]
+    if command or version:
+        lines += ["", "## Made by", ""]
+        lines += [f"- privlm {version}".rstrip()] if version else []
+        lines += [f"- `{command}`"] if command else []
+    return "\n".join(lines) + "\n"
+
+
+def write_data_card(out: Path, **fields: Any) -> Path:
+    """Write :func:`data_card` to ``FILE.card.md`` atomically; returns its path."""
+    path = card_path(out)
+    write_text_atomic(path, data_card(out=out, **fields))
+    return path
