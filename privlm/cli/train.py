@@ -70,7 +70,8 @@ def train_command(
         None,
         "--noise-multiplier",
         help="σ instead of calibrating it to --epsilon (noise std σ·C); ε is accounted from it and reported. "
-        "With --epsilon too, the run stops at the last step within that budget.",
+        "With --epsilon too, the run stops at the last step within that budget. 0 (without --epsilon): "
+        "clipping without noise, NOT private, an ablation.",
     ),
     delta: float = typer.Option(1e-5, "--delta", help="Privacy parameter δ."),
     no_dp: bool = typer.Option(False, "--no-dp", help="No clipping, no noise: a NON-private baseline."),
@@ -269,6 +270,8 @@ def train_command(
     privacy = (
         "NOT private (--no-dp)"
         if not config.private
+        else "NOT private: clipping without noise (--noise-multiplier 0, an ablation)"
+        if config.clip_only
         else f"(ε = {summary['epsilon']:.3f}, δ = {delta:g})-DP, σ = {summary['noise_multiplier']:.4f}"
         + (
             ""
@@ -276,7 +279,7 @@ def train_command(
             else f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"
         )
     )
-    if config.private and not summary["private_release"]:
+    if config.private and not config.clip_only and not summary["private_release"]:
         privacy += " — NOT a private release: --seed makes the noise reproducible"
     console.print(
         f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "

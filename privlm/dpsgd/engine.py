@@ -127,6 +127,7 @@ class PrivacyEngine:
         self.streams = streams if streams is not None else RunStreams.create(seed)
         self.steps = 0
         self._event: PoissonGaussianStep | None = None
+        self._made = False
 
     @property
     def clipping_kind(self) -> Clipping:
@@ -194,7 +195,7 @@ class PrivacyEngine:
         Raises:
             UserError: a second call on one engine, both or neither of σ and ε, a bad C, reduction or
                 micro-batch size, an unsized or empty data set, or a target ε without δ and epochs."""
-        if self._event is not None:
+        if self._made:
             raise UserError("this PrivacyEngine already made a model private; use one engine per training run")
         if (noise_multiplier is None) == (target_epsilon is None):
             raise UserError("give exactly one of noise_multiplier and target_epsilon")
@@ -223,13 +224,15 @@ class PrivacyEngine:
             )
         else:  # excluded by the first check; narrows noise_multiplier to a float
             raise UserError("give exactly one of noise_multiplier and target_epsilon")
-        self._event = PoissonGaussianStep(
-            sample_rate=sample_rate,
-            noise_multiplier=effective,
-            clipping=self.clipping_kind,
-            probes=self._event_probes,
-            snapped=snapped,
-        )
+        self._made = True
+        if effective > 0:  # σ = 0: clipping without noise, NOT private; nothing to account (ε = ∞)
+            self._event = PoissonGaussianStep(
+                sample_rate=sample_rate,
+                noise_multiplier=effective,
+                clipping=self.clipping_kind,
+                probes=self._event_probes,
+                snapped=snapped,
+            )
         clipper = PerSampleClipper(
             module,
             loss_fn or functools.partial(causal_lm_losses, reduction=loss_reduction),
@@ -246,7 +249,7 @@ class PrivacyEngine:
             noise_multiplier=noise_multiplier,
             expected_batch_size=sample_rate * len(dataset),
             randomness=self.streams.noise,
-            on_step=self._record_step,
+            on_step=self._record_step if self._event is not None else None,
             loss_release=loss_release,
         )
         loader = poisson_loader(
@@ -283,8 +286,8 @@ class PrivacyEngine:
 
     @property
     def event(self) -> PoissonGaussianStep | None:
-        """What each step is accounted as (None before :meth:`make_private`); its noise multiplier is
-        the effective one, σ/√(1+α²) with a loss release."""
+        """What each step is accounted as (None before :meth:`make_private`, and for σ = 0: no noise, NOT
+        private); its noise multiplier is the effective one, σ/√(1+α²) with a loss release."""
         return self._event
 
     def _record_step(self) -> None:
@@ -294,5 +297,5 @@ class PrivacyEngine:
         self.steps += 1
 
     def epsilon(self, delta: float) -> float:
-        """ε of all steps taken so far at ``delta`` (0 before the first step)."""
-        return self.accountant.epsilon(delta)
+        """ε of all steps taken so far at ``delta`` (0 before the first step; ∞ without noise, σ = 0)."""
+        return math.inf if self._made and self._event is None else self.accountant.epsilon(delta)

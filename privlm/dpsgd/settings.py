@@ -35,7 +35,8 @@ class DPSGDSettings:
     """DP-SGD settings shared by every private training path.
 
     ``epsilon``: the target ε (σ calibrated for the planned steps) — or give ``noise_multiplier`` σ
-    (with ``epsilon`` too, training stops when the budget is spent); ``delta`` δ. ``max_grad_norm`` C:
+    (with ``epsilon`` too, training stops when the budget is spent; σ = 0 clips without noise, NOT private,
+    an ablation: :attr:`clip_only`); ``delta`` δ. ``max_grad_norm`` C:
     the per-example clipping norm. ``norm_mode``/``probes``: how per-example norms are computed
     (:mod:`privlm.norm_modes`); randomized modes are accounted with their envelope.
     ``bookkeeping``: clipped sums from the per-layer factors (no second backward pass).
@@ -78,6 +79,12 @@ class DPSGDSettings:
         """Whether these settings train privately (subclasses may offer a non-private baseline)."""
         return True
 
+    @property
+    def clip_only(self) -> bool:
+        """σ = 0: per-example clipping without noise — NOT differentially private (ε = ∞), an ablation that
+        separates what clipping costs from what the noise costs."""
+        return self.is_private and self.noise_multiplier == 0
+
     def check_dpsgd(self) -> None:
         """Validate the DP-SGD fields (the privacy ones only when :attr:`is_private`). Raises :class:`UserError`."""
         norm_mode(self.norm_mode, self.option("norm_mode"))
@@ -95,8 +102,13 @@ class DPSGDSettings:
         if self.epsilon is not None:
             check_epsilon(self.epsilon, self.option("epsilon"))
         check_delta(self.delta, self.option("delta"))
-        if self.noise_multiplier is not None and not self.noise_multiplier > 0:
-            raise UserError(f"{self.option('noise_multiplier')} must be > 0, got {self.noise_multiplier}")
+        if self.noise_multiplier is not None and not self.noise_multiplier >= 0:
+            raise UserError(f"{self.option('noise_multiplier')} must be >= 0, got {self.noise_multiplier}")
+        if self.clip_only and self.epsilon is not None:
+            raise UserError(
+                f"{self.option('noise_multiplier')} 0 clips without noise, which is NOT private: it meets no "
+                f"{self.option('epsilon')}; drop {self.option('epsilon')} (an ablation) or give σ > 0"
+            )
         if not self.max_grad_norm > 0:
             raise UserError(f"{self.option('max_grad_norm')} must be > 0, got {self.max_grad_norm!r}")
         if self.accountant not in ACCOUNTANTS:

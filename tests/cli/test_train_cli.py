@@ -94,7 +94,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faste
         (["--loss-bound", "0"], "loss bound"),
         (["--lora", "4", "--lora-layers", "99"], "--lora-layers must be in 1.."),
         (["--lora-layers", "1"], "--lora-layers needs --lora R > 0"),
-        (["--noise-multiplier", "0"], "--noise-multiplier must be > 0"),
+        (["--noise-multiplier", "0"], "0 clips without noise, which is NOT private: it meets no --epsilon"),
+        (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
@@ -124,6 +125,28 @@ def test_a_given_noise_multiplier_is_drawn_and_its_epsilon_accounted(data, tmp_p
     assert reference.get_epsilon(1e-5) <= summary["epsilon"] <= 1.05 * reference.get_epsilon(1e-5)
     no_dp = [*without_budget, "--data", data, "--no-dp", "--noise-multiplier", "2", "--out", str(tmp_path / "x")]
     assert _train(no_dp) == 2 and "cannot be combined" in capsys.readouterr().err
+
+
+def test_no_noise_clips_and_says_it_is_not_private(data, tmp_path, capsys):
+    """--noise-multiplier 0 without --epsilon: the clipping-only ablation; every output says NOT private, ε is ∞,
+    no ledger is written (nothing is accounted), and the run is not the --no-dp run (clipping changes it)."""
+    at = RUN.index("--epsilon")
+    without_budget = [*RUN[:at], *RUN[at + 2 :], "--data", data, "--epochs", "1"]
+    out = tmp_path / "clip"
+    assert _train([*without_budget, "--noise-multiplier", "0", "--clip", "0.01", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["private"] is False and summary["private_release"] is False
+    assert summary["epsilon"] == math.inf and summary["noise_multiplier"] == 0.0 and summary["steps"] == 6
+    assert not (out / "privacy.json").exists()
+    assert _train([*without_budget, "--noise-multiplier", "0", "--clip", "0.01", "--out", str(tmp_path / "p")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "NOT private: clipping without noise (--noise-multiplier 0, an ablation)" in shown
+    assert _train([*without_budget, "--no-dp", "--out", str(tmp_path / "plain"), "--json"]) == 0
+    capsys.readouterr()
+    clipped = load_file(str(out / "model" / "model.safetensors"))
+    unclipped = load_file(str(tmp_path / "plain" / "model" / "model.safetensors"))
+    assert clipped.keys() == unclipped.keys()  # not the --no-dp run (which neither clips nor samples the same)
+    assert any(not torch.allclose(clipped[k], unclipped[k]) for k in clipped)
 
 
 def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
-from dpsgd_harness import padded_batch, tiny_model
+from dpsgd_harness import padded_batch, reference_clipped_sum, reference_grads, tiny_model
 from torch.utils.data import DataLoader
 
 from privlm.dpsgd.engine import PrivacyEngine
@@ -127,3 +127,26 @@ def test_a_micro_batch_cut_that_loses_or_repeats_rows_is_refused():
         optimizer.zero_grad()
         with pytest.raises(ValueError, match="every row of the logical batch exactly once"):
             private.clipped_backward(padded_batch([12, 5, 9], seq_len=12, seed=4))
+
+
+def test_no_noise_clips_exactly_and_is_not_private():
+    """σ = 0 (the clipping-only ablation): the update is the clipped sum of a micro-batch-of-one autograd
+    loop divided by the expected batch size, nothing is accounted, and ε is ∞ — never a finite number."""
+    model = tiny_model("tiny-llama", lora=True)
+    batch = padded_batch([12, 5, 9, 7], seq_len=12, seed=4)
+    clip = 0.05  # below every per-sample norm here: every example is clipped
+    expected = [g / 2.0 for g in reference_clipped_sum(reference_grads(model, batch), clip)]  # B = 8 · q 1/4
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    engine = PrivacyEngine(norm_mode="mixed", seed=0)
+    private, optimizer, _ = engine.make_private(
+        model, optimizer, DataLoader(_rows(), batch_size=2), noise_multiplier=0.0, max_grad_norm=clip
+    )
+    optimizer.zero_grad()
+    private.clipped_backward(batch)
+    optimizer.privatize_grads()
+    got = [p.grad for p in model.parameters() if p.requires_grad]
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-7)
+    assert engine.event is None and engine.epsilon(1e-5) == float("inf")
+    optimizer.step()
+    assert engine.accountant.epsilon(1e-5) == 0.0  # nothing was recorded
