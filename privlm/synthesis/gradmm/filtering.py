@@ -38,6 +38,11 @@ PUBLIC_FEW_SHOT: dict[str, tuple[str, ...]] = {
 CONTENT_FREE = "N/A"
 
 
+# public candidates per cached piece of a pass over a pool (labels, hidden states): a multiple of the
+# passes' batch sizes (16 and 32), so pieces cut no batch
+CHUNK = 512
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One synthetic example: its tokens, text, intended class and matching loss vs the DP release."""

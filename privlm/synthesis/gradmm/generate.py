@@ -29,7 +29,7 @@ from privlm.lm.sampling import Sampling
 from privlm.resources.verbalizers import format_instructions
 from privlm.synthesis.gradmm.admm import run_admm
 from privlm.synthesis.gradmm.config import GradmmConfig
-from privlm.synthesis.gradmm.filtering import Candidate, few_shot_context, few_shot_labels, select
+from privlm.synthesis.gradmm.filtering import CHUNK, Candidate, few_shot_context, few_shot_labels, select
 from privlm.synthesis.gradmm.matching import autograd_matching_loss, matching_loss, per_example_matching_loss
 from privlm.synthesis.gradmm.projection import Projector
 from privlm.synthesis.gradmm.prompt import (
@@ -132,11 +132,19 @@ def public_labels(
 ) -> list[int]:
     """The public few-shot classifier's label of each candidate (:func:`few_shot_labels`), kept in
     ``public_dir`` when given: a function of the public model, prompt and candidate texts only, so the cells
-    that select from one seed's instructed candidates (DP, noise-only, no-DP, each ε) compute it once."""
+    that select from one seed's instructed candidates (DP, noise-only, no-DP, each ε) compute it once. Kept
+    in pieces of :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates, each saved as it is done: an interrupted pass over a large pool
+    resumes, and a pool that extends another (n = 1,000's candidates begin with n = 100's) reuses its full
+    pieces. The pieces start at multiples of the classifier's batch size, so the labels are those of one pass."""
     texts = [c.text for c in candidates]
-    key = digest({"model": model_fingerprint(model), "prompt": prompt.to_dict(), "texts": texts})
-    path = None if public_dir is None else public_dir / f"labels-{key}.json"
-    return json_once(path, lambda: few_shot_labels(model, tokenizer, prompt, texts))
+    fingerprint = model_fingerprint(model)
+    labels: list[int] = []
+    for start in range(0, len(texts), CHUNK):
+        part = texts[start : start + CHUNK]
+        key = digest({"model": fingerprint, "prompt": prompt.to_dict(), "texts": part})
+        path = None if public_dir is None else public_dir / f"labels-{key}.json"
+        labels += json_once(path, lambda part=part: few_shot_labels(model, tokenizer, prompt, part))
+    return labels
 
 
 def generate_batch(

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 
 from privlm.atomic import atomic_path
 from privlm.digest import digest
-from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.filtering import CHUNK, Candidate
 from privlm.synthesis.gradmm.matching import residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
@@ -37,36 +37,43 @@ def candidate_hidden(
 ) -> torch.Tensor:
     """Final hidden states (M × d, the model's dtype) of ``candidates`` in the matching's layout (``prefix +
     ids + suffix``), in batches of ``batch_size``; kept in ``public_dir`` when given (public candidates only:
-    a function of the public model, prompt and candidate tokens, shared by every release that selects from them)."""
+    a function of the public model, prompt and candidate tokens, shared by every release that selects from
+    them), in pieces of about :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates that start at
+    multiples of ``batch_size`` (the states of one pass; a large pool's pass resumes piece by piece)."""
 
-    def compute() -> torch.Tensor:
+    def compute(part: Sequence[Candidate]) -> torch.Tensor:
         return torch.cat(
             [
                 last_hidden_from_ids(
                     model,
-                    [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in candidates[start : start + batch_size]],
+                    [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in part[start : start + batch_size]],
                 )
-                for start in range(0, len(candidates), batch_size)
+                for start in range(0, len(part), batch_size)
             ]
         )
 
     if public_dir is None:
-        return compute()
-    key = digest(
-        {
-            "model": model_fingerprint(model),
-            "prompt": prompt.to_dict(),
-            "ids": [list(c.ids) for c in candidates],
-            "batch_size": batch_size,
-        }
-    )
-    path = public_dir / f"hidden-{key}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=True)
-    hidden = compute()
-    with atomic_path(path) as tmp:
-        torch.save(hidden, tmp)
-    return hidden
+        return compute(candidates)
+    fingerprint, piece = model_fingerprint(model), max(1, CHUNK // batch_size) * batch_size
+    parts = []
+    for first in range(0, len(candidates), piece):
+        part = candidates[first : first + piece]
+        key = digest(
+            {
+                "model": fingerprint,
+                "prompt": prompt.to_dict(),
+                "ids": [list(c.ids) for c in part],
+                "batch_size": batch_size,
+            }
+        )
+        path = public_dir / f"hidden-{key}.pt"
+        if path.exists():
+            parts.append(torch.load(path, weights_only=True))
+            continue
+        parts.append(compute(part))
+        with atomic_path(path) as tmp:
+            torch.save(parts[-1], tmp)
+    return torch.cat(parts)
 
 
 @torch.no_grad()

@@ -273,6 +273,24 @@ def test_public_labels_are_computed_once_per_candidate_set(lm, tmp_path, monkeyp
     assert len(list(tmp_path.glob("labels-*.json"))) == 1
 
 
+def test_public_labels_are_kept_in_pieces_a_longer_pool_reuses(lm, tmp_path, monkeypatch) -> None:
+    """Pieces of CHUNK candidates: the labels are those of one pass, a pool that extends another reads the
+    other's full pieces and computes only the rest (so an interrupted pass over a large pool resumes)."""
+    model, tokenizer, prompt = lm
+    texts = ["a good film", "dull", "fine", "the best of the year", "slow", "warm and funny", "bad", "sharp"]
+    cands = [Candidate(ids=(1, 2), text=t, label=i % 2, match_loss=0.0) for i, t in enumerate(texts)]
+    whole = generate.few_shot_labels(model, tokenizer, prompt, texts, batch_size=2)
+    monkeypatch.setattr(generate, "CHUNK", 2)
+    real = generate.few_shot_labels
+    monkeypatch.setattr(generate, "few_shot_labels", lambda m, t, p, part: real(m, t, p, part, batch_size=2))
+    assert generate.public_labels(model, tokenizer, prompt, cands[:5], tmp_path) == whole[:5]
+    assert len(list(tmp_path.glob("labels-*.json"))) == 3  # [0, 2), [2, 4), [4, 5)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(generate, "few_shot_labels", lambda m, t, p, part: asked.append(part) or real(m, t, p, part))
+    assert generate.public_labels(model, tokenizer, prompt, cands, tmp_path) == whole
+    assert asked == [texts[4:6], texts[6:8]]  # the first two pieces were read, not computed
+
+
 def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors(lm, tmp_path, monkeypatch) -> None:
     from privlm.synthesis.gradmm import select as select_module
 
@@ -290,6 +308,11 @@ def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors
     for other in (kept, reused):
         assert all(torch.equal(a, b) for a, b in zip(plain[0], other[0])) and torch.equal(plain[1], other[1])
     assert len(list(tmp_path.glob("hidden-*.pt"))) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(select_module, "CHUNK", 4)  # pieces of 3 candidates (the batch size): bitwise one pass
+    pieces = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path / "pieces")
+    assert all(torch.equal(a, b) for a, b in zip(plain[0], pieces[0])) and torch.equal(plain[1], pieces[1])
+    assert len(list((tmp_path / "pieces").glob("hidden-*.pt"))) == 2
 
 
 def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
