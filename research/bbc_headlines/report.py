@@ -84,7 +84,7 @@ def build(folder: Path = HERE) -> dict:
             "seeds": sorted(seeds),
             "rougeL_per_seed": [float(100 * seeds[s][1]["rougeL"].mean()) for s in sorted(seeds)],
             **{kind: float(100 * _pooled(seeds, kind).mean()) for kind in KINDS},
-            "epsilon": summaries[0]["epsilon"],
+            "epsilon": summaries[0]["epsilon"] if summaries[0]["private"] else None,  # NOT private: no ε
             "noise_multiplier": summaries[0]["noise_multiplier"],
             "steps": summaries[0]["steps"],
             "train_wall_s": [s["train_wall_s"] for s in summaries],
