@@ -25,7 +25,7 @@ TINY_VOCAB_SIZE = 512
 EOS_TOKEN = "<|endoftext|>"
 
 # A fixed, public training text for the tiny tokenizer (written for privlm; no private data).
-_PUBLIC_TEXT = """
+PUBLIC_TEXT = """
 It was great. It was bad. It was good. It was terrible. The movie was a delight from start to finish.
 The film is slow, dull and far too long. A warm, funny and moving story with a wonderful cast.
 The plot makes no sense and the acting is wooden. I loved every minute of it and would watch it again.
@@ -59,7 +59,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([_PUBLIC_TEXT], trainer=trainer)
+    tok.train_from_iterator([PUBLIC_TEXT], trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,

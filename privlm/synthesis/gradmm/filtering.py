@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
+from privlm.lm.shared_prefix import SharedPrefix
+from privlm.synthesis.gradmm.prompt import Prompt, head_logits
 
 # Written for privlm (public): demonstrations per label word.
 PUBLIC_FEW_SHOT: dict[str, tuple[str, ...]] = {
@@ -70,6 +71,32 @@ def few_shot_context(prompt: Prompt, only: int | None = None) -> str:
 
 
 @torch.no_grad()
+def few_shot_scores(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    texts: Sequence[str],
+    batch_size: int = 16,
+) -> torch.Tensor:
+    """The calibrated label log-probabilities of each text, ``(len(texts), classes)`` float32: the
+    log-softmax over the label tokens after ``context + text + suffix`` minus that after
+    ``context + "N/A" + suffix``. The shared ``context`` (document start, demonstrations, the template's
+    lead) is run once (:class:`~privlm.lm.shared_prefix.SharedPrefix`); each text runs on its keys and
+    values, so a pass costs the texts' tokens, not the demonstrations' once per text."""
+    context = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
+    shared = SharedPrefix(model, prompt.with_context(context))
+    label_tokens = torch.tensor(prompt.label_token_ids)
+
+    def label_logprobs(batch: Sequence[str]) -> torch.Tensor:
+        seqs = [[*prompt.text_ids(tokenizer, t), *prompt.suffix_ids] for t in batch]
+        logits = head_logits(model, shared.last_hidden(seqs))
+        return torch.log_softmax(logits[:, label_tokens].to(torch.float32), dim=1)
+
+    content_free = label_logprobs([CONTENT_FREE])[0]
+    parts = [label_logprobs(texts[start : start + batch_size]) for start in range(0, len(texts), batch_size)]
+    return torch.cat(parts) - content_free if parts else torch.empty(0, len(label_tokens))
+
+
 def few_shot_labels(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -77,21 +104,8 @@ def few_shot_labels(
     texts: Sequence[str],
     batch_size: int = 16,
 ) -> list[int]:
-    """Predicted class per text: argmax over classes of the calibrated label log-probability after
-    ``context + text + suffix`` (log-softmax over the label tokens minus that of ``"N/A"``)."""
-    context = tokenizer.encode(few_shot_context(prompt), add_special_tokens=False)
-    label_tokens = torch.tensor(prompt.label_token_ids)
-
-    def label_logprobs(batch: Sequence[str]) -> torch.Tensor:
-        seqs = [[*prompt.with_context(context), *prompt.text_ids(tokenizer, t), *prompt.suffix_ids] for t in batch]
-        logits = head_logits(model, last_hidden_from_ids(model, seqs))
-        return torch.log_softmax(logits[:, label_tokens].to(torch.float32), dim=1)
-
-    content_free = label_logprobs([CONTENT_FREE])[0]
-    preds: list[int] = []
-    for start in range(0, len(texts), batch_size):
-        preds.extend((label_logprobs(texts[start : start + batch_size]) - content_free).argmax(dim=1).tolist())
-    return preds
+    """Predicted class per text: the argmax of its :func:`few_shot_scores`."""
+    return few_shot_scores(model, tokenizer, prompt, texts, batch_size).argmax(dim=1).tolist()
 
 
 def select(

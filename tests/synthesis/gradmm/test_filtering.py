@@ -8,7 +8,14 @@ import pytest
 import privlm.synthesis.gradmm.generate as generate
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.filtering import PUBLIC_FEW_SHOT, Candidate, few_shot_context, select
+from privlm.synthesis.gradmm.filtering import (
+    PUBLIC_FEW_SHOT,
+    Candidate,
+    few_shot_context,
+    few_shot_labels,
+    few_shot_scores,
+    select,
+)
 from privlm.synthesis.gradmm.pipeline import run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 
@@ -122,3 +129,28 @@ def test_class_context_starts_each_class_after_its_own_demonstrations(
     assert len(contexts) == 2 and len(result.rows) == 6
     assert "It was bad" in contexts[0] and "It was great" not in contexts[0]
     assert "It was great" in contexts[1] and "It was bad" not in contexts[1]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_few_shot_scores_equal_the_full_prompt_pass(name: str) -> None:
+    """The demonstrations run once (a shared prefix); the scores equal the model's own pass over each whole
+    ``context + text + suffix`` (float64), calibrated by the content-free input."""
+    import torch
+
+    model, tokenizer = build_tiny_model(name, seed=3, dtype=torch.float64)
+    model.eval()
+    prompt = build_prompt(tokenizer, "{text} It was ", ["bad", "great"], ["negative", "positive"])
+    texts = ["a warm film", "it is slow and far too long, with a dull cast", "ok", "the plot"]
+    context = prompt.with_context(tokenizer.encode(few_shot_context(prompt), add_special_tokens=False))
+    labels = list(prompt.label_token_ids)
+
+    def whole(text: str) -> torch.Tensor:
+        ids = torch.tensor([[*context, *prompt.text_ids(tokenizer, text), *prompt.suffix_ids]])
+        return torch.log_softmax(model(input_ids=ids).logits[0, -1, labels], dim=0)
+
+    with torch.no_grad():
+        expected = torch.stack([whole(t) for t in texts]) - whole("N/A")
+    got = few_shot_scores(model, tokenizer, prompt, texts, batch_size=3)  # a batch across the padding
+    assert len(context) > 30  # the demonstrations are there, and shared
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
+    assert few_shot_labels(model, tokenizer, prompt, texts, batch_size=3) == got.argmax(1).tolist()
