@@ -4,7 +4,8 @@
 folder has run); ``DIR/sets/<cell>.jsonl`` — each cell's training
 set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
 space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
-``DIR/results.jsonl`` — one row per finished cell, appended durably. A resumed run skips every cell
+``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
+data card of each finished cell's set (:mod:`privlm.experiments.set_cards`). A resumed run skips every cell
 that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
 method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``);
@@ -45,6 +46,7 @@ from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, metho
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
+from privlm.experiments.set_cards import has_card, write_set_card
 from privlm.lm.features import last_token_features
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
@@ -128,9 +130,11 @@ def _existing_rows(
 
 
 def _set_aside(out: Path, key: str) -> None:
-    """Move a stale cell's cached set and scratch folder to ``out/stale/`` (kept, never reused)."""
+    """Move a stale cell's cached set (with its card and privacy statement) and scratch folder to
+    ``out/stale/`` (kept, never reused)."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
-    for source in (out / "sets" / f"{key}.jsonl", out / "work" / key):
+    sets = out / "sets"
+    for source in (*(sets / f"{key}{s}" for s in (".jsonl", ".card.md", ".privacy.json")), out / "work" / key):
         if source.exists():
             target.mkdir(parents=True, exist_ok=True)
             source.rename(target / source.name)
@@ -202,6 +206,19 @@ def run_experiment(
     test_classes = torch.tensor([y for _, y in test], dtype=torch.long)
 
     saved = _saved_configs(out)
+    public_inputs = {
+        "class names": ", ".join(train.label_names),
+        "label words": ", ".join(w.strip() for w in words),
+        "prompt template": repr(template),
+        "description (describe)": getattr(config.labels, "description", None),
+    }
+
+    def card(cell: Cell) -> None:
+        """The data card of a finished cell's set, unless it has one (:mod:`privlm.experiments.set_cards`)."""
+        set_path = out / "sets" / f"{cell.key}.jsonl"
+        if set_path.exists() and not has_card(out, cell):
+            rows = [json.loads(line) for line in set_path.read_text().splitlines() if line.strip()]
+            write_set_card(out, cell, get_method(cell.method), config, public_inputs, rows)
 
     def finished() -> dict[str, dict[str, Any]]:
         """Every valid finished row in the log now, by cell key (other processes may have added some)."""
@@ -291,8 +308,12 @@ def run_experiment(
             done = finished()  # a cell another process finished meanwhile is not run again
             if cell.key not in done:
                 done[cell.key] = run_cell(cell)
+                card(cell)
     hooks.cell(len(cells), len(cells), "report")
     done = finished()  # other processes' rows too
+    for cell in cells:
+        if cell.key in done:
+            card(cell)
     rows = [done[c.key] for c in cells if c.key in done]
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows

@@ -60,12 +60,17 @@ def data_card(
     private_release: bool = True,
     command: str | None = None,
     version: str = "",
+    note: str | None = None,
+    sidecar: bool = True,
 ) -> str:
     """The card (Markdown) of the set ``rows`` written to ``out`` by ``method`` with the public ``model``
     from the private ``data`` (its name or path), with the run's ``privacy`` statement (the sidecar) and
     its ``public`` inputs (class names, template, description, instructions: name → value).
     ``private_release``: the ledger's flag; False (seeded noise, e.g. ``--seed`` of a DP-SGD run or a test)
-    puts a warning first: a seed reproduces the noise, so the stated ε is not a guarantee."""
+    puts a warning first: a seed reproduces the noise, so the stated ε is not a guarantee. ``privacy`` with
+    ``public: True`` (and no ``dp``) states a set made from public inputs only; ``note``: a paragraph of its
+    own after the privacy statement (e.g. what publishing it beside other sets costs); ``sidecar``: whether
+    ``FILE.privacy.json`` lies beside the set (listed under the files)."""
     counts = Counter(str(row.get("label_name", row.get("label"))) for row in rows)
     lines = [f"# Synthetic data set `{Path(out).name}`", ""]
     lines += [
@@ -98,13 +103,20 @@ def data_card(
             "",
             *[f"- {a}" for a in _ASSUMPTIONS],
         ]
+    elif privacy.get("public"):
+        lines += [
+            "- **Privacy: no private data was read** (ε = 0): the rows come from the public model and the public"
+            " inputs below only.",
+        ]
     else:
         lines += [
             f"- **NOT differentially private:** {privacy.get('warning', 'no noise was added')}",
             "",
             "Do not share this file where the private data may not go.",
         ]
-    details = {k: v for k, v in privacy.items() if k not in _STATED}
+    if note:
+        lines += ["", "## Publishing it with other sets", "", note]
+    details = {k: v for k, v in privacy.items() if k not in _STATED and k != "public"}
     if details:
         lines += ["", "## How the privacy was spent (from the sidecar)", ""]
         lines += [f"- `{k}`: {_value(v)}" for k, v in details.items()]
@@ -113,7 +125,11 @@ def data_card(
     lines += ["", "## Files", ""]
     lines += [
         f"- `{Path(out).name}`: the rows (text, label, label_name, method fields)",
-        f"- `{Path(out).with_suffix('.privacy.json').name}`: the privacy statement and the ledger of every draw",
+        *(
+            [f"- `{Path(out).with_suffix('.privacy.json').name}`: the privacy statement and the ledger of every draw"]
+            if sidecar
+            else []
+        ),
         f"- `{card_path(out).name}`: this card",
     ]
     if command or version:

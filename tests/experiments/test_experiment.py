@@ -124,8 +124,14 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     # The sixth cell's training set was cached before the crash and is not made again.
     assert CALLS == calls_uninterrupted
     assert without_timing(resumed) == without_timing(full)
-    for name in (tmp_path / "full" / "sets").iterdir():
+    sets = sorted((tmp_path / "full" / "sets").iterdir())
+    assert {p.name for p in sets if p.suffix == ".md"} == {f"{c.key}.card.md" for c in cells}  # one card per set
+    for name in sets:  # the sets and their cards: the resumed run wrote what the uninterrupted one did
         assert name.read_text() == (tmp_path / "resumed" / "sets" / name.name).read_text()
+    few_card = (
+        tmp_path / "full" / "sets" / f"{next(c.key for c in cells if c.method == 'few-shot')}.card.md"
+    ).read_text()
+    assert "NOT differentially private:** NON-PRIVATE" in few_card
 
     report = (tmp_path / "resumed" / "report.md").read_text()
     assert "first-eps (ε=1)" in report and "best baseline" in report and "UNFINISHED" not in report

@@ -1,0 +1,73 @@
+"""The data card of each grid cell's set: a DP set states its sidecar's ε and guarantee (and gets the sidecar beside it,
+without the path into the private work folder), a public set says it read no private data, a set of real rows or a DP
+method's set without a sidecar is NOT private, and seeded noise is warned of."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from privlm.experiments.config import Cell, parse_config
+from privlm.experiments.set_cards import GRID_NOTE, write_set_card
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.synthesis.registry import NON_PRIVATE, PUBLIC, Method
+
+ROWS = [
+    {"text": "a fine film", "label": 1, "label_name": "good"},
+    {"text": "a dull one", "label": 0, "label_name": "bad"},
+]
+PUBLIC_INPUTS = {"class names": "bad, good", "label words": "bad, good", "prompt template": "'{text} It was '"}
+
+
+def _config():
+    methods = {"dp": {"epsilons": [1.0], "shots": 3}, "pub": {}, "real": {}}
+    return parse_config(
+        {"model": "tiny-llama", "dataset": "rotten-tomatoes", "pool_per_class": 6, "n_per_class": [2], "seeds": [0]}
+        | {"methods": methods},
+        "grid.toml",
+    )
+
+
+def _sidecar(out: Path, key: str, private_release: bool) -> None:
+    work = out / "work" / key
+    ledger = Ledger([LedgerEntry(GaussianRelease(3.0), 1, "release")], private_release=private_release)
+    (work / "run").mkdir(parents=True)
+    ledger.save(work / "run" / "privacy.json")
+    body = {"dp": True, "epsilon": 1.0, "delta": 1e-5, "ledger": [e.to_dict() for e in ledger]}
+    (work / "synthetic.privacy.json").write_text(json.dumps({**body, "ledger_file": "run/privacy.json"}))
+
+
+def _card(out: Path, method: str, privacy: str, **kw) -> str:
+    cell = Cell(method, 2, 0, kw.get("epsilon"))
+    path = write_set_card(out, cell, Method(lambda ctx: [], privacy), _config(), PUBLIC_INPUTS, ROWS)
+    assert path == out / "sets" / f"{cell.key}.card.md"
+    return path.read_text()
+
+
+def test_a_dp_set_states_its_sidecar_and_gets_it_beside_it(tmp_path: Path) -> None:
+    _sidecar(tmp_path, "dp_n2_seed0_eps1", private_release=True)
+    card = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+    assert "(ε = 1, δ = 1e-05)-DP" in card and "## The guarantee" in card and GRID_NOTE in card
+    assert "WARNING" not in card and "Rows:** 2 (good: 1, bad: 1)" in card
+    assert "method parameter shots: 3" in card and "grid configuration: configs/" in card
+    beside = json.loads((tmp_path / "sets" / "dp_n2_seed0_eps1.privacy.json").read_text())
+    assert beside["epsilon"] == 1.0 and len(beside["ledger"]) == 1 and "ledger_file" not in beside
+    assert "dp_n2_seed0_eps1.privacy.json" in card
+
+
+def test_seeded_noise_is_warned_of(tmp_path: Path) -> None:
+    _sidecar(tmp_path, "dp_n2_seed0_eps1", private_release=False)
+    assert "WARNING: seeded noise" in _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+
+
+def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
+    public = _card(tmp_path, "pub", PUBLIC)
+    assert "no private data was read" in public and "NOT differentially private" not in public
+    assert "## The guarantee" not in public and ".privacy.json" not in public
+    real = _card(tmp_path, "real", NON_PRIVATE)
+    assert f"NOT differentially private:** {NON_PRIVATE}" in real and "-DP" not in real
+    # a DP method's set without its sidecar never claims the guarantee
+    unbacked = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+    assert "NOT differentially private" in unbacked and "(ε = 1" not in unbacked
+    assert not (tmp_path / "sets" / "dp_n2_seed0_eps1.privacy.json").exists()
