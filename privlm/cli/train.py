@@ -219,7 +219,7 @@ def train_command(
         spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-    label = "DP loss" if config.private else "loss (not private)"
+    label = "DP loss" if config.private and not config.clip_only else "loss (not private)"
     with _progress() as progress:
         session = set_up(
             model,

@@ -500,7 +500,8 @@ def train_loop(
     ``on_progress(step, total, loss, epsilon)`` is called after every step; ``loss`` and ε are those of the
     last log line (None before the first): the mean of the losses of the steps it covers (private:
     released DP losses; None when no loss is released), as written to ``metrics.jsonl`` under ``dp_loss``
-    (``loss`` when not private) — shown only once the ledger covers them (module docstring).
+    (``loss`` when not private, clipping-only σ = 0 included) — shown only once the ledger covers them (module
+    docstring).
     A resume is refused when the checkpoint was written for other rows or another model (fingerprints
     of ``run.rows`` and of ``run.module`` as prepared, taken before the checkpoint is loaded)."""
     start_time = time.perf_counter()
@@ -530,7 +531,8 @@ def train_loop(
     epsilon = _epsilon(run) if start else (0.0 if run.event is not None else None)
     history: list[dict[str, Any]] = []
     sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.streams.sampler, start + 1))
-    loss_key = "dp_loss" if run.private_model is not None else "loss"
+    # "dp_loss" only where the steps are accounted: a clipping-only run (σ = 0, no event) logs its plain "loss"
+    loss_key = "dp_loss" if run.private_model is not None and run.event is not None else "loss"
     window: list[float] = []
     shown: float | None = None  # the last logged loss (what on_progress may show)
 

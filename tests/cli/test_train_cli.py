@@ -138,9 +138,12 @@ def test_no_noise_clips_and_says_it_is_not_private(data, tmp_path, capsys):
     assert summary["private"] is False and summary["private_release"] is False
     assert summary["epsilon"] == math.inf and summary["noise_multiplier"] == 0.0 and summary["steps"] == 6
     assert not (out / "privacy.json").exists()
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("loss" in r for r in logged) and not any("dp_loss" in r for r in logged)  # no loss called DP
     assert _train([*without_budget, "--noise-multiplier", "0", "--clip", "0.01", "--out", str(tmp_path / "p")]) == 0
     shown = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "NOT private: clipping without noise (--noise-multiplier 0, an ablation)" in shown
+    assert "DP loss" not in shown
 
 
 def test_classify_on_a_dataset_without_labels_exits_2(tmp_path, capsys):
