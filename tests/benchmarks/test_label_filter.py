@@ -3,19 +3,12 @@ shared-prefix scores are the whole-prompt ones (the labels agree)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "label_filter.py"
 
 
-def test_tiny_run_compares_both_passes(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its sibling benchmarks/alternating.py, as when run as a script
-    spec = importlib.util.spec_from_file_location("label_filter", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_tiny_run_compares_both_passes(tmp_path, load_benchmark):
+    bench = load_benchmark("label_filter")
     out = tmp_path / "filter.json"
     bench.main(["--model", "tiny-llama", "--texts", "20", "--repeats", "1", "--out", str(out)])
     result = json.loads(out.read_text())

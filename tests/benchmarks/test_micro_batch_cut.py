@@ -4,19 +4,12 @@ micro-batch at the batch's longest row; sorted: each at its own longest, never m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "micro_batch_cut.py"
 
 
-def test_tiny_run_counts_the_work_of_both_cuts(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its sibling benchmarks/alternating.py, as when run as a script
-    spec = importlib.util.spec_from_file_location("micro_batch_cut", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_tiny_run_counts_the_work_of_both_cuts(tmp_path, load_benchmark):
+    bench = load_benchmark("micro_batch_cut")
     out = tmp_path / "cut.json"
     bench.main(
         ["--model", "tiny-llama", "--batch", "8", "--physical", "2", "--median", "20", "--p90", "40"]
