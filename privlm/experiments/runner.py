@@ -130,11 +130,9 @@ def _existing_rows(
 
 
 def _set_aside(out: Path, key: str) -> None:
-    """Move a stale cell's cached set (with its card and privacy statement) and scratch folder to
-    ``out/stale/`` (kept, never reused)."""
+    """Move a stale cell's cached set (with its card) and scratch folder to ``out/stale/`` (kept, never reused)."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
-    sets = out / "sets"
-    for source in (*(sets / f"{key}{s}" for s in (".jsonl", ".card.md", ".privacy.json")), out / "work" / key):
+    for source in (out / "sets" / f"{key}.jsonl", out / "sets" / f"{key}.card.md", out / "work" / key):
         if source.exists():
             target.mkdir(parents=True, exist_ok=True)
             source.rename(target / source.name)

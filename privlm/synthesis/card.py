@@ -18,7 +18,17 @@ from privlm.atomic import write_text_atomic
 
 CARD_SUFFIX = ".card.md"
 # sidecar keys the card states in its own words, or that are too long for a card (the sidecar has them all)
-_STATED = {"dp", "epsilon", "delta", "epsilon_target", "epsilon_accounted", "ledger", "ledger_file", "warning"}
+_STATED = {
+    "dp",
+    "public",
+    "epsilon",
+    "delta",
+    "epsilon_target",
+    "epsilon_accounted",
+    "ledger",
+    "ledger_file",
+    "warning",
+}
 _GUARANTEE = (
     "Example-level (ε, δ)-differential privacy with respect to the private set the run read (add/remove-one "
     "adjacency: any one example added or removed changes the probability of any output by at most e^ε, up "
@@ -116,7 +126,7 @@ def data_card(
         ]
     if note:
         lines += ["", "## Publishing it with other sets", "", note]
-    details = {k: v for k, v in privacy.items() if k not in _STATED and k != "public"}
+    details = {k: v for k, v in privacy.items() if k not in _STATED}
     if details:
         lines += ["", "## How the privacy was spent (from the sidecar)", ""]
         lines += [f"- `{k}`: {_value(v)}" for k, v in details.items()]

@@ -1,6 +1,6 @@
-"""The data card of each grid cell's set: a DP set states its sidecar's ε and guarantee (and gets the sidecar beside it,
-without the path into the private work folder), a public set says it read no private data, a set of real rows or a DP
-method's set without a sidecar is NOT private, and seeded noise is warned of."""
+"""The data card of each grid cell's set: a DP set states its sidecar's ε and guarantee (no copy of the sidecar beside the
+set, no path into the private work folder), a public set says it read no private data, a set of real rows or a DP
+method's set without a sidecar is NOT private, and seeded noise, or noise of unknown origin, is warned of."""
 
 from __future__ import annotations
 
@@ -29,13 +29,15 @@ def _config():
     )
 
 
-def _sidecar(out: Path, key: str, private_release: bool) -> None:
+def _sidecar(out: Path, key: str, seeded: bool, **body: object) -> Path:
+    """A DP sidecar in the cell's work folder naming a ledger (of seeded noise or not); returns the ledger's path."""
     work = out / "work" / key
-    ledger = Ledger([LedgerEntry(GaussianRelease(3.0), 1, "release")], private_release=private_release)
+    ledger = Ledger([LedgerEntry(GaussianRelease(3.0), 1, "release")], private_release=not seeded)
     (work / "run").mkdir(parents=True)
     ledger.save(work / "run" / "privacy.json")
-    body = {"dp": True, "epsilon": 1.0, "delta": 1e-5, "ledger": [e.to_dict() for e in ledger]}
-    (work / "synthetic.privacy.json").write_text(json.dumps({**body, "ledger_file": "run/privacy.json"}))
+    statement = {"dp": True, "epsilon": 1.0, "delta": 1e-5, "ledger": [e.to_dict() for e in ledger], **body}
+    (work / "synthetic.privacy.json").write_text(json.dumps({**statement, "ledger_file": "run/privacy.json"}))
+    return work / "run" / "privacy.json"
 
 
 def _card(out: Path, method: str, privacy: str, **kw) -> str:
@@ -45,20 +47,25 @@ def _card(out: Path, method: str, privacy: str, **kw) -> str:
     return path.read_text()
 
 
-def test_a_dp_set_states_its_sidecar_and_gets_it_beside_it(tmp_path: Path) -> None:
-    _sidecar(tmp_path, "dp_n2_seed0_eps1", private_release=True)
+def test_a_dp_set_states_its_sidecar(tmp_path: Path) -> None:
+    _sidecar(tmp_path, "dp_n2_seed0_eps1", seeded=False)
     card = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
     assert "(ε = 1, δ = 1e-05)-DP" in card and "## The guarantee" in card and GRID_NOTE in card
     assert "WARNING" not in card and "Rows:** 2 (good: 1, bad: 1)" in card
     assert "method parameter shots: 3" in card and "grid configuration: configs/" in card
-    beside = json.loads((tmp_path / "sets" / "dp_n2_seed0_eps1.privacy.json").read_text())
-    assert beside["epsilon"] == 1.0 and len(beside["ledger"]) == 1 and "ledger_file" not in beside
-    assert "dp_n2_seed0_eps1.privacy.json" in card
+    assert "run/privacy.json" not in card and ".privacy.json" not in card  # no path into work/, no sidecar listed
+    assert sorted(p.name for p in (tmp_path / "sets").iterdir()) == ["dp_n2_seed0_eps1.card.md"]
 
 
-def test_seeded_noise_is_warned_of(tmp_path: Path) -> None:
-    _sidecar(tmp_path, "dp_n2_seed0_eps1", private_release=False)
+def test_seeded_or_unknown_noise_is_warned_of(tmp_path: Path) -> None:
+    _sidecar(tmp_path, "dp_n2_seed0_eps1", seeded=True)
     assert "WARNING: seeded noise" in _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+    # the sidecar's own flag wins over its ledger's
+    _sidecar(tmp_path / "flag", "dp_n2_seed0_eps1", seeded=False, private_release=False)
+    assert "WARNING: seeded noise" in _card(tmp_path / "flag", "dp", "(ε, δ)-DP", epsilon=1.0)
+    # a ledger that cannot be read: the origin of the noise is unknown, so the card does not vouch for it
+    _sidecar(tmp_path / "gone", "dp_n2_seed0_eps1", seeded=False).unlink()
+    assert "WARNING: seeded noise" in _card(tmp_path / "gone", "dp", "(ε, δ)-DP", epsilon=1.0)
 
 
 def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
@@ -70,4 +77,3 @@ def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
     # a DP method's set without its sidecar never claims the guarantee
     unbacked = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
     assert "NOT differentially private" in unbacked and "(ε = 1" not in unbacked
-    assert not (tmp_path / "sets" / "dp_n2_seed0_eps1.privacy.json").exists()
