@@ -219,7 +219,7 @@ def train_command(
         spec, classes = data_spec(data, train, None, test), public_classes(labels, template)
     check_run_dir(out, config, resume, int(os.environ.get("WORLD_SIZE", "1")))
     start = time.perf_counter()
-    label = "DP loss" if config.private and not config.clip_only else "loss (not private)"
+    label = "DP loss" if config.differentially_private else "loss (not private)"
     with _progress() as progress:
         session = set_up(
             model,
@@ -279,7 +279,7 @@ def train_command(
             else f" (accounted {summary['accounted_noise_multiplier']:.4f}: gradient + DP loss)"
         )
     )
-    if config.private and not config.clip_only and not summary["private_release"]:
+    if config.differentially_private and not summary["private_release"]:
         privacy += " — NOT a private release: --seed makes the noise reproducible"
     console.print(
         f"{summary['steps']}/{summary['planned_steps']} steps ({summary['stopped']}); {privacy}; {metric}; "

@@ -85,6 +85,12 @@ class DPSGDSettings:
         separates what clipping costs from what the noise costs."""
         return self.is_private and self.noise_multiplier == 0
 
+    @property
+    def differentially_private(self) -> bool:
+        """Whether the run's steps are a DP release, accounted by the ledger: private and with noise (not
+        :attr:`clip_only`). What every output calls private (summary, log keys, progress) follows this."""
+        return self.is_private and not self.clip_only
+
     def check_dpsgd(self) -> None:
         """Validate the DP-SGD fields (the privacy ones only when :attr:`is_private`). Raises :class:`UserError`."""
         norm_mode(self.norm_mode, self.option("norm_mode"))

@@ -531,8 +531,7 @@ def train_loop(
     epsilon = _epsilon(run) if start else (0.0 if run.event is not None else None)
     history: list[dict[str, Any]] = []
     sampler = iter(PoissonBatchSampler(len(run.rows), run.sample_rate, end - start, run.streams.sampler, start + 1))
-    # "dp_loss" only where the steps are accounted: a clipping-only run (σ = 0, no event) logs its plain "loss"
-    loss_key = "dp_loss" if run.private_model is not None and run.event is not None else "loss"
+    loss_key = "dp_loss" if config.differentially_private else "loss"  # σ = 0 (clipping only) logs a plain "loss"
     window: list[float] = []
     shown: float | None = None  # the last logged loss (what on_progress may show)
 

@@ -355,8 +355,8 @@ def fine_tune(
         "model": session.model_name,
         "data": session.data_name,
         "task": config.task,
-        "private": config.private and not config.clip_only,  # σ = 0 clips without noise: NOT private
-        "private_release": config.private and not config.clip_only and run.streams.private,
+        "private": config.differentially_private,  # σ = 0 clips without noise: NOT private
+        "private_release": config.differentially_private and run.streams.private,
         "norm_mode": config.norm_mode if config.private else None,
         "n_train": len(run.rows),
         "steps": result.steps,
