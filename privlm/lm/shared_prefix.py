@@ -41,11 +41,10 @@ class SharedPrefix:
         Every sequence must hold at least one token."""
         ids, mask, lengths = padded_batch(sequences)
         rows = len(sequences)
-        if not self.length:
-            out = self.model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)
-        else:
-            # expand() shares the prefix's memory; the forward pass appends to a new cache, never to it
-            cache = DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self._layers])
-            attended = torch.cat([torch.ones(rows, self.length, dtype=mask.dtype), mask], dim=1)
-            out = self.model.base_model(input_ids=ids, attention_mask=attended, cache=cache, use_cache=True)
+        # expand() shares the prefix's memory; the forward pass appends to a new cache, never to it
+        cache = DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self._layers])
+        attended = torch.cat([torch.ones(rows, self.length, dtype=mask.dtype), mask], dim=1)
+        out = self.model.base_model(
+            input_ids=ids, attention_mask=attended, cache=cache if self.length else None, use_cache=bool(self.length)
+        )
         return out.last_hidden_state[torch.arange(rows), lengths - 1]
