@@ -78,7 +78,7 @@ def experiment_command(
             current.clear()
             cells.update(completed=done, description=f"cells (now: {key})")
 
-        hooks = Hooks(cell=cell, phase=phase, steps=steps, step=step)
+        hooks = Hooks(cell=cell, phase=phase, steps=steps, step=step, progress=progress)
         rows = run_experiment(
             config,
             out,

@@ -9,7 +9,10 @@ experiment's ``private_cache`` (:class:`privlm.synthesis.registry.MethodContext`
 a cell set aside when its method's parameters changed moves, ledger and all, to ``DIR/stale``. So the
 ledgers found under those two (symbolic links followed) hold every draw the experiment made, published or
 not (a cell interrupted after its draw, or set aside after its set was published, included), and their PLD
-composition never under-reports what any subset of the grid's sets costs. A run folder shared by several
+composition never under-reports what any subset of the grid's sets costs. Those folders are private and
+ignored by git, and a new machine starts without them: after every cell the runner copies every ledger and
+sidecar found there into ``DIR/accounting.json`` (:func:`keep_accounting`; public: events and privacy statements
+only), which is committed with the results, and a ledger whose run folder is gone is read from that copy. A run folder shared by several
 cells (dp-finetune-gen trains once per (ε, seed) for every n, in the private cache) is one ledger and counts
 once; a ledger inside another run folder counts again unless it is a prefix of that run's ledger (a
 training checkpoint's copy).
@@ -29,12 +32,15 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from privlm.atomic import write_text_atomic
+from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.privacy.events import Event, event_from_dict
 from privlm.privacy.ledger import Ledger, LedgerEntry
@@ -43,6 +49,10 @@ from privlm.synthesis.registry import SET_FILE
 
 SIDECAR = sidecar_path(Path(SET_FILE)).name
 SHARED = "private-cache"  # the experiment's cache folder under work/: runs there may serve several cells
+KEPT = "accounting.json"  # the public copies of the grid's ledgers and sidecars (keep_accounting)
+KEPT_FORMAT = "privlm-grid-accounting"
+KEPT_KEY = KEPT + ":"
+DISPLACED = "#displaced-"
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,8 @@ class GridPrivacy:
     """The grid's composed privacy: ``epsilon`` at ``delta`` over ``releases`` draws in ``ledgers`` run
     folders, for ``dp_cells`` finished DP cells. ``epsilon`` is None when ``unaccounted`` names cells whose
     draws could not be found, ``unreadable`` names files that could not be read, or ``seeded`` ledgers hold
-    reproducible noise."""
+    reproducible noise. ``kept``: how many of the ledgers were read from the copies in ``accounting.json``, their
+    run folders being gone."""
 
     epsilon: float | None
     delta: float
@@ -60,6 +71,7 @@ class GridPrivacy:
     unaccounted: tuple[str, ...]
     seeded: int = 0
     unreadable: tuple[str, ...] = ()
+    kept: int = 0
 
     def statement(self) -> str:
         """One sentence for the report."""
@@ -73,8 +85,8 @@ class GridPrivacy:
             return (
                 f"{each} Published together they cost at most ε = {self.epsilon:.2f} at δ = {self.delta:g}: "
                 f"the PLD composition of all {self.releases} noisy releases in the {self.ledgers} write-ahead "
-                "ledgers under work/ and stale/ (every draw made, published or not). Noise-only controls read "
-                "no private data; no-DP cells are NOT private."
+                f"ledgers under work/ and stale/{self._kept()} (every draw made, published or not). Noise-only "
+                "controls read no private data; no-DP cells are NOT private."
             )
         reasons = []
         if self.unaccounted:
@@ -91,63 +103,166 @@ class GridPrivacy:
             )
         return f"{each} Their composition is NOT stated: " + "; ".join(reasons) + "."
 
+    def _kept(self) -> str:
+        if not self.kept:
+            return ""
+        return f" ({self.kept} of them from the copies kept in {KEPT}, their run folders being gone)"
+
 
 class _Ledgers:
-    """The ledgers read so far (each file once) and those the composition counts."""
+    """Every ledger the composition may count, read once each: the live files under ``out/work`` and ``out/stale``
+    (key: the resolved path) and the copies kept in ``out/accounting.json`` (key: ``accounting.json:<path>``);
+    ``position`` maps each key to its path relative to ``out``."""
 
-    def __init__(self) -> None:
-        self.read: dict[Path, Ledger | None] = {}
-        self.counted: set[Path] = set()
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.read: dict[str, Ledger | None] = {}
+        self.position: dict[str, str] = {}
+        self.alias: dict[str, str] = {}  # a kept copy's key -> the key of the live ledger that begins with it
+        self.counted: set[str] = set()
         self.unreadable: list[str] = []
+        self.kept_ledgers, self.kept_sidecars = _read_kept(out / KEPT, self.unreadable)
 
-    def get(self, path: Path) -> Ledger | None:
-        """The ledger at ``path`` (None, and named unreadable, when it cannot be read)."""
-        path = path.resolve()
-        if path not in self.read:
+    def get(self, key: str) -> Ledger | None:
+        """The ledger under ``key`` (None, and named unreadable, when it cannot be read)."""
+        if key not in self.read:
             try:
-                self.read[path] = Ledger.load(path)
+                if key.startswith(KEPT_KEY):
+                    self.read[key] = Ledger.from_dict(self.kept_ledgers[key.removeprefix(KEPT_KEY)], key)
+                else:
+                    self.read[key] = Ledger.load(key)
             except UserError:
-                self.read[path] = None
-                self.unreadable.append(str(path))
-        return self.read[path]
+                self.read[key] = None
+                self.unreadable.append(key)
+        return self.read[key]
 
-    def count_runs(self, folder: Path) -> None:
-        """Count every write-ahead ledger under ``folder``, following symbolic links, less those inside a run
-        folder whose own counted ledger starts with theirs (a checkpoint's copy)."""
-        found = sorted(
-            (Path(root) / LEDGER for root, _, files in os.walk(folder, followlinks=True) if LEDGER in files),
-            key=lambda p: (len(p.parts), p),
-        )
-        kept: list[tuple[Path, Ledger]] = []
-        for path in found:
-            ledger = self.get(path)
+    def live_key(self, rel: str) -> str | None:
+        """The key of the live ledger at ``rel`` (relative to ``out``); None when there is no such file."""
+        path = self.out / rel
+        if not path.is_file():
+            return None
+        key = str(path.resolve())
+        self.position.setdefault(key, rel)
+        return key
+
+    def count_runs(self) -> None:
+        """Count every write-ahead ledger under ``out/work`` and ``out/stale`` (symbolic links followed) and every
+        kept copy that the live ledger at its path does not begin with (its folder was lost, or a new run was made
+        there), less those inside a run folder whose own counted ledger starts with theirs (a checkpoint's copy)."""
+        found = [key for rel in _live_ledgers(self.out) if (key := self.live_key(rel)) is not None]
+        for rel in self.kept_ledgers:
+            kept = KEPT_KEY + rel
+            self.position[kept] = rel.split(DISPLACED, 1)[0]
+            live = None if DISPLACED in rel else self.live_key(rel)
+            copy, now = self.get(kept), None if live is None else self.get(live)
+            if copy is not None and now is not None and _starts_with(now, _releases(copy)):
+                self.alias[kept] = str(live)
+            else:
+                found.append(kept)
+        runs: list[tuple[PurePosixPath, Ledger]] = []
+        for key in sorted(set(found), key=lambda k: (len(PurePosixPath(self.position[k]).parts), self.position[k], k)):
+            ledger = self.get(key)
             if ledger is None:
                 continue
-            if any(run.parent in path.parents and _starts_with(outer, _releases(ledger)) for run, outer in kept):
+            where = PurePosixPath(self.position[key])
+            if any(run.parent in where.parents and _starts_with(outer, _releases(ledger)) for run, outer in runs):
                 continue
-            kept.append((path, ledger))
-            self.counted.add(path.resolve())
+            runs.append((where, ledger))
+            self.counted.add(key)
+
+    def counted_key(self, key: str) -> str:
+        """The key under which ledger ``key`` counts (a kept copy that a live ledger begins with: the live one's)."""
+        return self.alias.get(key, key)
+
+
+def _read_kept(path: Path, unreadable: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The kept ledgers and sidecars of ``path`` (``accounting.json``) by path relative to its folder; empty when
+    there is no such file; an unreadable one is named in ``unreadable`` (which leaves the grid's ε unstated)."""
+    if not path.exists():
+        return {}, {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != KEPT_FORMAT:
+            raise ValueError(f"not {KEPT_FORMAT!r}")
+        return dict(data["ledgers"]), dict(data["sidecars"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        unreadable.append(str(path))
+        return {}, {}
+
+
+def _live_ledgers(out: Path) -> list[str]:
+    """The paths, relative to ``out``, of the ledgers under ``out/work`` and ``out/stale`` (links followed)."""
+    return [rel for rel, name in _live_files(out) if name == LEDGER]
+
+
+def _live_files(out: Path) -> list[tuple[str, str]]:
+    """(path relative to ``out``, file name) of every ledger and set sidecar under ``out/work`` and ``out/stale``."""
+    found = []
+    for folder in (out / "work", out / "stale"):
+        for root, _, files in os.walk(folder, followlinks=True):
+            rel = Path(root).relative_to(out).as_posix()
+            found += [(f"{rel}/{name}", name) for name in (LEDGER, SIDECAR) if name in files]
+    return sorted(found)
+
+
+def keep_accounting(out: Path) -> None:
+    """Copy every write-ahead ledger and set sidecar under ``out/work`` and ``out/stale`` into ``out/accounting.json``
+    (by path relative to ``out``), so that :func:`grid_privacy` can still state the grid's ε when the private work
+    folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
+
+    Public: a ledger holds the mechanisms' events (noise multipliers, sampling rates, counts, labels) and a sidecar
+    the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data. A kept
+    ledger is replaced by the live one only when that begins with it (the run went on); otherwise (the folder was
+    lost and a new run made at the same path) the old copy stays, as ``<path>#displaced-<digest>``, and counts
+    beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. Draws of a
+    cell still running are kept by the next call (the runner calls this after every cell): a machine lost in the
+    middle of a cell loses those draws' ledger together with their outputs."""
+    out = Path(out)
+    unreadable: list[str] = []
+    ledgers, sidecars = _read_kept(out / KEPT, unreadable)
+    if unreadable:
+        raise UserError(f"{unreadable[0]}: not a readable {KEPT_FORMAT} file; move it aside to keep the ledgers again")
+    live: dict[str, Ledger] = {}
+    for rel, name in _live_files(out):
+        try:
+            if name == LEDGER:
+                live[rel] = Ledger.load(out / rel)
+            else:
+                sidecars[rel] = json.loads((out / rel).read_text(encoding="utf-8"))
+        except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # grid_privacy names an unreadable live file
+    for rel, ledger in live.items():
+        where = PurePosixPath(rel)
+        inner = (o for o in live if o != rel and PurePosixPath(o).parent in where.parents)
+        if any(_starts_with(live[outer], _releases(ledger)) for outer in inner):
+            continue
+        old = ledgers.get(rel)
+        if old is not None:
+            try:
+                grown = _starts_with(ledger, _releases(Ledger.from_dict(old, rel)))
+            except UserError:
+                grown = False
+            if not grown:
+                ledgers[f"{rel}{DISPLACED}{digest(old)}"] = old
+        ledgers[rel] = ledger.to_dict()
+    body = {"format": KEPT_FORMAT, "ledgers": ledgers, "sidecars": sidecars}
+    write_text_atomic(out / KEPT, json.dumps(body, indent=1, sort_keys=True) + "\n")
 
 
 def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:
-    """Compose every write-ahead ledger under ``out/work`` and ``out/stale`` (``out``: an experiment's folder) at
-    ``delta`` after checking that they account for each finished DP cell of ``rows`` (module docstring)."""
-    work = Path(out) / "work"
-    ledgers = _Ledgers()
-    for folder in (work, Path(out) / "stale"):
-        ledgers.count_runs(folder)
-    claims: dict[Path, list[str]] = defaultdict(list)
+    """Compose every write-ahead ledger under ``out/work`` and ``out/stale`` (``out``: an experiment's folder), and
+    every copy kept in ``out/accounting.json`` that no live ledger stands for (:func:`keep_accounting`), at ``delta``
+    after checking that they account for each finished DP cell of ``rows`` (module docstring)."""
+    ledgers = _Ledgers(Path(out))
+    ledgers.count_runs()
+    claims: dict[str, list[str]] = defaultdict(list)
     dp_cells, unaccounted = 0, []
     for row in rows:
         if row.get("epsilon") is None:
             continue
-        cell = work / row["cell"]
-        try:
-            sidecar = json.loads((cell / SIDECAR).read_text(encoding="utf-8")) if (cell / SIDECAR).exists() else {}
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            ledgers.unreadable.append(str(cell / SIDECAR))
-            continue
-        if sidecar.get("noise_only"):
+        cell = f"work/{row['cell']}"
+        sidecar = _sidecar(ledgers, f"{cell}/{SIDECAR}")
+        if sidecar is None or sidecar.get("noise_only"):
             continue
         dp_cells += 1
         accounting = _accounting_ledger(cell, sidecar, ledgers)
@@ -156,13 +271,12 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         else:
             claims[accounting].append(row["cell"])
             ledgers.counted.add(accounting)
-    shared = (work / SHARED).resolve()
-    for path, cells in claims.items():
-        if len(cells) > 1 and shared not in path.parents:
+    for key, cells in claims.items():
+        if len(cells) > 1 and not ledgers.position[key].startswith(f"work/{SHARED}/"):
             unaccounted.extend(cells)
-    counted = [ledgers.read[path] for path in sorted(ledgers.counted)]  # only ledgers that were read are counted
-    merged = Ledger([entry for ledger in counted for entry in ledger])
-    seeded = sum(not ledger.private_release for ledger in counted)
+    counted = [ledgers.read[key] for key in sorted(ledgers.counted)]  # only ledgers that were read are counted
+    merged = Ledger([entry for ledger in counted if ledger is not None for entry in ledger])
+    seeded = sum(ledger is not None and not ledger.private_release for ledger in counted)
     stated = dp_cells and not (unaccounted or ledgers.unreadable or seeded)
     return GridPrivacy(
         merged.epsilon(delta) if stated else None,
@@ -173,11 +287,26 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         tuple(unaccounted),
         seeded,
         tuple(ledgers.unreadable),
+        kept=sum(key.startswith(KEPT_KEY) for key in ledgers.counted),
     )
 
 
-def _accounting_ledger(cell: Path, sidecar: dict[str, Any], ledgers: _Ledgers) -> Path | None:
-    """The write-ahead ledger that accounts for the cell's set (module docstring), or None."""
+def _sidecar(ledgers: _Ledgers, rel: str) -> dict[str, Any] | None:
+    """The set sidecar at ``rel`` (relative to the experiment's folder), else its kept copy, else ``{}``; None (and
+    named unreadable) when the live file cannot be read."""
+    path = ledgers.out / rel
+    if not path.exists():
+        return dict(ledgers.kept_sidecars.get(rel) or {})
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError):
+        ledgers.unreadable.append(str(path))
+        return None
+
+
+def _accounting_ledger(cell: str, sidecar: dict[str, Any], ledgers: _Ledgers) -> str | None:
+    """The key of the write-ahead ledger that accounts for the set of the cell whose folder is ``cell`` (relative to
+    the experiment's folder; module docstring): the live file or a kept copy of it. None: no such ledger."""
     try:
         reported = [_release(item) for item in sidecar.get("ledger") or []]
     except UserError:
@@ -185,11 +314,19 @@ def _accounting_ledger(cell: Path, sidecar: dict[str, Any], ledgers: _Ledgers) -
     if not reported:
         return None
     pointer = sidecar.get("ledger_file")
-    candidates = [cell / pointer] if isinstance(pointer, str) else sorted(cell.rglob(LEDGER))
-    for path in candidates:
-        ledger = ledgers.get(path) if path.is_file() else None
-        if ledger is not None and _starts_with(ledger, reported):
-            return path.resolve()
+    if isinstance(pointer, str):
+        places = [posixpath.normpath(f"{cell}/{pointer}")]
+    else:  # sidecars written before ledger_file: a ledger inside the cell's own folder
+        folder = ledgers.out / cell
+        live = [p.relative_to(ledgers.out).as_posix() for p in folder.rglob(LEDGER)] if folder.is_dir() else []
+        places = sorted({*live, *(rel for rel in ledgers.kept_ledgers if rel.startswith(f"{cell}/"))})
+    for place in places:
+        live_key = ledgers.live_key(place)
+        kept = [KEPT_KEY + rel for rel in ledgers.kept_ledgers if rel == place or rel.startswith(place + DISPLACED)]
+        for key in [*([live_key] if live_key else []), *kept]:
+            ledger = ledgers.get(key)
+            if ledger is not None and _starts_with(ledger, reported):
+                return ledgers.counted_key(key)
     return None
 
 

@@ -43,11 +43,13 @@ from privlm.atomic import atomic_path, write_text_atomic
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
+from privlm.experiments.grid_privacy import keep_accounting
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
 from privlm.experiments.set_cards import has_card, write_set_card
 from privlm.lm.features import last_token_features
+from privlm.progress import SILENT, Progress
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
 from privlm.runfolder import claim
@@ -58,12 +60,14 @@ from privlm.training.head_probe import head_probe, prompt_features
 @dataclass
 class Hooks:
     """Progress callbacks: ``cell(done, total, key)`` before each cell, ``phase(text)`` within it,
-    ``steps(total)`` when fine-tuning starts and ``step(step, loss)`` after each optimizer step."""
+    ``steps(total)`` when fine-tuning starts and ``step(step, loss)`` after each optimizer step; ``progress``:
+    where a method shows its own bars (:attr:`privlm.synthesis.registry.MethodContext.progress`)."""
 
     cell: Callable[[int, int, str], None] = lambda done, total, key: None
     phase: Callable[[str], None] = lambda text: None
     steps: Callable[[int], None] = lambda total: None
     step: Callable[[int, float], None] = lambda step, loss: None
+    progress: Progress = SILENT
 
 
 def check_methods(config: ExperimentConfig) -> None:
@@ -245,6 +249,7 @@ def run_experiment(
                 pool_features=features,
                 params={**_default_instructions(train, method), **spec.params},
                 private_cache=private_cache,
+                progress=hooks.progress,
             )
             write_jsonl_atomic(set_path, method(ctx))
         generation_s = time.perf_counter() - start
@@ -307,12 +312,14 @@ def run_experiment(
             if cell.key not in done:
                 done[cell.key] = run_cell(cell)
                 card(cell)
+                keep_accounting(out)  # the public copy of the ledgers outlives the private work folder
     hooks.cell(len(cells), len(cells), "report")
     done = finished()  # other processes' rows too
     for cell in cells:
         if cell.key in done:
             card(cell)
     rows = [done[c.key] for c in cells if c.key in done]
+    keep_accounting(out)
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
 

@@ -160,14 +160,19 @@ class Ledger:
             raise UserError(f"{path}: no such ledger file") from err
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise UserError(f"{path}: not a readable JSON ledger ({err})") from err
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "ledger") -> Ledger:
+        """Inverse of :meth:`to_dict`; :class:`UserError` names ``source`` (where ``data`` was read) and the problem."""
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-            raise UserError(f"{path}: not a privlm ledger (expected format {FORMAT!r} with a list of entries)")
+            raise UserError(f"{source}: not a privlm ledger (expected format {FORMAT!r} with a list of entries)")
         if data.get("version") != VERSION:
-            raise UserError(f"{path}: unsupported ledger version {data.get('version')!r}")
+            raise UserError(f"{source}: unsupported ledger version {data.get('version')!r}")
         entries = []
         for index, item in enumerate(data["entries"]):
             try:
                 entries.append(LedgerEntry.from_dict(item))
             except UserError as err:
-                raise UserError(f"{path}: entry {index}: {err}") from err
+                raise UserError(f"{source}: entry {index}: {err}") from err
         return cls(entries, private_release=data.get("private_release", True) is not False)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from privlm.errors import UserError
+from privlm.progress import SILENT, Progress
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,7 +45,8 @@ class MethodContext:
     sensitive as the pool, never published). A DP method writes its set to :attr:`out` (its
     ``.privacy.json`` sidecar beside it) and keeps its run folders, with their write-ahead ledgers, under
     ``workdir`` or ``private_cache`` only: the experiment composes every draw it finds there
-    (:mod:`privlm.experiments.grid_privacy`)."""
+    (:mod:`privlm.experiments.grid_privacy`). ``progress``: where long stages show their bars (public counts
+    only: a count of private rows goes on a task opened with ``private=True``)."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -60,6 +62,7 @@ class MethodContext:
     pool_features: Callable[[], np.ndarray]
     params: dict[str, Any] = field(default_factory=dict)
     private_cache: Path | None = None
+    progress: Progress = SILENT
 
     @property
     def out(self) -> Path:

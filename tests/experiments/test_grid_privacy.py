@@ -4,13 +4,15 @@ composed as Google's dp-accounting composes the same mechanisms."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+from privlm.errors import UserError
 from privlm.experiments.config import parse_config
-from privlm.experiments.grid_privacy import grid_privacy
+from privlm.experiments.grid_privacy import grid_privacy, keep_accounting
 from privlm.experiments.report import write_report
 from privlm.privacy.events import GaussianRelease, PoissonGaussianStep
 from privlm.privacy.ledger import Ledger, LedgerEntry
@@ -177,6 +179,62 @@ def test_sidecars_from_before_ledger_entries_had_counts_are_read(tmp_path: Path)
     )  # a bare event, as sidecars written before ledger entries had counts hold
     found = grid_privacy(tmp_path, [_row("gradmm_n5_seed0_eps1", 1.0)], DELTA)
     assert found.unaccounted == () and found.epsilon == pytest.approx(Ledger([LedgerEntry(RELEASE)]).epsilon(DELTA))
+
+
+def test_kept_copies_state_the_same_epsilon_once_the_work_folder_is_lost(tmp_path: Path) -> None:
+    rows = _grid(tmp_path / "work")
+    live = grid_privacy(tmp_path, rows, DELTA)
+    keep_accounting(tmp_path)
+    kept = json.loads((tmp_path / "accounting.json").read_text())
+    assert not any("checkpoint-20" in rel for rel in kept["ledgers"])  # a checkpoint's prefix copy is not kept
+    assert sorted(kept["sidecars"]) == sorted(f"work/{row['cell']}/synthetic.privacy.json" for row in rows[:5])
+    both = grid_privacy(tmp_path, rows, DELTA)  # a copy that its live ledger begins with counts once
+    assert (both.epsilon, both.ledgers, both.releases, both.kept) == (live.epsilon, live.ledgers, live.releases, 0)
+    shutil.rmtree(tmp_path / "work")
+    lost = grid_privacy(tmp_path, rows, DELTA)
+    assert (lost.epsilon, lost.ledgers, lost.releases, lost.dp_cells) == (
+        live.epsilon,
+        live.ledgers,
+        live.releases,
+        live.dp_cells,
+    )
+    assert lost.kept == live.ledgers and "copies kept in accounting.json" in lost.statement()
+    assert grid_privacy(tmp_path / "elsewhere", rows, DELTA).unaccounted  # nothing kept there: fails closed
+
+
+def test_a_kept_ledger_that_a_new_run_at_its_path_does_not_begin_with_still_counts(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    rows = _grid(work)
+    before = grid_privacy(tmp_path, rows, DELTA)
+    keep_accounting(tmp_path)
+    shutil.rmtree(work)  # the machine is lost; the grid is run again from nothing, the shared run a bit further
+    rows = _grid(work)
+    run = work / "private-cache" / "h" / "dpft-x" / "privacy.json"
+    Ledger([LedgerEntry(STEP, 40, "steps 1-40"), LedgerEntry(STEP, 5, "steps 41-45")]).save(run)
+    (work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json").unlink()
+    again = LedgerEntry(GaussianRelease(4.0), 1, "GRADMM release")  # a new draw at the lost draw's path
+    _ledger(work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", again)
+    _sidecar(work, "gradmm_n5_seed0_eps1", [again.to_dict()])
+    found = grid_privacy(tmp_path, rows, DELTA)
+    # the grown shared run stands for its kept copy; the lost GRADMM draw counts beside the new one
+    assert (found.ledgers, found.releases, found.kept) == (before.ledgers + 1, before.releases + 6, 1)
+    assert found.unaccounted == () and found.epsilon > before.epsilon
+    keep_accounting(tmp_path)
+    kept = json.loads((tmp_path / "accounting.json").read_text())["ledgers"]
+    assert sum("#displaced-" in rel for rel in kept) == 1
+    assert Ledger.from_dict(kept["work/private-cache/h/dpft-x/privacy.json"]).count == 45
+    shutil.rmtree(work)
+    assert grid_privacy(tmp_path, rows, DELTA).epsilon == pytest.approx(found.epsilon)
+
+
+def test_an_unreadable_accounting_file_is_named_and_never_overwritten(tmp_path: Path) -> None:
+    rows = _grid(tmp_path / "work")
+    (tmp_path / "accounting.json").write_text("{}")
+    found = grid_privacy(tmp_path, rows, DELTA)
+    assert found.epsilon is None and found.unreadable == (str(tmp_path / "accounting.json"),)
+    with pytest.raises(UserError, match="not a readable privlm-grid-accounting file"):
+        keep_accounting(tmp_path)
+    assert (tmp_path / "accounting.json").read_text() == "{}"
 
 
 def test_the_report_states_the_grid_privacy(tmp_path: Path) -> None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
 from privlm.errors import UserError
-from privlm.lm.generation import chat_prompt, clean_generation
+from privlm.lm.generation import chat_prompt, clean_generation, sample_texts
 from privlm.lm.sampling import Sampling
+from privlm.progress import Progress, Task
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.generation import baselines
-from privlm.synthesis.generation.baselines import few_shot, zero_shot
+from privlm.synthesis.generation.baselines import few_shot, sample_pieces, zero_shot
 
 NAMES = ["negative", "positive"]
 POOL = [(f"bad {i}", 0) for i in range(5)] + [(f"good {i}", 1) for i in range(4)]
@@ -71,3 +73,73 @@ def test_few_shot_prompts_hold_k_private_examples_of_the_class(monkeypatch: pyte
         zero_shot(model, tok, NAMES, 1, instructions=["word " * 60] * 2, sampling=Sampling(max_new_tokens=70))
     with pytest.raises(UserError, match="1 instructions for 2 classes"):
         zero_shot(model, tok, NAMES, 1, instructions=["only one"], sampling=FAST)
+
+
+class Interrupted(Exception):
+    """A crash in the middle of a sampling run."""
+
+
+class Counted(Task):
+    """A progress task that records what it was advanced by."""
+
+    def __init__(self) -> None:
+        self.advanced: list[float] = []
+
+    def advance(self, amount: float = 1) -> None:
+        self.advanced.append(amount)
+
+
+def test_sample_pieces_resume_where_they_stopped_and_shorter_runs_are_prefixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(baselines, "PIECE", 2)
+    model, tok = build_tiny_model("tiny-gpt2", seed=0)
+    prompt = chat_prompt(tok, "Write one short text.")
+    whole = sample_pieces(model, tok, prompt, 5, 3, FAST)
+    assert len(whole) == 5
+    assert whole[:2] == sample_texts(model, tok, prompt, 2, 3, FAST)  # the first piece is the plain seed's call
+    assert sample_pieces(model, tok, prompt, 4, 3, FAST) == whole[:4]  # n a multiple of PIECE: a prefix
+    assert sample_pieces(model, tok, prompt, 5, 4, FAST) != whole
+
+    real, calls, crash_at = baselines.sample_texts, [], [2]
+
+    def spy(*args, **kwargs):
+        calls.append(args[3])  # the piece's count
+        if len(calls) == crash_at[0]:
+            raise Interrupted
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baselines, "sample_texts", spy)
+    with pytest.raises(Interrupted):
+        sample_pieces(model, tok, prompt, 5, 3, FAST, keep=tmp_path)
+    assert len(list(tmp_path.glob("sample-*.json"))) == 1
+    crash_at[0] = 0
+    calls.clear()
+    task = Counted()
+    assert sample_pieces(model, tok, prompt, 5, 3, FAST, keep=tmp_path, task=task) == whole
+    assert calls == [2, 1] and task.advanced == [2, 2, 1]  # the kept first piece is read, not sampled
+    calls.clear()
+    assert sample_pieces(model, tok, prompt, 5, 3, FAST, keep=tmp_path) == whole and calls == []
+    # the kept pieces are bound to the model's weights: another model samples afresh
+    other, _ = build_tiny_model("tiny-gpt2", seed=1)
+    sample_pieces(other, tok, prompt, 5, 3, FAST, keep=tmp_path)
+    assert calls == [2, 2, 1]
+
+
+def test_zero_shot_keeps_its_pieces_and_counts_every_text(tmp_path: Path) -> None:
+    model, tok = build_tiny_model("tiny-gpt2", seed=0)
+    fresh = zero_shot(model, tok, NAMES, 3, seed=7, sampling=FAST)
+
+    class Recorded(Progress):
+        def __init__(self) -> None:
+            self.tasks: list[tuple[str, float | None, Counted]] = []
+
+        def task(self, description, total=None, private=False, transient=False):
+            self.tasks.append((description, total, Counted()))
+            return self.tasks[-1][2]
+
+    progress = Recorded()
+    assert zero_shot(model, tok, NAMES, 3, seed=7, sampling=FAST, keep=tmp_path, progress=progress) == fresh
+    assert len(list(tmp_path.glob("sample-*.json"))) == 2  # one piece per class
+    ((description, total, task),) = progress.tasks
+    assert description == "sampling 3 texts per class" and total == 6 and sum(task.advanced) == 6

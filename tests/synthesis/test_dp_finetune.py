@@ -103,10 +103,12 @@ class _Recorder(Progress):
         return _Counted()
 
 
-def test_the_prefix_cache_build_is_shown_as_a_private_task(lm, tmp_path) -> None:
+def test_the_prefix_cache_build_is_shown_as_a_private_task_the_sampling_as_a_public_one(lm, tmp_path) -> None:
     recorder = _Recorder()
     _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE), progress=recorder)
-    assert recorder.opened == [(CACHE_BUILD, len(PRIVATE), True)] and recorder.advanced == len(PRIVATE)
+    sampling = ("sampling 3 texts per class", 3 * len(NAMES), False)  # n and the classes are public
+    assert recorder.opened == [(CACHE_BUILD, len(PRIVATE), True), sampling]
+    assert recorder.advanced == len(PRIVATE) + 3 * len(NAMES)
 
 
 def test_the_cached_top_blocks_train_the_adapters_of_the_whole_model(lm, tmp_path, monkeypatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import privlm.synthesis.dp_finetune.mechanism as dp_finetune
@@ -50,6 +51,9 @@ def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, mo
     )
     rows = run_experiment(config, tmp_path / "out")
     assert [r["n_train"] for r in rows] == [2, 4] and runs == [1]
+    # the texts were sampled piece by piece into the shared run's folder: one piece per class and n
+    (run_dir,) = {p.parent.parent for p in tmp_path.rglob("samples/sample-*.json")}
+    assert run_dir.name.startswith("dpft-") and len(list((run_dir / "samples").iterdir())) == 4
     for row in rows:
         synthetic = (tmp_path / "out" / "sets" / f"{row['cell']}.jsonl").read_text().splitlines()
         assert all(json.loads(line)["epsilon_spent"] == 3.0 for line in synthetic)
@@ -58,3 +62,7 @@ def test_cells_of_one_epsilon_and_seed_share_one_training_run(tmp_path: Path, mo
     spent = grid_privacy(tmp_path / "out", rows, 1e-5)
     assert (spent.dp_cells, spent.ledgers, spent.unaccounted) == (2, 1, ())
     assert spent.epsilon == sidecar["epsilon_accounted"]
+    # the runner kept a public copy of the accounting: the statement survives the loss of the private work folder
+    shutil.rmtree(tmp_path / "out" / "work")
+    kept = grid_privacy(tmp_path / "out", rows, 1e-5)
+    assert (kept.epsilon, kept.ledgers, kept.kept, kept.unaccounted) == (spent.epsilon, 1, 1, ())

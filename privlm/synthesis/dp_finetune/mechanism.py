@@ -7,7 +7,9 @@ resume) fine-tunes LoRA adapters on the last blocks of the public model on "publ
 for every private example — the prompt is the zero-shot instruction of the example's class in the chat
 template (:func:`privlm.lm.generation.chat_prompt`), and only the text tokens (and the end-of-turn
 token) are targets. Then ``n`` texts per class are sampled from the trained model with the same public
-prompts (:func:`privlm.synthesis.generation.baselines.zero_shot`).
+prompts (:func:`privlm.synthesis.generation.baselines.zero_shot`), 100 at a time, each piece kept in
+``run_dir/samples/`` as it is done: an interrupted sampling run resumes, and the cells that differ only in n
+share their first pieces (n = 100's texts are the start of n = 1,000's).
 
 **Guarantee**: the adapters (and the DP losses) are the training run's (ε, δ)-DP release under
 add/remove-one adjacency (labels are part of the record, as in every privlm method); sampling from them
@@ -25,7 +27,8 @@ through all 30 blocks, which is what lets the run take enough steps for its DP l
 
 Files: the run folder ``run_dir`` (default ``FILE.jsonl.dpft/``) is privlm's training run folder
 (``privacy.json``, ``metrics.jsonl``, checkpoints while training — they hold the noise keys — and
-``adapter/`` at the end, when the checkpoints are deleted), plus ``run.json``, the public settings that
+``adapter/`` at the end, when the checkpoints are deleted; ``samples/``: the texts sampled from the trained
+model, piece by piece), plus ``run.json``, the public settings that
 determine the adapters (ε, δ, the training config, the model's fingerprint and the caller's data spec and
 ``private_per_class``), written when the run starts. A run whose adapter is saved is reused, never
 retrained, and an interrupted one resumes from its last checkpoint — both only if ``run.json`` matches
@@ -277,6 +280,8 @@ def run_dp_finetune(
             config.seed,
             instructions=config.instructions,
             sampling=sampling,
+            keep=run_dir / "samples",
+            progress=progress or SILENT,
         )
     ]
     privacy = {

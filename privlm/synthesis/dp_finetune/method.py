@@ -38,5 +38,6 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         delta=ctx.delta,
         run_dir=run_dir,
         wait=True,  # a cell sharing the run that another process is training waits for it, then reuses it
+        progress=ctx.progress,
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]

@@ -10,7 +10,8 @@ from privlm.synthesis.registry import MethodContext
 
 
 def zero_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
-    """``n_per_class`` generations per class from the public instructions only."""
+    """``n_per_class`` generations per class from the public instructions only, kept piece by piece in the
+    cell's ``samples/`` folder (a rerun of an interrupted cell resumes)."""
     return zero_shot(
         ctx.model,
         ctx.tokenizer,
@@ -19,6 +20,8 @@ def zero_shot_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         ctx.seed,
         instructions=ctx.params.get("instructions"),
         sampling=Sampling.from_params(ctx.params),
+        keep=ctx.workdir / "samples",
+        progress=ctx.progress,
     )
 
 
