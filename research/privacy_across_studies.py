@@ -40,8 +40,9 @@ Checks, all towards counting more: a DP-SGD run's events must give its stated ε
 rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by construction: the exact σ(ε, δ), a
 pessimistic PLD and a non-negative snapping slack); a study whose README or report states the composition of
 as many DP cells as it holds is checked against that statement, and if the rebuilt composition is smaller
-(draws the rows do not show), every release of that study falls back to its stated ε. Draws superseded by
-a rerun whose results a committed README still quotes are releases too (:data:`SUPERSEDED`).
+(draws the rows do not show), every release of that study falls back to its stated ε. Draws no committed row
+accounts for but a committed README still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
+rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
 
 Counting rules: seeds and repeats of a cell are separate releases; seeded runs (``--seed``: the noise is
 reproducible, so as committed they guarantee nothing) are counted at the ε of the mechanism they ran, which
@@ -97,21 +98,46 @@ DIGITS = 7  # significant digits of the numbers written
 
 
 @dataclass(frozen=True)
-class Superseded:
-    """Draws a rerun replaced in ``study``'s rows whose results its README still quotes (``quote``): the
-    ``method`` cells at ``per_class`` and ``epsilon`` for ``seeds``, with the study's current parameters."""
+class EarlierDraw:
+    """Draws that no committed row of ``study`` accounts for but its README still tells of (``quote``): the
+    ``method`` cells at ``per_class`` (None: dp-finetune-gen's one training run for every n) and ``epsilon``
+    for ``seeds``, with the study's current parameters. ``why``: ``superseded`` (a rerun replaced them in the
+    rows) or ``lost`` (their run folder went with a machine before their cell finished; the rerun draws again)."""
 
     study: str
     method: str
-    per_class: int
+    per_class: int | None
     epsilon: float
     seeds: tuple[int, ...]
     quote: str
+    why: str
 
 
-SUPERSEDED = (
-    Superseded("synthetic_methods", "pe", 20, 1.0, (0, 1, 2), "where the first run gave 73.7 / 79.7 / 74.7"),
-    Superseded("synthetic_methods", "pe", 100, 1.0, (0, 1, 2), "they were 74.0 / 78.7 / 79.3 at n = 100, ε = 1"),
+EARLIER_DRAWS = (
+    EarlierDraw(
+        "synthetic_methods", "pe", 20, 1.0, (0, 1, 2), "where the first run gave 73.7 / 79.7 / 74.7", "superseded"
+    ),
+    EarlierDraw(
+        "synthetic_methods", "pe", 100, 1.0, (0, 1, 2), "they were 74.0 / 78.7 / 79.3 at n = 100, ε = 1", "superseded"
+    ),
+    EarlierDraw(
+        "synthetic_at_scale",
+        "gradmm@instruct",
+        1000,
+        1.0,
+        (0,),
+        "the GRADMM release of the n = 1,000 cell (seed 0), drawn when the grid first started",
+        "lost",
+    ),
+    EarlierDraw(
+        "synthetic_at_scale",
+        "dp-finetune-gen",
+        None,
+        1.0,
+        (0,),
+        "the first dp-finetune-gen training run (seed 0, ε = 1: 34 steps",
+        "lost",
+    ),
 )
 STATED_TOTAL = re.compile(
     r"\b(\d+) (?:finished )?DP cells\b(?:(?!DP cells).){0,300}?(?:cost at most|compose to|composed to) "
@@ -123,7 +149,7 @@ DEMO_LOG = re.compile(r"model (\S+):.*?private data (\S+) \((\w+) split, ([^)]*)
 @dataclass
 class Release:
     """One DP release of ``records`` of ``data``'s ``split``: its stated (ε, δ), the results rows it accounts
-    for (none for a superseded draw), and the ledger entries rebuilt from committed files (``entries``; None
+    for (none for an earlier draw), and the ledger entries rebuilt from committed files (``entries``; None
     where they cannot be, and ``source`` says why)."""
 
     study: str
@@ -207,7 +233,7 @@ def statement(root: Path = ROOT) -> dict[str, Any]:
     """The whole statement (what ``research/privacy_across_studies.json`` holds), from the committed files."""
     scan = Scan(root, committed_files(root))
     read_experiment_grids(scan)
-    read_superseded(scan)
+    read_earlier_draws(scan)
     read_train_summaries(scan)
     read_demo_reports(scan)
     read_sidecars(scan)
@@ -307,27 +333,33 @@ def read_experiment_grids(scan: Scan) -> None:
             scan.releases.append(release)
 
 
-def read_superseded(scan: Scan) -> None:
-    """The draws of :data:`SUPERSEDED`, rebuilt like the study's current cells; each quote must still be in
-    the study's README (else the list is stale and must be revisited)."""
-    for old in SUPERSEDED:
+def read_earlier_draws(scan: Scan) -> None:
+    """The draws of :data:`EARLIER_DRAWS`, rebuilt like the study's current cells of their method; each quote
+    must still be in the study's README (else the list is stale and must be revisited)."""
+    for old in EARLIER_DRAWS:
         readme = f"research/{old.study}/README.md"
         if old.quote not in " ".join(scan.text(readme).split()):
-            raise ValueError(f"{readme} no longer quotes {old.quote!r}: revisit SUPERSEDED")
+            raise ValueError(f"{readme} no longer quotes {old.quote!r}: revisit EARLIER_DRAWS")
         config = scan.json(f"research/{old.study}/config.json")
         params = next(m for m in config["methods"] if m["name"] == old.method)["params"]
+        kind = old.method.split("@")[0]
         for seed in old.seeds:
+            size = "" if old.per_class is None else f"_n{old.per_class}"
             release = _grid_release(
                 old.study,
-                f"{old.method}_n{old.per_class}_seed{seed}_eps{old.epsilon:g} (first run, superseded)",
+                f"{old.method}{size}_seed{seed}_eps{old.epsilon:g} (an earlier draw, {old.why})",
                 config,
-                f"Private Evolution, a run superseded by the "
-                f"committed rows; {readme} still quotes its results ('{old.quote}')",
+                f"{kind}: a draw {old.why} before its cell finished; {readme} tells of it ('{old.quote}')",
                 old.epsilon,
                 config["delta"],
                 [],
             )
-            release.entries, release.source = _pe_entries(config, params, old.per_class, release)
+            if kind == "pe" and old.per_class is not None:
+                release.entries, release.source = _pe_entries(config, params, old.per_class, release)
+            elif kind == "gradmm":
+                release.entries, release.source = _gradmm_entries(scan, old.study, config, release)
+            else:
+                release.source = "not rebuilt: its σ is in no committed file; counted at its stated ε"
             scan.releases.append(release)
 
 
@@ -657,7 +689,7 @@ def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
         "dp_cells": sum(len(r.rows) for r in releases),
         "releases": len(releases),
         "seeded_releases": sum(r.seeded for r in releases),
-        "superseded_releases": sum(not r.rows for r in releases),
+        "earlier_draws": sum(not r.rows for r in releases),
         "splits": sorted({r.split for r in releases}),
         "records": sorted({r.records for r in releases}),
         "largest_release_epsilon": _num(max(r.epsilon for r in releases)),
@@ -720,9 +752,10 @@ def render_markdown(result: dict[str, Any]) -> str:
             for m in entry["not_rebuilt"]
         )
         superseded = (
-            f" Counted too: {entry['superseded_releases']} draws that a rerun superseded and whose results "
-            "a README still quotes."
-            if entry["superseded_releases"]
+            f" Counted too: {entry['earlier_draws']} earlier draws that no committed row accounts for "
+            "(superseded by a rerun, or lost with a machine before their cell finished) and that a README "
+            "still tells of."
+            if entry["earlier_draws"]
             else ""
         )
         read_as = entry["read_as"]
