@@ -190,6 +190,14 @@ def _read_kept(path: Path, unreadable: list[str]) -> tuple[dict[str, Any], dict[
         return {}, {}
 
 
+def kept_copy(out: Path, rel: str) -> dict[str, Any] | None:
+    """The copy of the ledger or set sidecar ``rel`` (relative to ``out``) kept in ``out/accounting.json``; None
+    when there is none or the file cannot be read."""
+    ledgers, sidecars = _read_kept(Path(out) / KEPT, [])
+    found = sidecars.get(rel, ledgers.get(rel))
+    return dict(found) if isinstance(found, dict) else None
+
+
 def _live_ledgers(out: Path) -> list[str]:
     """The paths, relative to ``out``, of the ledgers under ``out/work`` and ``out/stale`` (links followed)."""
     return [rel for rel, name in _live_files(out) if name == LEDGER]

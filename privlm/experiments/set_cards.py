@@ -3,7 +3,8 @@ carries what it costs and what it rests on.
 
 The card is :func:`privlm.synthesis.card.data_card` (what ``privlm synth`` writes), from public inputs only:
 the grid's public settings, the method's parameters and privacy label, the released rows, and the privacy
-statement the method wrote beside its set in ``DIR/work/<cell>/`` (its sidecar). No private row, count or
+statement the method wrote beside its set in ``DIR/work/<cell>/`` (its sidecar; where that folder was lost, the
+copy kept in ``DIR/accounting.json``). No private row, count or
 statistic is read. A set whose method reads no private data is stated as such; one that uses private rows
 directly, or a DP method's set whose sidecar is missing, is stated as NOT differentially private: the card
 never claims a guarantee the sidecar does not back. The sidecar itself is not copied beside the set: the
@@ -14,11 +15,13 @@ committed sidecar as a release of its own, so a copy would be counted twice).
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from privlm.experiments.config import Cell, ExperimentConfig
+from privlm.experiments.grid_privacy import kept_copy
 from privlm.runfolder import sidecar_path
 from privlm.synthesis.card import card_path, write_data_card
 from privlm.synthesis.registry import PUBLIC, SET_FILE, Method
@@ -31,21 +34,29 @@ GRID_NOTE = (
 
 
 def cell_privacy(method: Method, workdir: Path) -> tuple[dict[str, Any], bool]:
-    """``(statement, private_release)``: the sidecar the method wrote in ``workdir`` (less ``ledger_file``, a
-    path into the private work folder), or for a method that reads no private data ``{"public": True}``, or
-    else ``{"dp": False, "warning": ...}``. ``private_release``: the sidecar's own flag, else that of the
-    ledger it names; False (the card warns of seeded noise) when neither can be read."""
+    """``(statement, private_release)``: the sidecar the method wrote in ``workdir`` (``DIR/work/<cell>``; less
+    ``ledger_file``, a path into the private work folder), else its copy kept in ``DIR/accounting.json``
+    (:func:`~privlm.experiments.grid_privacy.keep_accounting`: the work folder was lost), or for a method that
+    reads no private data ``{"public": True}``, or else ``{"dp": False, "warning": ...}``. ``private_release``:
+    the sidecar's own flag, else that of the ledger it names; False (the card warns of seeded noise) when
+    neither can be read."""
     from privlm.privacy.ledger import Ledger
 
     sidecar = sidecar_path(workdir / SET_FILE)
-    if not sidecar.exists():
+    out = workdir.parent.parent
+    kept = kept_copy(out, sidecar.relative_to(out).as_posix())
+    if not sidecar.exists() and kept is None:
         return ({"public": True} if method.privacy == PUBLIC else {"dp": False, "warning": method.privacy}), True
-    statement = json.loads(sidecar.read_text())
+    statement = dict(kept or {}) if not sidecar.exists() else json.loads(sidecar.read_text())
     ledger = statement.pop("ledger_file", None)
     if "private_release" in statement:
         return statement, statement["private_release"] is not False
-    readable = ledger is not None and (workdir / ledger).exists()
-    return statement, readable and Ledger.load(workdir / ledger).private_release
+    if ledger is None:
+        return statement, False
+    if (workdir / ledger).exists():
+        return statement, Ledger.load(workdir / ledger).private_release
+    copy = kept_copy(out, posixpath.normpath(f"{workdir.relative_to(out).as_posix()}/{ledger}"))
+    return statement, copy is not None and Ledger.from_dict(copy, "kept ledger").private_release
 
 
 def write_set_card(

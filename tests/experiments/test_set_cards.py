@@ -5,9 +5,11 @@ method's set without a sidecar is NOT private, and seeded noise, or noise of unk
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from privlm.experiments.config import Cell, parse_config
+from privlm.experiments.grid_privacy import keep_accounting
 from privlm.experiments.set_cards import GRID_NOTE, write_set_card
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
@@ -66,6 +68,18 @@ def test_seeded_or_unknown_noise_is_warned_of(tmp_path: Path) -> None:
     # a ledger that cannot be read: the origin of the noise is unknown, so the card does not vouch for it
     _sidecar(tmp_path / "gone", "dp_n2_seed0_eps1", seeded=False).unlink()
     assert "WARNING: seeded noise" in _card(tmp_path / "gone", "dp", "(ε, δ)-DP", epsilon=1.0)
+
+
+def test_a_card_written_after_the_work_folder_is_lost_reads_the_kept_copies(tmp_path: Path) -> None:
+    _sidecar(tmp_path, "dp_n2_seed0_eps1", seeded=False)
+    keep_accounting(tmp_path)
+    fresh = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+    shutil.rmtree(tmp_path / "work")
+    assert _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0) == fresh and "WARNING" not in fresh
+    _sidecar(tmp_path / "seeded", "dp_n2_seed0_eps1", seeded=True)  # the kept ledger's flag is read too
+    keep_accounting(tmp_path / "seeded")
+    shutil.rmtree(tmp_path / "seeded" / "work")
+    assert "WARNING: seeded noise" in _card(tmp_path / "seeded", "dp", "(ε, δ)-DP", epsilon=1.0)
 
 
 def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
