@@ -219,7 +219,9 @@ def keep_accounting(out: Path) -> None:
     folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
 
     Public: a ledger holds the mechanisms' events (noise multipliers, sampling rates, counts, labels) and a sidecar
-    the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data. A kept
+    the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data. A DP-SGD
+    step's sampling rate q = B/N tells the number of private examples N, which privlm's DP-SGD accounting assumes
+    public (``docs/accounting.md``); GRADMM's and PE's events do not depend on N. A kept
     ledger is replaced by the live one only when that begins with it (the run went on); otherwise (the folder was
     lost and a new run made at the same path) the old copy stays, as ``<path>#displaced-<digest>``, and counts
     beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. Draws of a
