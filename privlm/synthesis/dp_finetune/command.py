@@ -25,7 +25,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     """Check a DP fine-tune-then-generate run before any model is loaded or anything written; the run."""
     from privlm.errors import UserError
     from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-    from privlm.synthesis.dp_finetune.mechanism import DPFinetunePaths, run_dp_finetune
+    from privlm.synthesis.dp_finetune.mechanism import DPFinetunePaths, run_dp_finetune, shown_steps
 
     request.check_output()
     if request.epsilon is None or request.delta is None:
@@ -38,11 +38,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         start = time.perf_counter()
-        training = progress.task("DP-SGD steps")
-
-        def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
-            training.update(completed=step, total=total)
-
+        training, on_progress = shown_steps(progress)
         result = run_dp_finetune(
             model,
             tokenizer,

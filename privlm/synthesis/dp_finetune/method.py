@@ -14,7 +14,7 @@ from typing import Any
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, shown_steps
 from privlm.synthesis.registry import MethodContext
 
 
@@ -25,6 +25,7 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     config = DPFinetuneConfig(**{**ctx.params, "seed": ctx.seed})
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     shared = ctx.private_cache or ctx.workdir
+    training, on_progress = shown_steps(ctx.progress)
     run_dir = shared / ("dpft-" + digest({"epsilon": ctx.epsilon, "delta": ctx.delta, "config": config.to_dict()}))
     result = run_dp_finetune(
         ctx.model,
@@ -38,6 +39,8 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         delta=ctx.delta,
         run_dir=run_dir,
         wait=True,  # a cell sharing the run that another process is training waits for it, then reuses it
+        on_progress=on_progress,
         progress=ctx.progress,
     )
+    training.done()
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
