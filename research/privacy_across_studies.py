@@ -31,8 +31,9 @@ Where the events come from:
   σ/√T ≥ σ(ε, δ), the exact analytic multiplier (:func:`privlm.privacy.gaussian_noise_multiplier`). The rebuilt
   event carries the release's snapped coordinates (for GRADMM's label-row release, the count in the demo
   sidecar of the same release; for a PE histogram, K·M bins at clamp 2¹⁶), so the snapping slack is counted
-  as well. dp-finetune-gen's DP-SGD runs are not rebuilt: their σ is in no committed file (the run folders
-  stay in the ignored ``work/``) and is no closed-form function of (ε, δ), so they enter at their stated ε.
+  as well. dp-finetune-gen's DP-SGD runs are not rebuilt: their σ is no closed-form function of (ε, δ) and their
+  ledgers are not read here (in the ignored ``work/``, or, for grids run since, copied to the grid's
+  ``accounting.json``: reading those is left to do), so they enter at their stated ε.
   They train once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of one run are
   one release.
 
@@ -94,6 +95,10 @@ UNSNAPPED_GRIDS = {
     "so their ledgers and stated ε carry no snapping slack",
 }
 REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
+DPFT_NOT_REBUILT = (  # a DP-SGD run's σ is no closed-form function of (ε, δ); its ledger is not read here
+    "not rebuilt: its ledger is not read here (in the ignored work/, or copied to the grid's accounting.json); "
+    "counted at its stated ε"
+)
 DIGITS = 7  # significant digits of the numbers written
 
 
@@ -302,10 +307,7 @@ def read_experiment_grids(scan: Scan) -> None:
                     row["delta"],
                     [name],
                 )
-                release.source = (
-                    "not rebuilt: its σ is in no committed file, the run folder with its ledger "
-                    "staying in the ignored work/; counted at its stated ε"
-                )
+                release.source = DPFT_NOT_REBUILT
             elif kind == "gradmm":
                 release = _grid_release(
                     study,
@@ -359,7 +361,7 @@ def read_earlier_draws(scan: Scan) -> None:
             elif kind == "gradmm":
                 release.entries, release.source = _gradmm_entries(scan, old.study, config, release)
             else:
-                release.source = "not rebuilt: its σ is in no committed file; counted at its stated ε"
+                release.source = DPFT_NOT_REBUILT
             scan.releases.append(release)
 
 
