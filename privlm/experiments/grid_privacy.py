@@ -165,7 +165,7 @@ class _Ledgers:
             if ledger is None:
                 continue
             where = PurePosixPath(self.position[key])
-            if any(run.parent in where.parents and _starts_with(outer, _releases(ledger)) for run, outer in runs):
+            if _a_copy_inside(where, ledger, runs):
                 continue
             runs.append((where, ledger))
             self.counted.add(key)
@@ -241,10 +241,9 @@ def keep_accounting(out: Path) -> None:
                 sidecars[rel] = json.loads((out / rel).read_text(encoding="utf-8"))
         except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # grid_privacy names an unreadable live file
+    runs = [(PurePosixPath(rel), ledger) for rel, ledger in live.items()]
     for rel, ledger in live.items():
-        where = PurePosixPath(rel)
-        inner = (o for o in live if o != rel and PurePosixPath(o).parent in where.parents)
-        if any(_starts_with(live[outer], _releases(ledger)) for outer in inner):
+        if _a_copy_inside(PurePosixPath(rel), ledger, runs):
             continue
         old = ledgers.get(rel)
         if old is not None:
@@ -338,6 +337,14 @@ def _accounting_ledger(cell: str, sidecar: dict[str, Any], ledgers: _Ledgers) ->
             if ledger is not None and _starts_with(ledger, reported):
                 return ledgers.counted_key(key)
     return None
+
+
+def _a_copy_inside(where: PurePosixPath, ledger: Ledger, runs: Sequence[tuple[PurePosixPath, Ledger]]) -> bool:
+    """Whether the ledger at ``where`` lies inside the folder of one of ``runs`` (path, ledger) whose ledger begins
+    with it: a checkpoint's copy, which counts no draw of its own."""
+    return any(
+        run != where and run.parent in where.parents and _starts_with(outer, _releases(ledger)) for run, outer in runs
+    )
 
 
 def _runs(releases: Sequence[tuple[Event, int]]) -> list[tuple[Event, int]]:
