@@ -92,3 +92,24 @@ def test_half_precision_factors_are_normed_in_float32():
     reference = torch.einsum("btr,btc->brc", left.to(torch.bfloat16).double(), right.to(torch.bfloat16).double())
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), reference.pow(2).sum((1, 2)), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["exact", "ghost", "mixed", "hutchinson", "hutchpp"])
+def test_norms_and_clipped_sums_leave_an_autocast_region(mode):
+    """Inside bf16 autocast (a ``--precision bf16`` step's backward) the matrix products of the norms and of
+    the clipped sum would run in bf16 whatever their inputs; both must give exactly their float32 values."""
+    from privlm.dpsgd.norms.factors import OuterFactor, sq_norms, weighted_sum
+
+    gen = torch.Generator().manual_seed(1)
+    factors = [OuterFactor(torch.randn(3, 40, 24, generator=gen), torch.randn(3, 40, 16, generator=gen), rows=24)]
+    probes = SecureRandom.from_seed(0, "probes")
+
+    def draw(columns, dtype, device):
+        return probes.normal((24, columns), (1, 0), dtype=dtype, device=device)
+
+    c = torch.tensor([0.3, 1.0, 0.7])
+    plain = sq_norms(factors, mode, 9, draw), weighted_sum(factors, c, torch.Size([24, 16]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = sq_norms(factors, mode, 9, draw), weighted_sum(factors, c, torch.Size([24, 16]))
+    assert inside[0].dtype == inside[1].dtype == torch.float32
+    assert torch.equal(inside[0], plain[0]) and torch.equal(inside[1], plain[1])

@@ -252,19 +252,28 @@ def _at_least_float32(factor: Factor) -> Factor:
     return replace(factor, left=up(factor.left), right=up(factor.right))
 
 
+def _no_autocast(factors: list[Factor]) -> torch.autocast:
+    """Autocast switched off on the factors' device: inside a bf16 autocast region (``--precision bf16``) the
+    matrix products of the norms and clipped sums would otherwise run in bf16 whatever their inputs' dtype."""
+    first = factors[0]
+    tensor = first.per_sample if isinstance(first, DenseFactor) else first.right
+    return torch.autocast(tensor.device.type, enabled=False)
+
+
 def sq_norms(factors: list[Factor], mode: str, probes: int, draw: ProbeSource) -> Tensor:
     """Per-sample squared gradient norm (B,) of one parameter from the factors of all its uses.
 
-    Computed in at least float32: in a half-precision model a norm rounded down by ~1e-2 would let the
-    clipped gradient exceed C by as much."""
+    Computed in at least float32, also inside an autocast region (a bf16 step's backward): in a
+    half-precision model a norm rounded down by ~1e-2 would let the clipped gradient exceed C by as much."""
     factors = [_at_least_float32(f) for f in factors]
     dense = [f for f in factors if isinstance(f, DenseFactor)]
     outer = [f for f in factors if isinstance(f, OuterFactor)]
-    if len(dense) == len(factors):
-        total = _tensor_sum(f.per_sample for f in dense)
-        return total.reshape(total.shape[0], -1).pow(2).sum(1)
-    if len(outer) == len(factors):
-        return outer_sq_norms(outer, mode, probes, draw)
+    with _no_autocast(factors):
+        if len(dense) == len(factors):
+            total = _tensor_sum(f.per_sample for f in dense)
+            return total.reshape(total.shape[0], -1).pow(2).sum(1)
+        if len(outer) == len(factors):
+            return outer_sq_norms(outer, mode, probes, draw)
     raise TypeError("a parameter mixes factor kinds; no layer handler produces this")
 
 
@@ -272,11 +281,12 @@ def weighted_sum(factors: list[Factor], c: Tensor, shape: torch.Size, keep: Tens
     """``Σ_i c_i g_i`` for one parameter, in the parameter's ``shape`` (book-keeping). ``keep`` (B,) bool: sum only
     those samples, exactly — a left-out sample's factors may be NaN (``c_i = 0`` alone would give 0 · NaN).
 
-    Computed and returned in at least float32 (bf16 factors of a mixed-precision step are upcast first): a
-    clipped sum rounded in bf16 would let one example's contribution exceed C by the rounding, and make it
-    depend on its batch-mates, which the accountant's sensitivity C does not allow for."""
+    Computed and returned in at least float32 (bf16 factors of a mixed-precision step are upcast first, and
+    autocast is off here): a clipped sum rounded in bf16 would let one example's contribution exceed C by the
+    rounding, and make it depend on its batch-mates, which the accountant's sensitivity C does not allow for."""
     factors = [_at_least_float32(f) for f in factors]
-    total = factors[0].weighted_sum(c, keep).reshape(shape)
-    for f in factors[1:]:
-        total.add_(f.weighted_sum(c, keep).reshape(shape))
+    with _no_autocast(factors):
+        total = factors[0].weighted_sum(c, keep).reshape(shape)
+        for f in factors[1:]:
+            total.add_(f.weighted_sum(c, keep).reshape(shape))
     return total
