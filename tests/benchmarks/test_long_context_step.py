@@ -39,6 +39,9 @@ def test_tiny_run_writes_every_mode_with_finite_numbers(bench, tmp_path):
         for key in ("step_s", "step_wall_s", "peak_memory_mb", "peak_total_mb", "step_time_ratio", "peak_total_ratio"):
             assert math.isfinite(cell[key]), (mode, key)
         assert cell["params_finite_after"]
+        # the step's two parts, on its time basis: with one timed step they add up to it
+        assert cell["backward_s"] > 0 and cell["update_s"] > 0
+        assert math.isclose(cell["backward_s"] + cell["update_s"], cell["step_s"], rel_tol=0.05, abs_tol=1e-4)
         if mode != "nonprivate":  # privlm hooked, and got factors for, every trainable parameter
             assert cell["params_hooked"] == cell["params_with_factors"] == cell["params_trainable"] == 19
     assert cells["nonprivate"]["step_time_ratio"] == 1.0
