@@ -31,11 +31,12 @@ Where the events come from:
   σ/√T ≥ σ(ε, δ), the exact analytic multiplier (:func:`privlm.privacy.gaussian_noise_multiplier`). The rebuilt
   event carries the release's snapped coordinates (for GRADMM's label-row release, the count in the demo
   sidecar of the same release; for a PE histogram, K·M bins at clamp 2¹⁶), so the snapping slack is counted
-  as well. dp-finetune-gen's DP-SGD runs are not rebuilt: their σ is no closed-form function of (ε, δ) and their
-  ledgers are not read here (in the ignored ``work/``, or, for grids run since, copied to the grid's
-  ``accounting.json``: reading those is left to do), so they enter at their stated ε.
-  They train once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of one run are
-  one release.
+  as well. A dp-finetune-gen cell's DP-SGD run (σ is no closed-form function of (ε, δ)) is read from the
+  ledger of its set's sidecar as the grid's committed ``accounting.json`` keeps it (``work/<cell>/
+  synthetic.privacy.json``), and must give its accounted ε again; a grid without that copy (run before
+  ``accounting.json`` existed: its ledgers were in the ignored ``work/``) enters at its stated ε.
+  dp-finetune-gen trains once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of
+  one run are one release, and their kept ledgers must be the same (else the script stops: two runs).
 
 Checks, all towards counting more: a DP-SGD run's events must give its stated ε again, else it is not
 rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by construction: the exact σ(ε, δ), a
@@ -95,10 +96,11 @@ UNSNAPPED_GRIDS = {
     "so their ledgers and stated ε carry no snapping slack",
 }
 REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
-DPFT_NOT_REBUILT = (  # a DP-SGD run's σ is no closed-form function of (ε, δ); its ledger is not read here
-    "not rebuilt: its ledger is not read here (in the ignored work/, or copied to the grid's accounting.json); "
-    "counted at its stated ε"
+DPFT_NOT_REBUILT = (  # a DP-SGD run's σ is no closed-form function of (ε, δ): it needs the run's ledger
+    "not rebuilt: its ledger is in no committed file (it was in the ignored work/, and the grid keeps no "
+    "accounting.json copy of it); counted at its stated ε"
 )
+ACCOUNTING = "accounting.json"  # a grid's committed copy of its ledgers and sidecars (privlm.experiments.grid_privacy)
 DIGITS = 7  # significant digits of the numbers written
 
 
@@ -294,9 +296,15 @@ def read_experiment_grids(scan: Scan) -> None:
             epsilon = max(row["epsilon"], row.get("epsilon_spent") or 0.0)
             if kind == "dp-finetune-gen":
                 key = (row["method"], row["method_hash"], row["epsilon"], row["seed"])
+                entries, source = _dpft_entries(scan, folder, row)
                 if key in shared:  # the same training run serves every n of an (ε, seed)
-                    shared[key].rows.append(name)
-                    shared[key].epsilon = max(shared[key].epsilon, epsilon)
+                    release = shared[key]
+                    if None not in (entries, release.entries) and entries != release.entries:
+                        raise ValueError(f"{name}: its kept ledger differs from {release.rows[0]}'s: two runs")
+                    release.rows.append(name)
+                    release.epsilon = max(release.epsilon, epsilon)
+                    if release.entries is None:
+                        release.entries, release.source = entries, source
                     continue
                 shared[key] = release = _grid_release(
                     study,
@@ -307,7 +315,7 @@ def read_experiment_grids(scan: Scan) -> None:
                     row["delta"],
                     [name],
                 )
-                release.source = DPFT_NOT_REBUILT
+                release.entries, release.source = entries, source
             elif kind == "gradmm":
                 release = _grid_release(
                     study,
@@ -560,6 +568,23 @@ def _pe_entries(
         f"rebuilt: T = {pe.iterations} Gaussian releases of σ(ε, δ)·√T = {sigma:.6g}, "
         f"each snapping {bins} bins at clamp 2^{MAX_CLAMP_BITS}"
     )
+
+
+def _dpft_entries(scan: Scan, folder: str, row: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
+    """The DP-SGD steps of a dp-finetune-gen row: the ledger of its set's sidecar as ``folder``'s
+    ``accounting.json`` keeps it, if that gives the sidecar's accounted ε again (module docstring)."""
+    path, kept = f"{folder}/{ACCOUNTING}", f"work/{row['cell']}/synthetic.privacy.json"
+    if path not in scan.files:
+        return None, DPFT_NOT_REBUILT
+    sidecar = scan.json(path)["sidecars"].get(kept)
+    if not sidecar or not sidecar.get("dp") or not sidecar.get("ledger"):
+        return None, f"not rebuilt: {path} keeps no DP sidecar {kept}; counted at its stated ε"
+    entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
+    own, accounted = _epsilon(entries, row["delta"]), sidecar["epsilon_accounted"]
+    if own < accounted - REBUILD_TOLERANCE:
+        return None, f"not rebuilt: the ledger of {kept} in {path} gives ε {own:.6g}, its sidecar {accounted:.6g}"
+    steps = sum(entry.count for entry in entries)
+    return entries, f"the ledger of {kept} as {path} keeps it: {steps} DP-SGD steps"
 
 
 def _dpsgd_entries(summary: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:

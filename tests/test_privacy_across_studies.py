@@ -114,3 +114,45 @@ def test_a_data_set_made_of_another_s_records_composes_with_it(result: dict[str,
     headline_cells = [r for r in result["releases"] if r["data"] == "bbc-headlines"]
     assert headline_cells  # the study's private cells are committed
     assert "bbc-headlines" in groups["bbc-news"]["read_as"] and "bbc_headlines" in groups["bbc-news"]["studies"]
+
+
+def test_a_dp_finetune_run_is_rebuilt_from_the_grid_s_kept_ledger(script: ModuleType, result: dict[str, Any]) -> None:
+    """synthetic_at_scale's dp-finetune-gen run enters PLD with the ledger accounting.json keeps for its set, and
+    that ledger gives the sidecar's accounted ε again (privlm's PLD accountant, recomputed here)."""
+    from privlm.privacy import Ledger, LedgerEntry
+
+    kept = json.loads((ROOT / "research/synthetic_at_scale/accounting.json").read_text())["sidecars"]
+    runs = [
+        r for r in result["releases"] if r["study"] == "synthetic_at_scale" and r["rows"] and "dp-finetune" in r["name"]
+    ]
+    assert runs and all(r["rebuilt"] for r in runs)
+    for release in runs:
+        cell = release["rows"][0].split("#")[1]
+        sidecar = kept[f"work/{cell}/synthetic.privacy.json"]
+        assert release["events"] == sidecar["ledger"]
+        entries = [LedgerEntry.from_dict(item) for item in sidecar["ledger"]]
+        assert Ledger(entries).epsilon(release["delta"]) == pytest.approx(sidecar["epsilon_accounted"], rel=1e-9)
+
+
+def _kept(tmp_path: Path, script: ModuleType, sidecars: dict[str, Any]) -> Any:
+    (tmp_path / "grid").mkdir(parents=True)
+    (tmp_path / "grid" / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": {}, "sidecars": sidecars}))
+    return script.Scan(tmp_path, frozenset({f"grid/{script.ACCOUNTING}"}))
+
+
+def test_a_kept_ledger_that_states_less_than_its_sidecar_is_not_used(script: ModuleType, tmp_path: Path) -> None:
+    from privlm.privacy import LedgerEntry, PoissonGaussianStep
+
+    step = LedgerEntry(PoissonGaussianStep(0.05, 1.5, "exact", None, 0), 30, "steps").to_dict()
+    row = {"cell": "dp-finetune-gen_n100_seed0_eps1", "delta": 1e-5}
+    side = {"dp": True, "ledger": [step], "epsilon_accounted": 100.0}
+    scan = _kept(tmp_path, script, {"work/dp-finetune-gen_n100_seed0_eps1/synthetic.privacy.json": side})
+    entries, source = script._dpft_entries(scan, "grid", row)
+    assert entries is None and "gives ε" in source
+    side["epsilon_accounted"] = script.Ledger([LedgerEntry.from_dict(step)]).epsilon(1e-5)
+    scan = _kept(tmp_path / "b", script, {"work/dp-finetune-gen_n100_seed0_eps1/synthetic.privacy.json": side})
+    entries, _ = script._dpft_entries(scan, "grid", row)
+    assert entries == (LedgerEntry.from_dict(step),)
+    assert script._dpft_entries(script.Scan(tmp_path, frozenset()), "grid", row) == (None, script.DPFT_NOT_REBUILT)
+    entries, source = script._dpft_entries(scan, "grid", {**row, "cell": "other"})
+    assert entries is None and "keeps no DP sidecar" in source
