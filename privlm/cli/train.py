@@ -57,7 +57,7 @@ def train_command(
         "float32",
         "--precision",
         help="float32, or bf16: forward and backward under bf16 autocast; weights, per-sample norms, clipped "
-        "sums and noise stay in float32 (the sensitivity the accountant assumes).",
+        "sums and noise stay in float32 (the sensitivity the accountant assumes). bf16 needs book-keeping.",
     ),
     fsdp: bool = typer.Option(
         False,

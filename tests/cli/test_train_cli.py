@@ -96,6 +96,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is faste
         (["--lora-layers", "1"], "--lora-layers needs --lora R > 0"),
         (["--noise-multiplier", "0"], "0 clips without noise, which is NOT private: it meets no --epsilon"),
         (["--noise-multiplier", "-1"], "--noise-multiplier must be >= 0"),
+        (["--precision", "bf16", "--second-backward"], "--precision bf16 needs book-keeping"),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(data, tmp_path, capsys, flags, fragment):
