@@ -133,6 +133,29 @@ def _chunk_normals(first: torch.Tensor, second: torch.Tensor, refine: torch.Tens
     return _box_muller(u)[:n]
 
 
+def _plain_chunks(block: torch.Tensor) -> torch.Tensor:
+    """:func:`_chunk_normals` of several whole chunks at once, none refined: ``block`` (chunks, 2, p) holds each
+    chunk's first-half and second-half words; (chunks, 2p) Gaussians, the same elementwise ops in the same
+    order (one kernel per op for the lot instead of one per chunk: the GPU path was launch-bound)."""
+    u = block.double().add_(1.0).mul_(2.0**-53)
+    radius = u[:, 0].log().mul_(-2.0).sqrt_()
+    angle = u[:, 1].mul(2 * math.pi)
+    return torch.cat((radius * torch.cos(angle), radius * angle.sin_()), dim=1)
+
+
+def _refine_flags(words: torch.Tensor, pairs: list[int]) -> list[bool]:
+    """Per chunk of a group laid out in ``words`` (first halves, then second halves, chunk after chunk):
+    whether its first half holds a word that asks for a refinement word. One reduction for the whole chunks
+    (all but possibly the draw's last, which is shorter) and one for a shorter last chunk."""
+    whole = len(pairs) if pairs[-1] == pairs[0] else len(pairs) - 1
+    p = pairs[0]
+    flags = (words[: 2 * p * whole].view(whole, 2, p)[:, 0] < _REFINE_BELOW).any(1)
+    if whole < len(pairs):
+        tail = words[2 * p * whole : 2 * p * whole + pairs[-1]]
+        flags = torch.cat((flags, (tail < _REFINE_BELOW).any().view(1)))
+    return [bool(f) for f in flags.tolist()]
+
+
 def normals(
     key: bytes,
     address: Sequence[int],
@@ -158,9 +181,19 @@ def normals(
         for p in pairs:
             starts.append(starts[-1] + 2 * p)
         firsts = [words[s : s + p] for s, p in zip(starts, pairs)]
-        flags = torch.stack([(f < _REFINE_BELOW).any() for f in firsts]).tolist()
+        flags = _refine_flags(words, pairs)
         stop = flags.index(True) + 1 if True in flags else len(group)
-        for j in range(stop):
+        j = 0
+        while j < stop:
+            run = 0  # whole, unrefined chunks from j on: computed together
+            while j + run < stop and not flags[j + run] and group[j + run] == 2 * pairs[j + run] == 2 * pairs[j]:
+                run += 1
+            if run:
+                block = words[starts[j] : starts[j + run]].view(run, 2, pairs[j])
+                out[done : done + run * group[j]].view(run, group[j]).copy_(_plain_chunks(block))
+                done += run * group[j]
+                j += run
+                continue
             first, second = firsts[j], words[starts[j] + pairs[j] : starts[j + 1]]
             refine = None
             if flags[j]:
@@ -168,6 +201,7 @@ def normals(
                 refine = words53(kw, nonce, offset + starts[j + 1], extra, device, block_fn)
             out[done : done + group[j]] = _chunk_normals(first, second, refine, group[j])
             done += group[j]
+            j += 1
         offset += starts[stop] + (int((firsts[stop - 1] < _REFINE_BELOW).sum()) if flags[stop - 1] else 0)
         index += stop
     return out

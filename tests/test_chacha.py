@@ -102,3 +102,26 @@ def test_cuda_keystream_bitwise_and_gaussians_within_ulps() -> None:
     torch.testing.assert_close(  # cast to float32: equal up to one float32 ulp at a rounding boundary
         secure.normal((300_001,), (4, 2), device="cuda").cpu(), secure.normal((300_001,), (4, 2)), rtol=1.2e-7, atol=0
     )
+
+
+def test_whole_chunks_computed_together_equal_secure_random_bitwise() -> None:
+    """Several whole chunks of the real size (computed as one batch) and a shorter last one."""
+    key = bytes(range(3, 35))
+    n = 3 * chacha.CHUNK + 1001
+    expected = SecureRandom(key, private=True).normal((n,), (6, 1), dtype=torch.float64)
+    assert torch.equal(chacha.normals(key, (6, 1), n), expected)
+
+
+@pytest.mark.parametrize("refine_below", [2**44, 2**47])
+def test_runs_of_batched_chunks_around_refined_ones_follow_the_cpu_stream(monkeypatch, refine_below: int) -> None:
+    """Rarer refinements (one pair in 512 or 64) with groups of 8 small chunks: runs of batched chunks,
+    a refined chunk, then the rest of its group regenerated from the shifted offset."""
+    import privlm.randomness as randomness
+
+    monkeypatch.setattr(randomness, "_REFINE_BELOW", float(refine_below))
+    monkeypatch.setattr(randomness, "_CHUNK", 12)
+    monkeypatch.setattr(chacha, "_REFINE_BELOW", refine_below)
+    monkeypatch.setattr(chacha, "SUPER_CHUNK", 8)
+    key = bytes(range(11, 43))
+    expected = SecureRandom(key, private=True).normal((2 * 1000 + 7,), (2, 2), dtype=torch.float64)
+    assert torch.equal(chacha.normals(key, (2, 2), 2 * 1000 + 7, chunk=12), expected)
