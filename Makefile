@@ -34,8 +34,13 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check privlm tests benchmarks research examples
 	$(PY) -m mypy
 
+# One worker per core (pytest-xdist; each test runs on one torch thread: tests/conftest.py); a module's
+# tests stay on one worker, so its module-scoped fixtures are built once. Tests that launch several processes
+# (marked `processes`) run afterwards on their own: beside another worker their ranks were starved, and a
+# torchrun rank once aborted at exit.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadscope -m "not processes"
+	$(PY) -m pytest -q -m processes
 
 constraints: $(STAMP)
 	head -2 constraints.txt > constraints.txt.tmp

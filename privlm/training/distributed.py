@@ -25,6 +25,7 @@ ranks and the links between them are trusted (the keys travel over the process g
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -56,13 +57,21 @@ class DistContext:
 
 def init_from_env() -> DistContext:
     """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE`` > 1), or
-    return a one-process context. Backend: NCCL when CUDA is available, gloo otherwise."""
+    return a one-process context. Backend: NCCL when CUDA is available, gloo otherwise. A group joined here
+    is destroyed when the process exits: left alive, its threads can abort a rank that has finished its work
+    (``terminate called without an active exception``, seen under load), and torchrun then fails the run."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        atexit.register(_leave_group)
     return DistContext(dist.get_rank(), dist.get_world_size())
+
+
+def _leave_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def context() -> DistContext:

@@ -17,6 +17,9 @@ from torch import nn
 from privlm.dpsgd.sharding import check_sharding
 from privlm.errors import UserError
 
+# several processes (torchrun / mp.spawn): `make test` runs these alone, after the parallel part (Makefile)
+pytestmark = pytest.mark.processes
+
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 MODES = ("exact", "ghost", "mixed", "hutchinson", "hutchpp", "mixed+lora")  # +lora: peft adapters only
 

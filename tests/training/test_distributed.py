@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# several processes (torchrun / mp.spawn): `make test` runs these alone, after the parallel part (Makefile)
+pytestmark = pytest.mark.processes
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 SIGMA, CLIP = 2.0, 0.5  # CLIP is the worker's max_grad_norm
 

@@ -16,6 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+# several processes (torchrun / mp.spawn): `make test` runs these alone, after the parallel part (Makefile)
+pytestmark = pytest.mark.processes
+
 HERE = Path(__file__).parent
 WORKER = HERE / "fsdp_resume_worker.py"
 PRIVLM = Path(sys.executable).with_name("privlm")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -11,6 +12,9 @@ import torch.multiprocessing as mp
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import add_gaussian_noise, clipped_class_sums
+
+# several processes (torchrun / mp.spawn): `make test` runs these alone, after the parallel part (Makefile)
+pytestmark = pytest.mark.processes
 
 EXAMPLES = [
     (f"the film was {w}", i % 2) for i, w in enumerate(["good", "bad", "slow", "warm", "dull", "great", "long"])
