@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared GPU check (a few minutes on one device), most important first:
-#   1. the long-context step benchmark (issue 28) at T = 1,024 .. 16,384, float32, then bf16 autocast (flash attention) at T ≥ 4,096;
+#   1. the long-context step benchmark (top-N private step, every norm mode) at T = 1,024 .. 16,384, float32, then bf16 autocast (flash attention) at T ≥ 4,096;
 #   2. the device-noise tests (ChaCha20 keystream on CUDA bitwise against the CPU's) and the noise paths' rates.
 # Usage: benchmarks/gpu_check.sh [RESULTS_DIR]      (default: benchmarks/results)
 # PY names the interpreter (default .venv/bin/python); on a bare GPU machine whose python3 holds torch,
