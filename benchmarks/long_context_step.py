@@ -543,14 +543,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _seed_rate(old: dict[str, Any]) -> tuple[float, float]:
-    """(FLOPs, seconds) of an earlier run's steps on this device, to predict this run's: its ok cells' steps
-    (warm-up included; process start-up and one-time costs not), as :func:`main` counts its own groups."""
+def _step_rate(cells: list[dict[str, Any]], config: dict[str, Any]) -> tuple[float, float]:
+    """(FLOPs, seconds) of the ok cells' steps (warm-up included; process start-up and one-time costs such as
+    CUDA's start or compiling the noise kernel not: seen on an H200, 50 s of them for 0.5 s of steps), to
+    predict what later groups cost on this device."""
     flops = seconds = 0.0
-    for c in old["cells"]:
+    for c in cells:
         if c["status"] == "ok":
             steps = 1 + len(c["wall_s_each"])
-            flops += steps * step_flops(c["shape"], {**old["config"], **c})
+            flops += steps * step_flops(c["shape"], {**config, **c})
             seconds += steps * c["step_wall_s"]
     return flops, seconds
 
@@ -628,7 +629,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["earlier_runs"] = [*old.get("earlier_runs", []), earlier]
         result["groups"] = old.get("groups", [])
         if old["config"]["device"] == args.device:
-            spent_flops, spent_s = _seed_rate(old)
+            spent_flops, spent_s = _step_rate(old["cells"], old["config"])
     spec_of = {
         (s, t): {**base, "shape": s, "seq_len": t, "loss_tokens": min(args.loss_tokens, t - 1)} for s, t in groups
     }
@@ -664,11 +665,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 k: row.get(k) for k in ("shape", "seq_len", "mode", "status", "step_s", "peak_memory_mb", "reason")
             }
             print(json.dumps({k: v for k, v in shown.items() if v is not None}), file=sys.stderr, flush=True)
-        # the rate counts the steps alone: a first group's one-time costs (CUDA start, compiling the noise
-        # kernel) would otherwise predict every later group too slow (seen on an H200: 50 s for 0.5 s of steps)
-        steps = [r for r in result["cells"][-len(args.modes) :] if r["status"] == "ok"]
-        spent_flops += flops * len(steps) / len(args.modes)
-        spent_s += sum((1 + len(r["wall_s_each"])) * r["step_wall_s"] for r in steps)
+        group_flops, group_s = _step_rate(result["cells"][-len(args.modes) :], spec_of[group])
+        spent_flops += group_flops
+        spent_s += group_s
         result["groups"].append(
             {
                 "shape": shape,

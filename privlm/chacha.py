@@ -116,11 +116,12 @@ def words53(
 
 
 def _box_muller(u: torch.Tensor) -> torch.Tensor:
-    """:func:`privlm.randomness.box_muller` (same ops, same order), on ``u``'s device."""
-    pairs = u.numel() // 2
-    radius = u[:pairs].log().mul_(-2.0).sqrt_()
-    angle = u[pairs:].mul(2 * math.pi)
-    return torch.cat((radius * torch.cos(angle), radius * angle.sin_()))
+    """:func:`privlm.randomness.box_muller` (same ops, same order), on ``u``'s device, along its last
+    dimension (a row per chunk: several chunks at once)."""
+    pairs = u.shape[-1] // 2
+    radius = u[..., :pairs].log().mul_(-2.0).sqrt_()
+    angle = u[..., pairs:].mul(2 * math.pi)
+    return torch.cat((radius * torch.cos(angle), radius * angle.sin_()), dim=-1)
 
 
 def _chunk_normals(first: torch.Tensor, second: torch.Tensor, refine: torch.Tensor | None, n: int) -> torch.Tensor:
@@ -137,10 +138,7 @@ def _plain_chunks(block: torch.Tensor) -> torch.Tensor:
     """:func:`_chunk_normals` of several whole chunks at once, none refined: ``block`` (chunks, 2, p) holds each
     chunk's first-half and second-half words; (chunks, 2p) Gaussians, the same elementwise ops in the same
     order (one kernel per op for the lot instead of one per chunk: the GPU path was launch-bound)."""
-    u = block.double().add_(1.0).mul_(2.0**-53)
-    radius = u[:, 0].log().mul_(-2.0).sqrt_()
-    angle = u[:, 1].mul(2 * math.pi)
-    return torch.cat((radius * torch.cos(angle), radius * angle.sin_()), dim=1)
+    return _box_muller(block.double().add_(1.0).mul_(2.0**-53).flatten(1))
 
 
 def _refine_flags(words: torch.Tensor, pairs: list[int]) -> list[bool]:

@@ -71,6 +71,16 @@ def _difference(a: np.ndarray, b: np.ndarray) -> dict[str, float | list[float]]:
     return {"points": float(100 * (a - b).mean()), "ci95": paired_interval(list(a), list(b))}
 
 
+def _over_common_seeds(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> dict | None:
+    """a − b over the seeds both have (each article's score averaged over those seeds), with a paired
+    interval over articles; None without a common seed."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    mean_a, mean_b = (np.mean([x[s] for s in common], axis=0) for x in (a, b))
+    return {"seeds": common, **_difference(mean_a, mean_b)}
+
+
 def build(folder: Path = HERE) -> dict:
     """Everything ``report.md`` shows, as JSON."""
     references = json.loads((folder / "references.json").read_text())
@@ -98,11 +108,10 @@ def build(folder: Path = HERE) -> dict:
             settings[name]["vs_nondp"] = _difference(pooled, _pooled(cells["nondp"]))
     pairs = []
     for a, b, what in PAIRS:
-        common = sorted(set(cells.get(a, {})) & set(cells.get(b, {})))
-        if common:
-            diff_a = np.mean([cells[a][s][1]["rougeL"] for s in common], axis=0)
-            diff_b = np.mean([cells[b][s][1]["rougeL"] for s in common], axis=0)
-            pairs.append({"a": a, "b": b, "what": what, "seeds": common, **_difference(diff_a, diff_b)})
+        rouge = ({s: v[1]["rougeL"] for s, v in cells.get(name, {}).items()} for name in (a, b))
+        pair = _over_common_seeds(*rouge)
+        if pair is not None:
+            pairs.append({"a": a, "b": b, "what": what, **pair})
     return {
         "classification": _classification(folder),
         "references": {name: {kind: float(100 * fixed[name][kind].mean()) for kind in KINDS} for name in fixed},
@@ -124,16 +133,13 @@ def _classification(folder: Path) -> dict:
         correct = np.array([r["gold"] == r["predicted"] for r in rows], dtype=float)
         cells[path.stem] = {"accuracy": float(100 * correct.mean()), "epsilon": summary["epsilon"], "correct": correct}
     out: dict = {name: {k: v for k, v in c.items() if k != "correct"} for name, c in cells.items()}
-    randomized, exact = (f"{CLASSIFY}eps3-{mode}-s" for mode in ("hutchinson32", "mixed"))
-    seeds = sorted(
-        int(name[len(randomized) :])
-        for name in cells
-        if name.startswith(randomized) and f"{exact}{name[len(randomized) :]}" in cells
+    randomized, exact = (
+        {int(name[len(prefix) :]): c["correct"] for name, c in cells.items() if name.startswith(prefix)}
+        for prefix in (f"{CLASSIFY}eps3-{mode}-s" for mode in ("hutchinson32", "mixed"))
     )
-    if seeds:
-        a = np.mean([cells[f"{randomized}{s}"]["correct"] for s in seeds], axis=0)
-        b = np.mean([cells[f"{exact}{s}"]["correct"] for s in seeds], axis=0)
-        out["hutchinson_minus_mixed"] = {"seeds": seeds, **_difference(a, b)}
+    pair = _over_common_seeds(randomized, exact)
+    if pair is not None:
+        out["hutchinson_minus_mixed"] = pair
     return out
 
 
