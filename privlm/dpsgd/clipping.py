@@ -186,6 +186,11 @@ class PerSampleClipper:
     def clipped_backward(self, batch: Any) -> ClipStats:
         """Add ``Σ_i c_i g_i`` over ``batch`` to :attr:`summed_grads` (and, with a loss bound L,
         ``Σ_i clamp(ℓ_i, 0, L)`` to :attr:`summed_loss`)."""
+        if not self.bookkeeping and torch.is_autocast_enabled(self.params[0].device.type):
+            raise UserError(  # its clipped sum would be the half-precision backward itself
+                "the second-backward clipped sum under autocast would be computed in half precision, where one "
+                "example's clipped gradient can exceed C; use book-keeping (the default) or float32"
+            )
         losses, factors, total = self._forward_backward(batch, keep_graph=not self.bookkeeping)
         if not self.bookkeeping and not self._uses_checked:
             self._check_every_use_is_hooked(losses, factors)

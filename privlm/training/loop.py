@@ -145,8 +145,7 @@ class TrainConfig(DPSGDSettings):
         if self.precision not in PRECISIONS:
             raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.precision == "bf16" and self.private and not self.bookkeeping:
-            # the second backward's clipped sum is the bf16 backward itself: each example's weighted gradient is
-            # rounded in bf16 before it is summed, so its norm is not bounded by C as the accountant assumes
+            # refused before any work; PerSampleClipper.clipped_backward refuses it too (the Python API)
             raise UserError(
                 "--precision bf16 needs book-keeping (the default): the clipped sum of --second-backward would be "
                 "computed in bf16, where one example's clipped gradient can exceed C"
