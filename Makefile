@@ -36,8 +36,7 @@ lint: $(STAMP)
 
 # One worker per core (pytest-xdist; each test runs on one torch thread: tests/conftest.py); a module's
 # tests stay on one worker, so its module-scoped fixtures are built once. Tests that launch several processes
-# (marked `processes`) run afterwards on their own: beside another worker their ranks were starved, and a
-# torchrun rank once aborted at exit.
+# (marked `processes`) run afterwards on their own, so another worker does not starve their ranks.
 test: lint
 	$(PY) -m pytest -q -n auto --dist loadscope -m "not processes"
 	$(PY) -m pytest -q -m processes

@@ -59,8 +59,8 @@ def init_from_env() -> DistContext:
     """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE`` > 1), or
     return a one-process context. Backend: NCCL when CUDA is available, gloo otherwise. A group joined here
     is destroyed when the process exits (as PyTorch asks), not left to the interpreter's teardown. A rank
-    that aborted at exit (``terminate called without an active exception``) was seen once under load,
-    before this; whether it is the cause is not established."""
+    that aborts (``terminate called without an active exception``) is still seen now and then in the FSDP
+    kill-and-resume test, with and without this; its cause is not established."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
