@@ -9,6 +9,8 @@
 TOML=research/synthetic_at_scale/config.toml
 OUT=research/synthetic_at_scale
 source "$(dirname "$0")/../driver.sh"
+# the committed public candidate pool (answers and label-filter verdicts) into work/, so no cell makes it again
+PYTHONPATH="$CODE" "$ROOT/.venv/bin/python" "$ROOT/$OUT/public_pool.py" restore
 run --cells "gradmm@instruct_n100_seed0_eps1" --cells "gradmm@instruct-noise_n100_seed0_eps1" \
     --cells "random_n100_seed0_*" --cells "zero-shot_n100_seed0_*"
 run --cells "dp-finetune-gen_n100_seed0_eps1"

@@ -17,14 +17,34 @@ experiment runner as to zero-shot generation; for rotten-tomatoes zero-shot's de
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+from transformers import PreTrainedModel
+
 from privlm.digest import digest
-from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.config import GradmmConfig, make_config
 from privlm.synthesis.gradmm.pipeline import run_gradmm
-from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
 from privlm.synthesis.gradmm.release import model_fingerprint
 from privlm.synthesis.registry import MethodContext
+
+
+def public_candidates_dir(work: Path, model: PreTrainedModel, config: GradmmConfig, prompt: Prompt) -> Path:
+    """Where an experiment's cells keep the instructed public candidates they share: ``work/public-candidates/
+    <key>``, the key a digest of everything that shapes them (model, source, instruction, batch size, prompt and
+    the verbalizer's instructions), so cells that would draw the same candidates find them and no others do.
+    Public: nothing private enters the key or the folder."""
+    key = {
+        "model": model_fingerprint(model),
+        "source": config.source,
+        "instruction": config.instruction,
+        "batch": config.batch,
+        "prompt": prompt.to_dict(),
+        # the data's verbalizer's instructions (user data); absent for the default, so its key is as before
+        **({} if config.instructions is None else {"instructions": list(config.instructions)}),
+    }
+    return work / "public-candidates" / digest(key)
 
 
 def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -54,18 +74,6 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         delta=ctx.delta if dp else None,
         resume=True,
         factor_cache=cache,
-        public_dir=ctx.workdir.parent
-        / "public-candidates"
-        / digest(
-            {
-                "model": model_fingerprint(model),
-                "source": config.source,
-                "instruction": config.instruction,
-                "batch": config.batch,
-                "prompt": prompt.to_dict(),
-                # the data's verbalizer's instructions (user data); absent for the default, so its key is as before
-                **({} if config.instructions is None else {"instructions": list(config.instructions)}),
-            }
-        ),
+        public_dir=public_candidates_dir(ctx.workdir.parent, model, config, prompt),
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]

@@ -1,0 +1,137 @@
+"""The grid's public candidate pool, made ahead of its cells, in parallel, and kept in git.
+
+GRADMM's instructed candidates and their label-filter verdicts are a function of the public model, the public
+instruction and public seeds only (``privlm.synthesis.gradmm.generate``: no release is read), so unlike
+everything else under ``work/`` they may be committed. The n = 1,000 pool (20,000 answers and their
+verdicts) takes longer than a session on two cores and a session's machine keeps nothing, so this script
+fills ``work/public-candidates/<key>/`` exactly as the cells would (the same files, the same names: a cell
+then finds them there and skips the work), one process per class, and copies the finished files to and from
+``public-pool/`` in this folder (committed).
+
+    python research/synthetic_at_scale/public_pool.py restore            # public-pool/ -> work/ (no overwrite)
+    python research/synthetic_at_scale/public_pool.py answers --label 0  # the class's answer batches (resumable)
+    python research/synthetic_at_scale/public_pool.py labels --part 0/2  # verdicts of half the pool's pieces
+    python research/synthetic_at_scale/public_pool.py save               # work/ -> public-pool/ (answers, verdicts)
+
+Only answer batches (``class*_seed*.json``) and verdicts (``labels-*.json``) travel; hidden states stay in
+``work/`` (recomputed per machine). Nothing here reads the private split's rows: the train split is loaded for
+its verbalizer (template, label words, class names) only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from privlm.atomic import json_once
+from privlm.experiments.config import load_config
+from privlm.resources.datasets import load_dataset
+from privlm.resources.models import load_model
+from privlm.synthesis.gradmm.config import GradmmConfig, make_config
+from privlm.synthesis.gradmm.filtering import CHUNK, Candidate
+from privlm.synthesis.gradmm.generate import (
+    batch_seed,
+    batches_per_class,
+    instructed_ids,
+    instructions_for,
+    public_labels,
+)
+from privlm.synthesis.gradmm.method import public_candidates_dir
+from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
+
+HERE = Path(__file__).resolve().parent
+METHOD = "gradmm@instruct"
+KEPT = ("class*_seed*.json", "labels-*.json")
+
+
+def setting() -> tuple[torch.nn.Module, object, Prompt, GradmmConfig, Path, int]:
+    """The model, tokenizer, prompt, GRADMM settings, public folder and largest n of the grid's instructed cells."""
+    config = load_config(HERE / "config.toml")
+    spec = next(m for m in config.methods if m.name == METHOD)
+    params = dict(spec.params)
+    gradmm = make_config(params.pop("preset"), **params, seed=0)
+    train = load_dataset(config.data_spec(), split="train", seed=config.data_seed, labels=config.labels)
+    if train.verbalizer.instructions(train.label_names) is not None:
+        raise SystemExit("this script assumes the data's default instructions (rotten-tomatoes)")
+    model, tokenizer = load_model(config.model, seed=config.data_seed)
+    model.requires_grad_(False)
+    verbalizer = train.verbalizer
+    prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, train.label_names)
+    return (
+        model,
+        tokenizer,
+        prompt,
+        gradmm,
+        public_candidates_dir(HERE / "work", model, gradmm, prompt),
+        max(config.n_per_class),
+    )
+
+
+def answers(label: int) -> None:
+    """Every answer batch of class ``label`` the largest cell selects from, each kept as it finishes."""
+    model, tokenizer, prompt, gradmm, public, n = setting()
+    public.mkdir(parents=True, exist_ok=True)
+    instruction = instructions_for(prompt, gradmm)[label]
+    for index in tqdm(range(batches_per_class(n, gradmm)), desc=f"class {label} answers"):
+        seed = batch_seed(gradmm.candidate_seed, label, index)
+        json_once(
+            public / f"class{label}_seed{seed}.json",
+            lambda s=seed: instructed_ids(model, tokenizer, instruction, gradmm, s),
+        )
+
+
+def labels(part: int, parts: int) -> None:
+    """The label filter's verdicts on the pieces ``part, part + parts, …`` of the pool in the cells' order
+    (batch index outer, class inner: ``synthesize``'s), kept as ``public_labels`` keeps them."""
+    model, tokenizer, prompt, gradmm, public, n = setting()
+    order = [(k, j) for j in range(batches_per_class(n, gradmm)) for k in range(len(prompt.label_token_ids))]
+    texts = []
+    for k, j in order:
+        path = public / f"class{k}_seed{batch_seed(gradmm.candidate_seed, k, j)}.json"
+        if not path.exists():
+            raise SystemExit(f"{path.name} is missing: run `answers --label {k}` first")
+        texts += [tokenizer.decode(ids).strip() for ids in json.loads(path.read_text())]
+    pieces = range(part * CHUNK, len(texts), parts * CHUNK)
+    for start in tqdm(pieces, desc=f"label filter, part {part}/{parts}"):
+        piece = [Candidate(ids=(), text=t, label=0, match_loss=0.0) for t in texts[start : start + CHUNK]]
+        public_labels(model, tokenizer, prompt, piece, public)
+
+
+def copy_kept(source: Path, target: Path) -> int:
+    """Copy the answer batches and verdicts from ``source`` to ``target`` that ``target`` lacks; how many."""
+    target.mkdir(parents=True, exist_ok=True)
+    new = [f for pattern in KEPT for f in source.glob(pattern) if not (target / f.name).exists()]
+    for f in new:
+        shutil.copy2(f, target / f.name)
+    return len(new)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("restore")
+    sub.add_parser("save")
+    sub.add_parser("answers").add_argument("--label", type=int, required=True)
+    sub.add_parser("labels").add_argument("--part", default="0/1", help="I/N: every N-th piece from the I-th")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.command == "answers":
+        answers(args.label)
+    elif args.command == "labels":
+        part, parts = map(int, args.part.split("/"))
+        labels(part, parts)
+    else:
+        *_, public, _ = setting()
+        kept = HERE / "public-pool" / public.name
+        moved = copy_kept(kept, public) if args.command == "restore" else copy_kept(public, kept)
+        print(f"{args.command}: {moved} files")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
