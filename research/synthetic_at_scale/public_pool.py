@@ -5,13 +5,13 @@ instruction and public seeds only (``privlm.synthesis.gradmm.generate``: no rele
 everything else under ``work/`` they may be committed. The n = 1,000 pool (20,000 answers and their
 verdicts) takes longer than a session on two cores and a session's machine keeps nothing, so this script
 fills ``work/public-candidates/<key>/`` exactly as the cells would (the same files, the same names: a cell
-then finds them there and skips the work), one process per class, and copies the finished files to and from
-``public-pool/`` in this folder (committed).
+then finds them there and skips the work), one process per class, and keeps the finished files in
+``public-pool/<key>.jsonl`` in this folder (committed), from which a new machine restores them.
 
-    python research/synthetic_at_scale/public_pool.py restore            # public-pool/ -> work/ (no overwrite)
+    python research/synthetic_at_scale/public_pool.py restore            # public-pool/ -> work/ (what is missing)
     python research/synthetic_at_scale/public_pool.py answers --label 0  # the class's answer batches (resumable)
     python research/synthetic_at_scale/public_pool.py labels --part 0/2  # verdicts of half the pool's pieces
-    python research/synthetic_at_scale/public_pool.py save               # work/ -> public-pool/ (answers, verdicts)
+    python research/synthetic_at_scale/public_pool.py save               # work/ -> public-pool/ (what is new)
 
 Only answer batches (``class*_seed*.json``) and verdicts (``labels-*.json``) travel; hidden states stay in
 ``work/`` (recomputed per machine). Nothing here reads the private split's rows: the train split is loaded for
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -103,13 +102,30 @@ def labels(part: int, parts: int) -> None:
         public_labels(model, tokenizer, prompt, piece, public)
 
 
-def copy_kept(source: Path, target: Path) -> int:
-    """Copy the answer batches and verdicts from ``source`` to ``target`` that ``target`` lacks; how many."""
-    target.mkdir(parents=True, exist_ok=True)
-    new = [f for pattern in KEPT for f in source.glob(pattern) if not (target / f.name).exists()]
-    for f in new:
-        shutil.copy2(f, target / f.name)
+def save(public: Path, kept: Path) -> int:
+    """Append to ``kept`` (JSONL, one ``{"file", "value"}`` per line) the answer batches and verdicts in
+    ``public`` that it lacks; how many."""
+    have = {json.loads(line)["file"] for line in kept.read_text().splitlines()} if kept.exists() else set()
+    new = sorted(f for pattern in KEPT for f in public.glob(pattern) if f.name not in have)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    with kept.open("a") as out:
+        for f in new:
+            out.write(json.dumps({"file": f.name, "value": json.loads(f.read_text())}, sort_keys=True) + "\n")
     return len(new)
+
+
+def restore(kept: Path, public: Path) -> int:
+    """Write each file of ``kept`` into ``public`` as ``json_once`` would have, unless it is there; how many."""
+    if not kept.exists():
+        return 0
+    public.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for line in kept.read_text().splitlines():
+        entry = json.loads(line)
+        if not (public / entry["file"]).exists():
+            json_once(public / entry["file"], lambda entry=entry: entry["value"])
+            written += 1
+    return written
 
 
 def main(argv: list[str]) -> None:
@@ -128,8 +144,8 @@ def main(argv: list[str]) -> None:
         labels(part, parts)
     else:
         *_, public, _ = setting()
-        kept = HERE / "public-pool" / public.name
-        moved = copy_kept(kept, public) if args.command == "restore" else copy_kept(public, kept)
+        kept = HERE / "public-pool" / f"{public.name}.jsonl"
+        moved = restore(kept, public) if args.command == "restore" else save(public, kept)
         print(f"{args.command}: {moved} files")
 
 
