@@ -11,6 +11,7 @@ then finds them there and skips the work), one process per class, and keeps the 
     python research/synthetic_at_scale/public_pool.py restore            # public-pool/ -> work/ (what is missing)
     python research/synthetic_at_scale/public_pool.py answers --label 0  # the class's answer batches (resumable)
     python research/synthetic_at_scale/public_pool.py labels --part 0/2  # verdicts of half the pool's pieces
+    python research/synthetic_at_scale/public_pool.py hidden --label 0   # the selection's hidden states (local)
     python research/synthetic_at_scale/public_pool.py save               # work/ -> public-pool/ (what is new)
 
 Only answer batches (``class*_seed*.json``) and verdicts (``labels-*.json``) travel; hidden states stay in
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import json_once
 from privlm.experiments.config import load_config
@@ -43,13 +45,14 @@ from privlm.synthesis.gradmm.generate import (
 )
 from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
+from privlm.synthesis.gradmm.select import candidate_hidden
 
 HERE = Path(__file__).resolve().parent
 METHOD = "gradmm@instruct"
 KEPT = ("class*_seed*.json", "labels-*.json")
 
 
-def setting() -> tuple[torch.nn.Module, object, Prompt, GradmmConfig, Path, int]:
+def setting() -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Prompt, GradmmConfig, Path, int]:
     """The model, tokenizer, prompt, GRADMM settings, public folder and largest n of the grid's instructed cells."""
     config = load_config(HERE / "config.toml")
     spec = next(m for m in config.methods if m.name == METHOD)
@@ -85,21 +88,41 @@ def answers(label: int) -> None:
         )
 
 
-def labels(part: int, parts: int) -> None:
-    """The label filter's verdicts on the pieces ``part, part + parts, …`` of the pool in the cells' order
-    (batch index outer, class inner: ``synthesize``'s), kept as ``public_labels`` keeps them."""
-    model, tokenizer, prompt, gradmm, public, n = setting()
+def in_cell_order(
+    tokenizer: PreTrainedTokenizerBase, prompt: Prompt, gradmm: GradmmConfig, public: Path, n: int
+) -> list[Candidate]:
+    """The pool's candidates as a cell of ``n`` per class lists them (``synthesize``: batch index outer, class
+    inner), from the answer batches in ``public``; the matching loss is not needed here (0)."""
     order = [(k, j) for j in range(batches_per_class(n, gradmm)) for k in range(len(prompt.label_token_ids))]
-    texts = []
+    candidates = []
     for k, j in order:
         path = public / f"class{k}_seed{batch_seed(gradmm.candidate_seed, k, j)}.json"
         if not path.exists():
             raise SystemExit(f"{path.name} is missing: run `answers --label {k}` first")
-        texts += [tokenizer.decode(ids).strip() for ids in json.loads(path.read_text())]
-    pieces = range(part * CHUNK, len(texts), parts * CHUNK)
-    for start in tqdm(pieces, desc=f"label filter, part {part}/{parts}"):
-        piece = [Candidate(ids=(), text=t, label=0, match_loss=0.0) for t in texts[start : start + CHUNK]]
-        public_labels(model, tokenizer, prompt, piece, public)
+        for ids in json.loads(path.read_text()):
+            candidates.append(Candidate(ids=tuple(ids), text=tokenizer.decode(ids).strip(), label=k, match_loss=0.0))
+    return candidates
+
+
+def labels(part: int, parts: int) -> None:
+    """The label filter's verdicts on the pieces ``part, part + parts, …`` of the pool in the cells' order,
+    kept as ``public_labels`` keeps them (its pieces start at multiples of ``CHUNK``, so the keys agree)."""
+    model, tokenizer, prompt, gradmm, public, n = setting()
+    candidates = in_cell_order(tokenizer, prompt, gradmm, public, n)
+    for start in tqdm(range(part * CHUNK, len(candidates), parts * CHUNK), desc=f"label filter, part {part}/{parts}"):
+        public_labels(model, tokenizer, prompt, candidates[start : start + CHUNK], public)
+
+
+def hidden(label: int) -> None:
+    """The final hidden states of class ``label``'s eligible candidates (generated for it and labelled it by
+    the filter), kept as ``select_matching`` keeps them: the selection's one forward pass, done ahead and in
+    parallel with the other class's (machine-local: tensors are not committed)."""
+    model, tokenizer, prompt, gradmm, public, n = setting()
+    candidates = in_cell_order(tokenizer, prompt, gradmm, public, n)
+    predicted = public_labels(model, tokenizer, prompt, candidates, public)
+    eligible = [c for c, p in zip(candidates, predicted, strict=True) if c.label == label == p]
+    print(f"class {label}: {len(eligible)} of {sum(c.label == label for c in candidates)} candidates eligible")
+    candidate_hidden(model, prompt, eligible, public_dir=public)
 
 
 def save(public: Path, kept: Path) -> int:
@@ -135,10 +158,13 @@ def main(argv: list[str]) -> None:
     sub.add_parser("save")
     sub.add_parser("answers").add_argument("--label", type=int, required=True)
     sub.add_parser("labels").add_argument("--part", default="0/1", help="I/N: every N-th piece from the I-th")
+    sub.add_parser("hidden").add_argument("--label", type=int, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.command == "answers":
         answers(args.label)
+    elif args.command == "hidden":
+        hidden(args.label)
     elif args.command == "labels":
         part, parts = map(int, args.part.split("/"))
         labels(part, parts)
