@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,21 +59,40 @@ class DistContext:
 def init_from_env() -> DistContext:
     """Join the process group that ``torchrun`` describes in the environment (``WORLD_SIZE`` > 1), or
     return a one-process context. Backend: NCCL when CUDA is available, gloo otherwise. A group joined here
-    is destroyed when the process exits (as PyTorch asks), not left to the interpreter's teardown. A rank
-    that aborts (``terminate called without an active exception``) is still seen now and then in the FSDP
-    kill-and-resume test, with and without this; its cause is not established."""
+    is left when the process exits (:func:`leave_group`), not to the interpreter's teardown."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        atexit.register(_leave_group)
+        atexit.register(leave_group)
     return DistContext(dist.get_rank(), dist.get_world_size())
 
 
-def _leave_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+# How long a gloo rank waits at exit, the GIL released, for the backend's worker threads (below).
+GLOO_DRAIN_S = 0.2
+
+
+def leave_group() -> None:
+    """Leave the process group (:func:`init_from_env` registers this to run at exit; call it last yourself
+    for a group joined elsewhere), while the interpreter is still whole: first let gloo's worker threads drop
+    the collectives they finished, then destroy the group.
+
+    Why (measured, gdb on the FSDP kill-and-resume test): a gloo worker thread (``pt_gloo_runloop``) drops
+    its reference to a finished collective only after the caller's ``wait()`` has returned. If Python has
+    meanwhile dropped the tensors of that collective, dropping it needs the GIL; when that happens after
+    interpreter finalization has begun, the thread exits mid-destructor and the process aborts with
+    ``terminate called without an active exception`` (SIGABRT, exit -6) after all its work was done.
+    ``destroy_process_group`` does not join those threads while anything still holds the group (DTensor
+    and FSDP2 do, in C++), so a pause with the GIL released is what narrows the window: the last collective of a run is a
+    moments old when ``main`` returns, and a thread descheduled under load (2 ranks on 2 busy
+    cores) can miss it by milliseconds. This is a mitigation of a PyTorch race, not a proof: a thread
+    kept off the CPU for longer than :data:`GLOO_DRAIN_S` can still abort the rank at exit."""
+    if not dist.is_initialized():
+        return
+    if dist.get_backend() == "gloo":
+        time.sleep(GLOO_DRAIN_S)
+    dist.destroy_process_group()
 
 
 def context() -> DistContext:

@@ -25,6 +25,7 @@ from privlm.dpsgd import LossRelease, PrivacyEngine
 from privlm.dpsgd.losses import causal_lm_losses
 from privlm.resources.tiny import build_tiny_model
 from privlm.training.data import TaskData, encode, make_collate
+from privlm.training.distributed import leave_group
 from privlm.training.top_blocks import decoder_parts
 
 TEXTS = [
@@ -105,7 +106,7 @@ def main() -> None:
     result = {mode: train(mode, args.steps, rank, world) for mode in args.modes.split(",")}
     torch.save(result, f"{args.out}.rank{rank}.pt")
     if world > 1:
-        dist.destroy_process_group()
+        leave_group()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import add_gaussian_noise, clipped_class_sums
+from privlm.training.distributed import leave_group
 
 # several processes (torchrun / mp.spawn): `make test` runs these alone, after the parallel part (Makefile)
 pytestmark = pytest.mark.processes
@@ -31,7 +32,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         noisy = add_gaussian_noise(sums, 1.0)
         torch.save({"sums": sums, "noisy": noisy}, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
-        dist.destroy_process_group()
+        leave_group()
 
 
 def test_two_ranks_give_the_single_process_sum_and_one_shared_noise_draw(tmp_path) -> None:
