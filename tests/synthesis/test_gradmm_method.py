@@ -176,3 +176,62 @@ def test_instructed_cells_of_user_data_answer_the_verbalizers_instruction(tmp_pa
     sidecar = tmp_path / "out" / "work" / rows[0]["cell"] / "synthetic.privacy.json"
     assert json.loads(sidecar.read_text())["instructions"] == expected
     assert sorted(set(prompts)) == [text + "\n" for text in expected]
+
+
+def test_instructed_cells_share_one_public_candidates_dir_that_public_candidates_dir_names(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Cells that differ only in seed, ε or the noise-only switch (one ``pool_seed``) read one public pool,
+    in the folder :func:`~privlm.synthesis.gradmm.method.public_candidates_dir` names (what a study's helper
+    fills ahead of the cells); another batch size is another pool."""
+    from privlm.resources.datasets import load_dataset
+    from privlm.resources.models import load_model
+    from privlm.synthesis.gradmm import generate
+    from privlm.synthesis.gradmm.config import make_config
+    from privlm.synthesis.gradmm.method import public_candidates_dir
+    from privlm.synthesis.gradmm.prompt import build_prompt
+
+    monkeypatch.setattr(
+        generate, "sample_texts", lambda model, tok, prompt, n, seed, sampling: [f"text {seed} {i}" for i in range(n)]
+    )
+    tiny = {"preset": "demo", "batch": 2, "label_filter": False, "optimizer": "select", "source": "instruct"}
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": f"jsonl:{_write_data(tmp_path)}",
+            "labels": ["bad", "great"],
+            "pool_per_class": 4,
+            "n_per_class": [2],
+            "seeds": [0, 1],
+            "test_size": 6,
+            "mia": False,
+            "finetune": {"preset": "tiny", "epochs": 1},
+            "methods": {
+                "gradmm": {"epsilons": ["none", 2.0], "pool_seed": 0, **tiny},
+                "gradmm@noise": {"epsilons": [2.0], "pool_seed": 0, "noise_only": True, **tiny},
+                "gradmm@wide": {"epsilons": ["none"], "pool_seed": 0, **tiny, "batch": 3},
+            },
+        },
+        "test",
+    )
+    rows = run_experiment(config, tmp_path / "out", cells_matching=["gradmm_*", "gradmm@noise_*", "gradmm@wide_*0_*"])
+    assert len(rows) == 7
+    pools = sorted((tmp_path / "out" / "work" / "public-candidates").iterdir())
+    assert len(pools) == 2  # batch 2 (six cells) and batch 3
+    train = load_dataset(config.data_spec(), split="train", seed=config.data_seed, labels=config.labels)
+    model, tokenizer = load_model("tiny-llama", seed=config.data_seed)
+    prompt = build_prompt(tokenizer, train.verbalizer.template, train.verbalizer.label_words, train.label_names)
+    instructions = train.verbalizer.instructions(train.label_names)
+    options = {k: v for k, v in tiny.items() if k != "preset"}
+    named = {
+        public_candidates_dir(
+            tmp_path / "out" / "work",
+            model,
+            make_config("demo", **{**options, "batch": batch}, instructions=instructions, pool_seed=0, seed=5),
+            prompt,
+        ): batch
+        for batch in (2, 3)
+    }
+    assert set(named) == set(pools)
+    for pool, batch in named.items():
+        assert {len(json.loads(f.read_text())) for f in pool.glob("class*_seed*.json")} == {batch}
