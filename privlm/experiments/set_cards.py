@@ -24,7 +24,7 @@ from privlm.experiments.config import Cell, ExperimentConfig
 from privlm.experiments.grid_privacy import kept_copy
 from privlm.runfolder import sidecar_path
 from privlm.synthesis.card import card_path, write_data_card
-from privlm.synthesis.registry import PUBLIC, SET_FILE, Method
+from privlm.synthesis.registry import NON_PRIVATE, PUBLIC, SET_FILE, Method
 
 GRID_NOTE = (
     "This set is one cell of an experiment grid. Its privacy statement covers this set alone; publishing the "
@@ -37,7 +37,8 @@ def cell_privacy(method: Method, workdir: Path) -> tuple[dict[str, Any], bool]:
     """``(statement, private_release)``: the sidecar the method wrote in ``workdir`` (``DIR/work/<cell>``; less
     ``ledger_file``, a path into the private work folder), else its copy kept in ``DIR/accounting.json``
     (:func:`~privlm.experiments.grid_privacy.keep_accounting`: the work folder was lost), or for a method that
-    reads no private data ``{"public": True}``, or else ``{"dp": False, "warning": ...}``. ``private_release``:
+    reads no private data ``{"public": True}``, or else ``{"dp": False, "warning": ...}`` (a DP method's
+    warning says its statement was lost: a card never claims a guarantee it cannot read). ``private_release``:
     the sidecar's own flag, else that of the ledger it names; False (the card warns of seeded noise) when
     neither can be read."""
     from privlm.privacy.ledger import Ledger
@@ -46,7 +47,12 @@ def cell_privacy(method: Method, workdir: Path) -> tuple[dict[str, Any], bool]:
     out = workdir.parent.parent
     kept = kept_copy(out, sidecar.relative_to(out).as_posix())
     if not sidecar.exists() and kept is None:
-        return ({"public": True} if method.privacy == PUBLIC else {"dp": False, "warning": method.privacy}), True
+        if method.privacy == PUBLIC:
+            return {"public": True}, True
+        if method.privacy == NON_PRIVATE:
+            return {"dp": False, "warning": method.privacy}, True
+        lost = "this cell's privacy statement (its sidecar and ledger) was lost, so no guarantee is claimed"
+        return {"dp": False, "warning": f"{lost}; the method: {method.privacy}"}, True
     statement = dict(kept or {}) if not sidecar.exists() else json.loads(sidecar.read_text())
     ledger = statement.pop("ledger_file", None)
     if "private_release" in statement:

@@ -86,7 +86,12 @@ def data_card(
     lines += [
         f"- **Rows:** {len(rows)} ({', '.join(f'{name}: {n}' for name, n in counts.items())})",
         f"- **Method:** `{method}`; public model `{model}`",
-        f"- **Private source:** `{data}` (never copied here: the rows are synthetic)",
+        f"- **Private source:** `{data}` ("
+        + (
+            "never copied here: the rows are synthetic)"
+            if privacy.get("dp") or privacy.get("public")
+            else "read without a guarantee: the rows may be its own examples, or text derived from them)"
+        ),
     ]
     if privacy.get("dp") and not private_release:
         lines += [

@@ -91,3 +91,5 @@ def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
     # a DP method's set without its sidecar never claims the guarantee
     unbacked = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
     assert "NOT differentially private" in unbacked and "(ε = 1" not in unbacked
+    assert "privacy statement (its sidecar and ledger) was lost" in unbacked  # says why, not "no noise"
+    assert "was lost" not in real and "rows may be its own examples" in real and "rows are synthetic" in public

@@ -41,6 +41,8 @@ def test_seeded_noise_and_no_dp_are_said_first() -> None:
     assert seeded.index("WARNING: seeded noise") < seeded.index("(ε = 3")
     plain = _card({"dp": False, "warning": "NOT differentially private (--no-dp): no noise"})
     assert "**NOT differentially private:** NOT differentially private (--no-dp)" in plain and "(ε =" not in plain
+    assert "rows may be its own examples" in plain and "the rows are synthetic" not in plain  # e.g. a random coreset
+    assert "the rows are synthetic" in seeded and "the rows are synthetic" in _card({"public": True})
 
 
 def test_an_unbounded_accounted_epsilon_is_not_hidden_behind_the_target() -> None:
