@@ -49,7 +49,7 @@ def cell_privacy(method: Method, workdir: Path) -> tuple[dict[str, Any], bool]:
     if not sidecar.exists() and kept is None:
         if method.privacy == PUBLIC:
             return {"public": True}, True
-        if method.privacy == NON_PRIVATE:
+        if method.privacy.startswith(NON_PRIVATE):  # its own words follow the prefix
             return {"dp": False, "warning": method.privacy}, True
         lost = "this cell's privacy statement (its sidecar and ledger) was lost, so no guarantee is claimed"
         return {"dp": False, "warning": f"{lost}; the method: {method.privacy}"}, True

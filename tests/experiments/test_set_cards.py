@@ -93,3 +93,5 @@ def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
     assert "NOT differentially private" in unbacked and "(ε = 1" not in unbacked
     assert "privacy statement (its sidecar and ledger) was lost" in unbacked  # says why, not "no noise"
     assert "was lost" not in real and "rows may be its own examples" in real and "rows are synthetic" in public
+    coreset = _card(tmp_path, "real", NON_PRIVATE + " (random coreset of real examples)")
+    assert f"NOT differentially private:** {NON_PRIVATE} (random coreset" in coreset and "was lost" not in coreset
