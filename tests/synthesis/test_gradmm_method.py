@@ -5,38 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from privlm.experiments.config import parse_config
+from privlm.experiments.config import ExperimentConfig, parse_config
 from privlm.experiments.grid_privacy import grid_privacy
 from privlm.experiments.runner import run_experiment
 
 
 def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) -> None:
-    data = _write_data(tmp_path)
-    config = parse_config(
+    config = _grid(
+        tmp_path,
         {
-            "model": "tiny-llama",
-            "dataset": f"jsonl:{data}",
-            "labels": ["bad", "great"],
-            "pool_per_class": 4,
-            "n_per_class": [2],
-            "seeds": [0],
-            "test_size": 6,
-            "mia": False,
-            "finetune": {"preset": "tiny", "epochs": 1},
-            "methods": {
-                "gradmm": {
-                    "epsilons": ["none", 2.0],
-                    "preset": "demo",
-                    "length": 3,
-                    "batch": 2,
-                    "outer_steps": 2,
-                    "inner_steps": 2,
-                    "top_k": 20,
-                    "oversample": 1.0,
-                }
-            },
+            "gradmm": {
+                "epsilons": ["none", 2.0],
+                "preset": "demo",
+                "length": 3,
+                "batch": 2,
+                "outer_steps": 2,
+                "inner_steps": 2,
+                "top_k": 20,
+                "oversample": 1.0,
+            }
         },
-        "test",
     )
     out = tmp_path / "out"
     rows = run_experiment(config, out)
@@ -68,6 +56,23 @@ def test_gradmm_cells_spend_their_epsilon_once_and_are_labelled(tmp_path: Path) 
     assert again[1]["accuracy"] == rows[1]["accuracy"]
 
 
+def _grid(tmp_path: Path, methods: dict, **top: object) -> ExperimentConfig:
+    """A tiny grid over the user data of :func:`_write_data` (tiny model, 2 per class, one fine-tuning epoch,
+    no MIA); ``top`` overrides its top-level keys."""
+    base = {
+        "model": "tiny-llama",
+        "dataset": f"jsonl:{_write_data(tmp_path)}",
+        "labels": ["bad", "great"],
+        "pool_per_class": 4,
+        "n_per_class": [2],
+        "seeds": [0],
+        "test_size": 6,
+        "mia": False,
+        "finetune": {"preset": "tiny", "epochs": 1},
+    }
+    return parse_config({**base, **top, "methods": methods}, "test")
+
+
 def _write_data(tmp_path: Path) -> Path:
     data = tmp_path / "data.jsonl"
     words = {0: ["dull", "slow", "bad"], 1: ["warm", "funny", "great"]}
@@ -88,23 +93,14 @@ def test_the_whole_split_is_read_once_and_the_noise_control_reads_nothing(tmp_pa
     real = pipeline.private_factors
     monkeypatch.setattr(pipeline, "private_factors", lambda *a, **k: passes.append(len(a[2])) or real(*a, **k))
     tiny = {"preset": "demo", "length": 3, "batch": 2, "top_k": 20, "label_filter": False, "optimizer": "select"}
-    config = parse_config(
+    config = _grid(
+        tmp_path,
         {
-            "model": "tiny-llama",
-            "dataset": f"jsonl:{_write_data(tmp_path)}",
-            "labels": ["bad", "great"],
-            "pool_per_class": "all",
-            "n_per_class": [2],
-            "seeds": [0, 1],
-            "test_size": 6,
-            "mia": False,
-            "finetune": {"preset": "tiny", "epochs": 1},
-            "methods": {
-                "gradmm": {"epsilons": ["none", 2.0], **tiny},
-                "gradmm@noise": {"epsilons": [2.0], "noise_only": True, **tiny},
-            },
+            "gradmm": {"epsilons": ["none", 2.0], **tiny},
+            "gradmm@noise": {"epsilons": [2.0], "noise_only": True, **tiny},
         },
-        "test",
+        pool_per_class="all",
+        seeds=[0, 1],
     )
     rows = run_experiment(config, tmp_path / "out")
     assert len(rows) == 6
@@ -147,29 +143,18 @@ def test_instructed_cells_of_user_data_answer_the_verbalizers_instruction(tmp_pa
         "sample_texts",
         lambda model, tok, prompt, n, seed, sampling: prompts.append(prompt) or [f"text {i}" for i in range(n)],
     )
-    config = parse_config(
+    config = _grid(
+        tmp_path,
         {
-            "model": "tiny-llama",
-            "dataset": f"jsonl:{_write_data(tmp_path)}",
-            "labels": ["bad", "great"],
-            "pool_per_class": 4,
-            "n_per_class": [2],
-            "seeds": [0],
-            "test_size": 6,
-            "mia": False,
-            "finetune": {"preset": "tiny", "epochs": 1},
-            "methods": {
-                "gradmm": {
-                    "epsilons": ["none"],
-                    "preset": "demo",
-                    "batch": 2,
-                    "label_filter": False,
-                    "optimizer": "select",
-                    "source": "instruct",
-                }
-            },
+            "gradmm": {
+                "epsilons": ["none"],
+                "preset": "demo",
+                "batch": 2,
+                "label_filter": False,
+                "optimizer": "select",
+                "source": "instruct",
+            }
         },
-        "test",
     )
     rows = run_experiment(config, tmp_path / "out")
     expected = ['Write one short text for "... Label: bad".', 'Write one short text for "... Label: great".']
@@ -195,24 +180,14 @@ def test_instructed_cells_share_one_public_candidates_dir_that_public_candidates
         generate, "sample_texts", lambda model, tok, prompt, n, seed, sampling: [f"text {seed} {i}" for i in range(n)]
     )
     tiny = {"preset": "demo", "batch": 2, "label_filter": False, "optimizer": "select", "source": "instruct"}
-    config = parse_config(
+    config = _grid(
+        tmp_path,
         {
-            "model": "tiny-llama",
-            "dataset": f"jsonl:{_write_data(tmp_path)}",
-            "labels": ["bad", "great"],
-            "pool_per_class": 4,
-            "n_per_class": [2],
-            "seeds": [0, 1],
-            "test_size": 6,
-            "mia": False,
-            "finetune": {"preset": "tiny", "epochs": 1},
-            "methods": {
-                "gradmm": {"epsilons": ["none", 2.0], "pool_seed": 0, **tiny},
-                "gradmm@noise": {"epsilons": [2.0], "pool_seed": 0, "noise_only": True, **tiny},
-                "gradmm@wide": {"epsilons": ["none"], "pool_seed": 0, **tiny, "batch": 3},
-            },
+            "gradmm": {"epsilons": ["none", 2.0], "pool_seed": 0, **tiny},
+            "gradmm@noise": {"epsilons": [2.0], "pool_seed": 0, "noise_only": True, **tiny},
+            "gradmm@wide": {"epsilons": ["none"], "pool_seed": 0, **tiny, "batch": 3},
         },
-        "test",
+        seeds=[0, 1],
     )
     rows = run_experiment(config, tmp_path / "out", cells_matching=["gradmm_*", "gradmm@noise_*", "gradmm@wide_*0_*"])
     assert len(rows) == 7
