@@ -58,6 +58,13 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _source_note(privacy: Mapping[str, Any]) -> str:
+    """What the card may say of the private rows: a DP or public set holds none of them; any other may."""
+    if privacy.get("dp") or privacy.get("public"):
+        return "never copied here: the rows are synthetic"
+    return "read without a guarantee: the rows may be its own examples, or text derived from them"
+
+
 def data_card(
     *,
     out: Path,
@@ -86,12 +93,7 @@ def data_card(
     lines += [
         f"- **Rows:** {len(rows)} ({', '.join(f'{name}: {n}' for name, n in counts.items())})",
         f"- **Method:** `{method}`; public model `{model}`",
-        f"- **Private source:** `{data}` ("
-        + (
-            "never copied here: the rows are synthetic)"
-            if privacy.get("dp") or privacy.get("public")
-            else "read without a guarantee: the rows may be its own examples, or text derived from them)"
-        ),
+        f"- **Private source:** `{data}` ({_source_note(privacy)})",
     ]
     if privacy.get("dp") and not private_release:
         lines += [
