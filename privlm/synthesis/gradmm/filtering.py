@@ -46,12 +46,13 @@ CHUNK = 512
 
 @dataclass(frozen=True)
 class Candidate:
-    """One synthetic example: its tokens, text, intended class and matching loss vs the DP release."""
+    """One synthetic example: its tokens, text, intended class and matching loss vs the DP release
+    (``None`` until scored: generate–select scores only the candidates it keeps)."""
 
     ids: tuple[int, ...]
     text: str
     label: int
-    match_loss: float
+    match_loss: float | None
 
 
 def few_shot_context(prompt: Prompt, only: int | None = None) -> str:

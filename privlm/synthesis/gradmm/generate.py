@@ -158,11 +158,12 @@ def generate_batch(
     on_step: StepCallback | None = None,
     public_dir: Path | None = None,
 ) -> list[Candidate]:
-    """One batch of ``config.batch`` candidates for class ``label``, each with its matching loss against
-    ``release.targets[label]``: a seeded public sample optimized by ADMM (``optimizer = "admm"``), or public
-    candidates kept as they are (``"select"``: :func:`~privlm.synthesis.gradmm.select.select_matching` chooses among
-    them later) — word-like samples (``source = "sample"``) or instructed answers (``"instruct"``, kept in
-    ``public_dir`` when given, so cells that differ only in their release share them)."""
+    """One batch of ``config.batch`` candidates for class ``label``: a seeded public sample optimized by ADMM
+    (``optimizer = "admm"``), each with its matching loss against ``release.targets[label]``, or public
+    candidates kept as they are and not yet scored (``"select"``: no forward pass here;
+    :func:`~privlm.synthesis.gradmm.select.select_matching` chooses among them later and scores those it keeps)
+    — word-like samples (``source = "sample"``) or instructed answers (``"instruct"``, kept in ``public_dir``
+    when given, so cells that differ only in their release share them)."""
     prompt = release.prompt
     target = release.targets[label].to(torch.float64)
     label_token = prompt.label_token_ids[label]
@@ -186,6 +187,8 @@ def generate_batch(
                 on_step=on_step,
             ).ids
         ids = sample.tolist()
+    if config.optimizer == "select":  # scored with the selection's own factors, kept candidates only
+        return [Candidate(ids=tuple(i), text=tokenizer.decode(i).strip(), label=label, match_loss=None) for i in ids]
     with torch.no_grad():
         hidden = last_hidden_from_ids(model, [[*prompt.prefix_ids, *i, *prompt.suffix_ids] for i in ids])
         losses = per_example_matching_loss(

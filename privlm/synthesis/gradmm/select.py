@@ -14,6 +14,7 @@ The wall: the inputs are the release, the public model and the public candidates
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -160,7 +161,8 @@ def select_matching(
     norm by 1.7 %, measured without noise),
     the class-discriminative part of the release
     (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
-    cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen.
+    cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen,
+    each with its own matching loss ``1 − cos(S_k, g_j)`` (the candidates arrive unscored).
     ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
     n_classes = len(release.prompt.label_token_ids)
     eligible = [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
@@ -171,5 +173,8 @@ def select_matching(
             break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
         gram, inner = match_terms(model, release, cands, labels, public_dir)
-        out.extend(cands[j] for j in greedy_match(gram, inner, keep))
+        norm = release.targets[k].to(torch.float64).norm()
+        for j in greedy_match(gram, inner, keep):  # its own matching loss: 1 − b_j / (√A_jj ‖S_k‖)
+            loss = 1.0 - inner[0, j] / (gram[0, j, j].sqrt() * norm).clamp_min(1e-30)
+            out.append(replace(cands[j], match_loss=float(loss)))
     return out

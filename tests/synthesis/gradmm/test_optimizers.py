@@ -21,8 +21,9 @@ from privlm.resources.verbalizers import generic_verbalizer
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.matching import per_example_matching_loss
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
-from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.prompt import build_prompt, head_logits
 from privlm.synthesis.gradmm.select import candidate_factors, greedy_match
 
 PRIVATE = [
@@ -198,6 +199,30 @@ def test_greedy_match_chooses_the_same_set_when_every_target_is_scaled_alike() -
     for scale in (1 / 3.9, 31.0):
         assert greedy_match(gram, scale * inner, 10) == chosen
     assert greedy_match(gram, inner * torch.tensor([[1.0], [3.0]], dtype=torch.float64), 10) != chosen  # norms weigh
+
+
+@pytest.mark.parametrize("name", ["select", "select-contrastive", "select-instruct"])
+def test_generate_select_scores_only_the_candidates_it_keeps(lm, tmp_path, monkeypatch, name: str) -> None:
+    """Generate–select runs no forward pass per candidate batch (its batches stay unscored); each kept row's
+    ``match_loss`` is the per-example matching loss of an independent forward pass of its tokens."""
+    model, _, prompt = lm
+    forward = generate.last_hidden_from_ids
+    monkeypatch.setattr(generate, "last_hidden_from_ids", lambda *a, **k: pytest.fail("a batch was scored"))
+    result = _run(lm, tmp_path / "a.jsonl", name, lambda: list(PRIVATE))
+    batches = [json.loads(p.read_text()) for p in GradmmPaths(tmp_path / "a.jsonl").batches.iterdir()]
+    assert batches and all(c["match_loss"] is None for batch in batches for c in batch)
+    ids = {c["text"]: c["ids"] for batch in batches for c in batch}
+    release = result.release
+    assert len(result.rows) == 4
+    for row in result.rows:
+        label = row["label"]
+        hidden = forward(model, [[*prompt.prefix_ids, *ids[row["text"]], *prompt.suffix_ids]])
+        logits = head_logits(model, hidden).to(torch.float64)
+        target = release.targets[label].to(torch.float64)
+        expected = per_example_matching_loss(
+            hidden.to(torch.float64), logits, prompt.label_token_ids[label], target, release.rows
+        )
+        assert row["match_loss"] == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
 
 
 def test_candidate_factors_give_the_inner_products_of_the_formed_gradients(lm) -> None:
