@@ -45,6 +45,8 @@ as many DP cells as it holds is checked against that statement, and if the rebui
 (draws the rows do not show), every release of that study falls back to its stated ε. Draws no committed row
 accounts for but a committed README still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
 rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
+A draw whose cell is still running has no row yet either: a grid's committed ``accounting.json`` keeps its
+sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands.
 
 Counting rules: seeds and repeats of a cell are separate releases; seeded runs (``--seed``: the noise is
 reproducible, so as committed they guarantee nothing) are counted at the ε of the mechanism they ran, which
@@ -240,6 +242,7 @@ def statement(root: Path = ROOT) -> dict[str, Any]:
     """The whole statement (what ``research/privacy_across_studies.json`` holds), from the committed files."""
     scan = Scan(root, committed_files(root))
     read_experiment_grids(scan)
+    read_unfinished_draws(scan)
     read_earlier_draws(scan)
     read_train_summaries(scan)
     read_demo_reports(scan)
@@ -340,6 +343,49 @@ def read_experiment_grids(scan: Scan) -> None:
                 release.entries, release.source = _pe_entries(config, params, row["n_per_class"], release)
             else:
                 raise ValueError(f"{name}: a DP row of method {row['method']!r}, which this script cannot account")
+            scan.releases.append(release)
+
+
+UNFINISHED = "drawn; its cell had not finished"  # the name's mark of a release read_unfinished_draws adds
+CELL_KEY = re.compile(r"^(?P<method>.+)_n\d+_seed(?P<seed>\d+)_eps(?P<eps>[0-9.]+)$")  # a DP grid cell's key
+
+
+def read_unfinished_draws(scan: Scan) -> None:
+    """Draws a grid's committed ``accounting.json`` keeps whose cell has no results row yet (drawn, the cell
+    still running when the ledgers were copied): each DP sidecar ``work/<cell>/synthetic.privacy.json`` of a
+    cell without a row is a release at its own ledger, except a dp-finetune-gen training that a finished row of
+    the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing."""
+    for path in sorted(p for p in scan.files if p.endswith(f"/{ACCOUNTING}")):
+        folder, study = path.rsplit("/", 1)[0], study_of(path)
+        results = f"{folder}/results.jsonl"
+        rows = [json.loads(line) for line in scan.text(results).splitlines()] if results in scan.files else []
+        sidecars = scan.json(path)["sidecars"]
+        counted = {
+            (r["method"], r["epsilon"], r["seed"], json.dumps(sidecars[kept]["ledger"]))
+            for r in rows
+            if (kept := f"work/{r['cell']}/synthetic.privacy.json") in sidecars and sidecars[kept].get("ledger")
+        }
+        finished = {r["cell"] for r in rows}
+        for kept, sidecar in sorted(sidecars.items()):
+            cell = kept.split("/")[1]
+            match = CELL_KEY.match(cell)
+            if cell in finished or not match or not sidecar.get("dp") or sidecar.get("noise_only"):
+                continue
+            method, epsilon, seed = match["method"], float(match["eps"]), int(match["seed"])
+            if (method, epsilon, seed, json.dumps(sidecar["ledger"])) in counted:
+                continue
+            config = scan.json(f"{folder}/config.json")
+            release = _grid_release(
+                study,
+                f"{cell} ({UNFINISHED})",
+                config,
+                f"{method.split('@')[0]}: a draw whose cell has no row yet; {path} keeps its ledger",
+                max(epsilon, sidecar.get("epsilon_accounted") or 0.0),
+                config["delta"],
+                [],
+            )
+            release.entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
+            release.source = f"the ledger of {kept} as {path} keeps it"
             scan.releases.append(release)
 
 
@@ -716,7 +762,8 @@ def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
         "dp_cells": sum(len(r.rows) for r in releases),
         "releases": len(releases),
         "seeded_releases": sum(r.seeded for r in releases),
-        "earlier_draws": sum(not r.rows for r in releases),
+        "earlier_draws": sum(not r.rows and UNFINISHED not in r.name for r in releases),
+        "unfinished_draws": sum(UNFINISHED in r.name for r in releases),
         "splits": sorted({r.split for r in releases}),
         "records": sorted({r.records for r in releases}),
         "largest_release_epsilon": _num(max(r.epsilon for r in releases)),
@@ -785,6 +832,11 @@ def render_markdown(result: dict[str, Any]) -> str:
             if entry["earlier_draws"]
             else ""
         )
+        if entry["unfinished_draws"]:
+            superseded += (
+                f" Counted too: {entry['unfinished_draws']} draw(s) whose cell had no row yet (the cell was still "
+                "running when its grid's accounting.json kept their ledger)."
+            )
         read_as = entry["read_as"]
         also = f", read as {' and '.join(f'`{d}`' for d in read_as)} (the same articles)" if len(read_as) > 1 else ""
         lines.append(

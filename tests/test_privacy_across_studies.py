@@ -156,3 +156,40 @@ def test_a_kept_ledger_that_states_less_than_its_sidecar_is_not_used(script: Mod
     assert script._dpft_entries(script.Scan(tmp_path, frozenset()), "grid", row) == (None, script.DPFT_NOT_REBUILT)
     entries, source = script._dpft_entries(scan, "grid", {**row, "cell": "other"})
     assert entries is None and "keeps no DP sidecar" in source
+
+
+def test_a_kept_draw_whose_cell_has_no_row_yet_is_counted_at_its_ledger(script: ModuleType, tmp_path: Path) -> None:
+    """A DP sidecar accounting.json keeps for a cell without a row is a release at its own ledger; a finished
+    cell's, a noise-only control's and a dp-finetune-gen training a finished row counts already are not."""
+    from privlm.privacy import GaussianRelease, LedgerEntry, PoissonGaussianStep
+
+    draw = LedgerEntry(GaussianRelease(3.7, snapped=10), 1, "GRADMM release").to_dict()
+    steps = LedgerEntry(PoissonGaussianStep(0.05, 1.5, "exact", None, 0), 30, "steps").to_dict()
+    sidecars = {
+        "work/gradmm@instruct_n1000_seed0_eps1/synthetic.privacy.json": {"dp": True, "ledger": [draw]},
+        "work/gradmm@instruct_n1000_seed1_eps1/synthetic.privacy.json": {"dp": True, "ledger": [draw]},
+        "work/gradmm@instruct-noise_n1000_seed1_eps1/synthetic.privacy.json": {"dp": True, "noise_only": True},
+        "work/dp-finetune-gen_n100_seed0_eps1/synthetic.privacy.json": {"dp": True, "ledger": [steps]},
+        "work/dp-finetune-gen_n1000_seed0_eps1/synthetic.privacy.json": {"dp": True, "ledger": [steps]},
+        "work/dp-finetune-gen_n1000_seed2_eps4/synthetic.privacy.json": {"dp": True, "ledger": [steps]},
+    }
+    rows = [
+        {"cell": "gradmm@instruct_n1000_seed0_eps1", "method": "gradmm@instruct", "epsilon": 1.0, "seed": 0},
+        {"cell": "dp-finetune-gen_n100_seed0_eps1", "method": "dp-finetune-gen", "epsilon": 1.0, "seed": 0},
+    ]
+    config = {"pool_per_class": "all", "dataset": "rotten-tomatoes", "data_seed": 0, "delta": 1e-5}
+    grid = tmp_path / "research" / "grid"
+    grid.mkdir(parents=True)
+    (grid / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": {}, "sidecars": sidecars}))
+    (grid / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (grid / "config.json").write_text(json.dumps(config))
+    scan = script.Scan(tmp_path, frozenset(f"research/grid/{f.name}" for f in grid.iterdir()))
+    script.read_unfinished_draws(scan)
+    counted = {r.name: r for r in scan.releases}
+    assert sorted(counted) == [
+        f"grid/dp-finetune-gen_n1000_seed2_eps4 ({script.UNFINISHED})",
+        f"grid/gradmm@instruct_n1000_seed1_eps1 ({script.UNFINISHED})",
+    ]
+    seed1 = counted[f"grid/gradmm@instruct_n1000_seed1_eps1 ({script.UNFINISHED})"]
+    assert seed1.entries == (LedgerEntry.from_dict(draw),) and seed1.epsilon == 1.0 and seed1.rows == []
+    assert counted[f"grid/dp-finetune-gen_n1000_seed2_eps4 ({script.UNFINISHED})"].epsilon == 4.0
