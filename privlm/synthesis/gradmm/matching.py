@@ -39,7 +39,13 @@ def matching_loss(
     resid = residuals(logits, label_token, rows)
     inner = (resid * (hidden @ target.T)).sum()
     gram = ((resid @ resid.T) * (hidden @ hidden.T)).sum()
-    return 1.0 - inner / (gram.clamp_min(1e-30).sqrt() * target.norm())
+    return cosine_loss(inner, gram, target)
+
+
+def cosine_loss(inner: torch.Tensor, squared_norm: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``1 − ⟨S, G⟩ / (‖G‖ ‖S‖)`` from the inner product ``inner`` = ⟨S, G⟩ and ``squared_norm`` = ‖G‖² (any
+    matching shapes), for the target ``S``: the loss the closed forms above lead to."""
+    return 1.0 - inner / (squared_norm.clamp_min(1e-30).sqrt() * target.norm())
 
 
 def per_example_matching_loss(

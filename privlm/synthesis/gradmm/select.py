@@ -23,7 +23,7 @@ from transformers import PreTrainedModel
 from privlm.atomic import atomic_path
 from privlm.digest import digest
 from privlm.synthesis.gradmm.filtering import CHUNK, Candidate
-from privlm.synthesis.gradmm.matching import residuals
+from privlm.synthesis.gradmm.matching import cosine_loss, residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
 
@@ -173,8 +173,7 @@ def select_matching(
             break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
         gram, inner = match_terms(model, release, cands, labels, public_dir)
-        norm = release.targets[k].to(torch.float64).norm()
-        for j in greedy_match(gram, inner, keep):  # its own matching loss: 1 − b_j / (√A_jj ‖S_k‖)
-            loss = 1.0 - inner[0, j] / (gram[0, j, j].sqrt() * norm).clamp_min(1e-30)
-            out.append(replace(cands[j], match_loss=float(loss)))
+        target = release.targets[k].to(torch.float64)
+        for j in greedy_match(gram, inner, keep):  # its own matching loss: ⟨S_k, g_j⟩ = b_j, ‖g_j‖² = A_jj
+            out.append(replace(cands[j], match_loss=float(cosine_loss(inner[0, j], gram[0, j, j], target))))
     return out
