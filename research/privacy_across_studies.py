@@ -158,8 +158,8 @@ DEMO_LOG = re.compile(r"model (\S+):.*?private data (\S+) \((\w+) split, ([^)]*)
 @dataclass
 class Release:
     """One DP release of ``records`` of ``data``'s ``split``: its stated (ε, δ), the results rows it accounts
-    for (none for an earlier draw), and the ledger entries rebuilt from committed files (``entries``; None
-    where they cannot be, and ``source`` says why)."""
+    for (none for an earlier draw or a draw whose cell is still running: ``unfinished``), and the ledger entries
+    rebuilt from committed files (``entries``; None where they cannot be, and ``source`` says why)."""
 
     study: str
     name: str
@@ -173,6 +173,7 @@ class Release:
     entries: tuple[LedgerEntry, ...] | None
     source: str
     seeded: bool = False
+    unfinished: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (numbers rounded to :data:`DIGITS` significant digits)."""
@@ -189,6 +190,7 @@ class Release:
             "rebuilt": self.entries is not None,
             "source": self.source,
             "seeded": self.seeded,
+            "unfinished": self.unfinished,
             "events": None if self.entries is None else [entry.to_dict() for entry in self.entries],
         }
 
@@ -346,7 +348,6 @@ def read_experiment_grids(scan: Scan) -> None:
             scan.releases.append(release)
 
 
-UNFINISHED = "drawn; its cell had not finished"  # the name's mark of a release read_unfinished_draws adds
 CELL_KEY = re.compile(r"^(?P<method>.+)_n\d+_seed(?P<seed>\d+)_eps(?P<eps>[0-9.]+)$")  # a DP grid cell's key
 
 
@@ -377,7 +378,7 @@ def read_unfinished_draws(scan: Scan) -> None:
             config = scan.json(f"{folder}/config.json")
             release = _grid_release(
                 study,
-                f"{cell} ({UNFINISHED})",
+                f"{cell} (drawn; its cell had not finished)",
                 config,
                 f"{method.split('@')[0]}: a draw whose cell has no row yet; {path} keeps its ledger",
                 max(epsilon, sidecar.get("epsilon_accounted") or 0.0),
@@ -386,6 +387,7 @@ def read_unfinished_draws(scan: Scan) -> None:
             )
             release.entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
             release.source = f"the ledger of {kept} as {path} keeps it"
+            release.unfinished = True
             scan.releases.append(release)
 
 
@@ -762,8 +764,8 @@ def _data_set_entry(data: str, releases: Sequence[Release]) -> dict[str, Any]:
         "dp_cells": sum(len(r.rows) for r in releases),
         "releases": len(releases),
         "seeded_releases": sum(r.seeded for r in releases),
-        "earlier_draws": sum(not r.rows and UNFINISHED not in r.name for r in releases),
-        "unfinished_draws": sum(UNFINISHED in r.name for r in releases),
+        "earlier_draws": sum(not r.rows and not r.unfinished for r in releases),
+        "unfinished_draws": sum(r.unfinished for r in releases),
         "splits": sorted({r.split for r in releases}),
         "records": sorted({r.records for r in releases}),
         "largest_release_epsilon": _num(max(r.epsilon for r in releases)),
