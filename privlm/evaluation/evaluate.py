@@ -9,6 +9,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.evaluation.mia import membership_inference
 from privlm.lm.finetune import finetune_classifier, select_and_finetune
+from privlm.lm.finetune_checkpoint import EpochCheckpoint
 from privlm.lm.finetune_config import FinetuneConfig
 from privlm.lm.scoring import Example, evaluate_accuracy
 
@@ -27,6 +28,7 @@ def fit_and_score(
     nonmembers: Sequence[Example] | None = None,
     grid: Sequence[FinetuneConfig] = (),
     on_step: Callable[[int, float], None] | None = None,
+    checkpoint: EpochCheckpoint | None = None,
 ) -> dict[str, object]:
     """Fine-tune a copy of ``model`` on ``train`` (best epoch on ``validation`` if given) and score it.
 
@@ -34,7 +36,8 @@ def fit_and_score(
     kept (``config`` then only sets ``max_length`` for scoring); the row gets ``selected`` and ``grid``.
 
     An empty ``train`` (a method whose filtering kept nothing) scores ``model`` itself: a classifier
-    trained on nothing is the base model.
+    trained on nothing is the base model. With ``checkpoint``, a killed fine-tune resumes at its last
+    finished epoch (:mod:`privlm.lm.finetune_checkpoint`; the file is private).
 
     Returns a JSON-ready dict: test ``accuracy`` with its 95% bootstrap interval, ``n_train``,
     ``n_test``, ``best_epoch``, ``validation_accuracy``, and — when ``members`` and ``nonmembers``
@@ -43,12 +46,20 @@ def fit_and_score(
     selection: dict[str, object] = {}
     if train and grid:
         result, tried = select_and_finetune(
-            model, tokenizer, train, validation or (), template, label_words, grid, on_step=on_step
+            model, tokenizer, train, validation or (), template, label_words, grid, on_step, checkpoint
         )
         selection = {"selected": asdict(result.config), "grid": tried}
     elif train:
         result = finetune_classifier(
-            model, tokenizer, train, template, label_words, config, validation=validation, on_step=on_step
+            model,
+            tokenizer,
+            train,
+            template,
+            label_words,
+            config,
+            validation=validation,
+            on_step=on_step,
+            checkpoint=checkpoint,
         )
     if train:
         tuned, best_epoch, validation_accuracy = result.model, result.best_epoch, result.validation_accuracy

@@ -21,7 +21,11 @@ row also holds ``head_accuracy`` (and its interval): the head-only classifier fi
 (:mod:`privlm.training.head_probe`), on the test prompts' features computed once.
 ``DIR/work/private-cache/<shared hash>/`` holds what methods compute once from the private pool for all
 cells (GRADMM's per-example last-layer factors): PRIVATE, as sensitive as the data (``work/`` is never
-published; ``work/`` folders are git-ignored).
+published; ``work/`` folders are git-ignored). ``DIR/work/<cell>/evaluation/`` holds a running cell's
+evaluation state — the head-only result and the fine-tune's per-epoch checkpoint
+(:mod:`privlm.lm.finetune_checkpoint`) — so a killed cell resumes at its last finished epoch; it is private
+too (weights fitted without noise to the cell's set, which is real data for the ``random`` reference) and
+is deleted once the cell's row is written.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import fnmatch
 import functools
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -39,7 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.atomic import atomic_path, write_text_atomic
+from privlm.atomic import atomic_path, json_once, write_text_atomic
+from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
@@ -49,11 +55,13 @@ from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
 from privlm.experiments.set_cards import has_card, write_set_card
 from privlm.lm.features import last_token_features
+from privlm.lm.finetune_checkpoint import EpochCheckpoint
 from privlm.progress import SILENT, Progress
 from privlm.resources.datasets import Dataset, load_dataset
 from privlm.resources.models import load_model
 from privlm.runfolder import claim
 from privlm.synthesis.registry import Method, MethodContext, get_method
+from privlm.training.fingerprint import model_fingerprint
 from privlm.training.head_probe import head_probe, prompt_features
 
 
@@ -206,6 +214,7 @@ def run_experiment(
         lambda: prompt_features(model, tokenizer, [t for t, _ in test], template, probe_length)
     )
     test_classes = torch.tensor([y for _, y in test], dtype=torch.long)
+    model_key = functools.cache(lambda: model_fingerprint(model))  # binds a fine-tune checkpoint to the model
 
     saved = _saved_configs(out)
     public_inputs = {
@@ -254,12 +263,17 @@ def run_experiment(
             write_jsonl_atomic(set_path, method(ctx))
         generation_s = time.perf_counter() - start
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
+        evaluation = out / "work" / cell.key / "evaluation"  # private; deleted once the row is written
         head: dict[str, float] = {}
         if probe is not None:
-            hooks.phase(f"{cell.key}: head-only classifier on {len(train_set)} examples")
-            head = head_probe(
-                model, tokenizer, train_set, test_features(), test_classes, template, words, probe, cell.seed
-            )
+
+            def fit_head() -> dict[str, float]:
+                hooks.phase(f"{cell.key}: head-only classifier on {len(train_set)} examples")
+                test_inputs = (test_features(), test_classes)
+                return head_probe(model, tokenizer, train_set, *test_inputs, template, words, probe, cell.seed)
+
+            # keyed by the set it was fitted on (a hash of private rows; the folder is private)
+            head = json_once(evaluation / f"head-only-{digest([config.hash, train_set])}.json", fit_head)
         finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
@@ -276,6 +290,7 @@ def run_experiment(
             members=pool if config.mia else None,
             nonmembers=nonmembers if config.mia else None,
             on_step=hooks.step,
+            checkpoint=EpochCheckpoint(evaluation / "finetune.pt", model_key()) if train_set else None,
         )
         row = {
             "config_hash": config.hash,
@@ -295,6 +310,7 @@ def run_experiment(
             "wall_time_s": round(time.perf_counter() - start, 3),
         }
         log.append(row)
+        shutil.rmtree(evaluation, ignore_errors=True)
         return row
 
     cells = config.cells()

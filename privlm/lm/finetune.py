@@ -18,6 +18,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
+from privlm.lm.finetune_checkpoint import EpochCheckpoint
 from privlm.lm.finetune_config import FinetuneConfig
 from privlm.lm.prompts import collate, encode_option, pad_token_id
 from privlm.lm.scoring import Example, evaluate_accuracy, option_logprobs
@@ -44,12 +45,17 @@ def finetune_classifier(
     *,
     validation: Sequence[Example] | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    checkpoint: EpochCheckpoint | None = None,
 ) -> FinetuneResult:
     """Fine-tune a copy of ``model`` on ``train`` (the input model is not modified).
 
     AdamW, constant learning rate, seeded shuffling. With ``validation``, accuracy is measured after
     every epoch and the weights of the best epoch (earliest on ties) are kept; without it, the last.
     ``on_step(step, loss)`` is called after every optimizer step (for progress bars).
+
+    With ``checkpoint``, the state after every epoch is saved there, and a state saved by an earlier call
+    with the same model, rows and settings is resumed after its epoch (the result is the uninterrupted
+    run's: :mod:`privlm.lm.finetune_checkpoint`, which says why such a file is private).
     """
     if not train:
         raise UserError("no training examples to fine-tune on")
@@ -71,8 +77,22 @@ def finetune_classifier(
     generator = torch.Generator().manual_seed(config.seed)
     result = FinetuneResult(model=model, config=config)
     best_state: list[torch.Tensor] | None = None
-    step = 0
-    for epoch in range(1, config.epochs + 1):
+    step, done_epochs = 0, 0
+    if checkpoint is not None:
+        key = checkpoint.key(config, list(train), list(validation or ()), template, list(label_words))
+        state = checkpoint.load(key)
+        if state is not None:
+            done_epochs, best_state = state["epoch"], state["best_state"]
+            with torch.no_grad():
+                for p, saved in zip(params, state["params"], strict=True):
+                    p.copy_(saved)
+            optimizer.load_state_dict(state["optimizer"])
+            generator.set_state(state["generator"])
+            torch.set_rng_state(state["torch_rng"])
+            result.history = state["history"]
+            result.best_epoch, result.validation_accuracy = state["best_epoch"], state["validation_accuracy"]
+            step = done_epochs * math.ceil(len(options) / config.batch_size)
+    for epoch in range(done_epochs + 1, config.epochs + 1):
         model.train()
         order = torch.randperm(len(options), generator=generator).tolist()
         losses = []
@@ -96,6 +116,21 @@ def finetune_classifier(
                 result.validation_accuracy, result.best_epoch = accuracy.value, epoch
                 best_state = [p.detach().clone() for p in params]
         result.history.append(record)
+        if checkpoint is not None:
+            checkpoint.save(
+                {
+                    "key": key,
+                    "epoch": epoch,
+                    "params": [p.detach() for p in params],
+                    "optimizer": optimizer.state_dict(),
+                    "generator": generator.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "history": result.history,
+                    "best_epoch": result.best_epoch,
+                    "validation_accuracy": result.validation_accuracy,
+                    "best_state": best_state,
+                }
+            )
     if best_state is None:
         result.best_epoch = config.epochs
     else:
@@ -117,21 +152,31 @@ def select_and_finetune(
     label_words: Sequence[str],
     grid: Sequence[FinetuneConfig],
     on_step: Callable[[int, float], None] | None = None,
+    checkpoint: EpochCheckpoint | None = None,
 ) -> tuple[FinetuneResult, list[dict[str, object]]]:
     """Fine-tune with every configuration of ``grid``; keep the best on ``validation`` (first on ties).
 
     Returns the kept result and one row per configuration (its fields and validation accuracy).
-    ``on_step`` counts steps across the whole grid.
+    ``on_step`` counts steps across the whole grid. With ``checkpoint``, each configuration keeps its
+    own per-epoch checkpoint (:meth:`EpochCheckpoint.numbered`).
     """
     if not grid or not validation:
         raise UserError("hyperparameter selection needs a non-empty grid and a validation split")
     best: FinetuneResult | None = None
     rows: list[dict[str, object]] = []
     done_steps = 0
-    for config in grid:
+    for index, config in enumerate(grid):
         offset_step = None if on_step is None else (lambda step, loss, before=done_steps: on_step(before + step, loss))
         result = finetune_classifier(
-            model, tokenizer, train, template, label_words, config, validation=validation, on_step=offset_step
+            model,
+            tokenizer,
+            train,
+            template,
+            label_words,
+            config,
+            validation=validation,
+            on_step=offset_step,
+            checkpoint=None if checkpoint is None else checkpoint.numbered(index),
         )
         done_steps += config.epochs * math.ceil(len(train) / config.batch_size)
         rows.append(

@@ -394,3 +394,36 @@ def test_the_head_only_classifier_scores_every_cell_beside_the_fine_tune(
         assert "accuracy" in row  # the fine-tune's score beside it
     report = (tmp_path / "out" / "report.md").read_text()
     assert "head-only (mean ± sd)" in report and "head-only classifier: HeadProbeConfig(epochs=5" in report
+
+
+def test_a_cell_killed_while_fine_tuning_resumes_at_its_last_epoch_and_keeps_its_head_only_score(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [6]")
+    toml.write_text(head.replace("seeds = [0, 1]", "seeds = [0]") + "[head_probe]\nepochs = 5\n[methods.random]\n")
+    config = load_config(toml)  # one cell: 12 rows, 2 steps per epoch, 3 epochs
+    whole = run_experiment(config, tmp_path / "whole")
+    fits: list[int] = []
+    real = experiment.head_probe
+    monkeypatch.setattr(experiment, "head_probe", lambda *a: fits.append(1) or real(*a))
+    steps: list[int] = []
+    kills = [4]  # the first run dies at step 4, the second epoch's last
+
+    def step(s: int, loss: float) -> None:
+        steps.append(s)
+        if s in kills:
+            kills.remove(s)
+            raise KeyboardInterrupt
+
+    hooks = experiment.Hooks(step=step)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, tmp_path / "out", hooks=hooks)
+    evaluation = tmp_path / "out" / "work" / "random_n6_seed0_epsnone" / "evaluation"
+    assert sorted(p.name.split("-")[0] for p in evaluation.iterdir()) == ["finetune.pt", "head"]
+    steps.clear()
+    resumed = run_experiment(config, tmp_path / "out", resume=True, hooks=hooks)
+    assert fits == [1] and steps == [3, 4, 5, 6]  # the head-only score is kept; epoch 1 is not rerun
+    assert without_timing(resumed) == without_timing(whole)
+    assert not evaluation.exists()  # the private evaluation state is gone once the row is written

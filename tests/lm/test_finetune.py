@@ -9,6 +9,7 @@ import torch
 
 from privlm.errors import UserError
 from privlm.lm.finetune import finetune_classifier, select_and_finetune
+from privlm.lm.finetune_checkpoint import EpochCheckpoint
 from privlm.lm.finetune_config import FinetuneConfig, preset
 from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
@@ -91,3 +92,85 @@ def test_bad_input_is_refused() -> None:
         FinetuneConfig(epochs=0)
     with pytest.raises(UserError, match="nope"):
         preset("nope")
+
+
+class Killed(Exception):
+    """Stands in for the process being killed mid-run."""
+
+
+def kill_at(step: int):
+    """An ``on_step`` that records the steps it sees and raises at ``step``."""
+    seen: list[int] = []
+
+    def on_step(s: int, loss: float) -> None:
+        seen.append(s)
+        if s == step:
+            raise Killed
+
+    return on_step, seen
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "validation"),
+    [("tiny-llama", {}, VALID), ("tiny-gpt2", {"lora_rank": 4, "lora_alpha": 8, "lr": 1e-2}, None)],
+)
+def test_a_killed_finetune_resumes_after_its_last_epoch_and_returns_the_uninterrupted_result(
+    tmp_path, name, overrides, validation
+) -> None:
+    model, tok = build_tiny_model(name, seed=0)
+    config = preset("tiny", epochs=4, batch_size=8, **overrides)  # 32 rows: 4 steps per epoch
+    whole = finetune_classifier(model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation)
+    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m")
+    on_step, seen = kill_at(10)  # the third epoch's second step: epochs 1–2 are saved
+    with pytest.raises(Killed):
+        finetune_classifier(
+            model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
+        )
+    on_step, seen = kill_at(-1)
+    resumed = finetune_classifier(
+        model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
+    )
+    assert seen == list(range(9, 17))  # epochs 3 and 4 only
+    assert resumed.history == whole.history and resumed.best_epoch == whole.best_epoch
+    assert resumed.validation_accuracy == whole.validation_accuracy
+    assert all(
+        torch.equal(a, b) for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values())
+    )
+    on_step, seen = kill_at(-1)  # a finished checkpoint: no step runs again, same result
+    again = finetune_classifier(
+        model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
+    )
+    assert seen == [] and again.history == whole.history
+
+
+def test_a_checkpoint_of_other_rows_settings_or_model_is_not_resumed(tmp_path) -> None:
+    model, tok = build_tiny_model("tiny-llama", seed=0)
+    config = preset("tiny", epochs=2)
+    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m")
+    finetune_classifier(model, tok, TRAIN, SUFFIX, WORDS, config, checkpoint=checkpoint)
+    other_rows = TRAIN[:-1] + [(TRAIN[-1][0], 1 - TRAIN[-1][1])]
+    for rows, cfg, key in [
+        (other_rows, config, "m"),
+        (TRAIN, preset("tiny", epochs=2, lr=1e-2), "m"),
+        (TRAIN, config, "another model"),
+    ]:
+        on_step, seen = kill_at(-1)
+        fresh = finetune_classifier(
+            model, tok, rows, SUFFIX, WORDS, cfg, on_step=on_step, checkpoint=EpochCheckpoint(checkpoint.path, key)
+        )
+        assert seen == list(range(1, 9))  # from scratch
+        assert fresh.history == finetune_classifier(model, tok, rows, SUFFIX, WORDS, cfg).history
+
+
+def test_a_killed_grid_selection_keeps_the_configurations_it_finished(tmp_path) -> None:
+    model, tok = build_tiny_model("tiny-llama", seed=0)
+    grid = [preset("tiny", epochs=2, lr=1e-5), preset("tiny", epochs=2, lr=3e-3)]
+    whole, rows = select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid)
+    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m")
+    on_step, _ = kill_at(14)  # the second configuration's second epoch
+    with pytest.raises(Killed):
+        select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid, on_step, checkpoint)
+    on_step, seen = kill_at(-1)
+    resumed, resumed_rows = select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid, on_step, checkpoint)
+    assert seen == [13, 14, 15, 16] and resumed_rows == rows and resumed.config == whole.config
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ft-0.pt", "ft-1.pt"]
