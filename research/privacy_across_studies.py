@@ -46,7 +46,8 @@ as many DP cells as it holds is checked against that statement, and if the rebui
 accounts for but a committed README still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
 rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
 A draw whose cell is still running has no row yet either: a grid's committed ``accounting.json`` keeps its
-sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands.
+sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands; a kept ledger
+no cell's sidecar names (a training still running, a ledger displaced by a new run at its path) counts too.
 
 Counting rules: seeds and repeats of a cell are separate releases; seeded runs (``--seed``: the noise is
 reproducible, so as committed they guarantee nothing) are counted at the ε of the mechanism they ran, which
@@ -60,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import posixpath
 import re
 import subprocess
 from collections import defaultdict
@@ -355,7 +357,10 @@ def read_unfinished_draws(scan: Scan) -> None:
     """Draws a grid's committed ``accounting.json`` keeps whose cell has no results row yet (drawn, the cell
     still running when the ledgers were copied): each DP sidecar ``work/<cell>/synthetic.privacy.json`` of a
     cell without a row is a release at its own ledger, except a dp-finetune-gen training that a finished row of
-    the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing."""
+    the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing. So is each
+    kept ledger that no cell's sidecar names (``ledger_file``): a run whose set is not written yet (a
+    dp-finetune-gen training in progress, a release drawn just before the machine was lost) or a ledger
+    displaced by a new run at the same path (``#displaced-``), at the ε its events give at the grid's δ."""
     for path in sorted(p for p in scan.files if p.endswith(f"/{ACCOUNTING}")):
         folder, study = path.rsplit("/", 1)[0], study_of(path)
         results = f"{folder}/results.jsonl"
@@ -367,15 +372,18 @@ def read_unfinished_draws(scan: Scan) -> None:
             if (kept := f"work/{r['cell']}/synthetic.privacy.json") in sidecars and sidecars[kept].get("ledger")
         }
         finished = {r["cell"] for r in rows}
+        config = scan.json(f"{folder}/config.json")
+        named = set()  # the ledgers the cells' sidecars name: counted with their rows or in the loop below
         for kept, sidecar in sorted(sidecars.items()):
             cell = kept.split("/")[1]
             match = CELL_KEY.match(cell)
+            if match and sidecar.get("ledger_file"):
+                named.add(posixpath.normpath(posixpath.join(posixpath.dirname(kept), sidecar["ledger_file"])))
             if cell in finished or not match or not sidecar.get("dp") or sidecar.get("noise_only"):
                 continue
             method, epsilon, seed = match["method"], float(match["eps"]), int(match["seed"])
             if (method, epsilon, seed, json.dumps(sidecar["ledger"])) in counted:
                 continue
-            config = scan.json(f"{folder}/config.json")
             release = _grid_release(
                 study,
                 f"{cell} (drawn; its cell had not finished)",
@@ -388,6 +396,21 @@ def read_unfinished_draws(scan: Scan) -> None:
             release.entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
             release.source = f"the ledger of {kept} as {path} keeps it"
             release.unfinished = True
+            scan.releases.append(release)
+        for kept, ledger in sorted(scan.json(path)["ledgers"].items()):
+            if kept in named:
+                continue
+            entries = tuple(LedgerEntry.from_dict(item) for item in ledger["entries"])
+            release = _grid_release(
+                study,
+                f"{kept} (a kept ledger no cell's set names)",
+                config,
+                f"a run whose set is not written yet, or displaced by a new run at its path; {path} keeps its ledger",
+                Ledger(entries).epsilon(config["delta"]),
+                config["delta"],
+                [],
+            )
+            release.entries, release.source, release.unfinished = entries, f"the ledger {kept} as {path} keeps it", True
             scan.releases.append(release)
 
 

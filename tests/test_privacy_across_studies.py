@@ -191,3 +191,37 @@ def test_a_kept_draw_whose_cell_has_no_row_yet_is_counted_at_its_ledger(script: 
     seed1 = counted["grid/gradmm@instruct_n1000_seed1_eps1"]
     assert seed1.entries == (LedgerEntry.from_dict(draw),) and seed1.epsilon == 1.0
     assert counted["grid/dp-finetune-gen_n1000_seed2_eps4"].epsilon == 4.0
+
+
+def test_a_kept_ledger_no_cell_s_set_names_is_counted(script: ModuleType, tmp_path: Path) -> None:
+    """A ledger accounting.json keeps without a sidecar naming it (a training whose set is not written yet) or
+    displaced by a new run at its path is a release at the ε its events give; a named ledger is not (its
+    row or its sidecar counts it)."""
+    from privlm.privacy import GaussianRelease, Ledger, LedgerEntry, PoissonGaussianStep
+
+    draw = LedgerEntry(GaussianRelease(3.7, snapped=10), 1, "GRADMM release")
+    steps = LedgerEntry(PoissonGaussianStep(0.05, 1.5, "exact", None, 0), 30, "steps")
+    named = "work/gradmm@instruct_n1000_seed0_eps1/synthetic.jsonl.gradmm/privacy.json"
+    training = "work/private-cache/abc/dpft-0123/privacy.json"
+    ledgers = {
+        named: Ledger([draw]).to_dict(),
+        f"{named}#displaced-00ff": Ledger([draw]).to_dict(),
+        training: Ledger([steps]).to_dict(),
+    }
+    side = {"dp": True, "ledger": [draw.to_dict()], "ledger_file": "synthetic.jsonl.gradmm/privacy.json"}
+    sidecars = {"work/gradmm@instruct_n1000_seed0_eps1/synthetic.privacy.json": side}
+    row = {"cell": "gradmm@instruct_n1000_seed0_eps1", "method": "gradmm@instruct", "epsilon": 1.0, "seed": 0}
+    config = {"pool_per_class": "all", "dataset": "rotten-tomatoes", "data_seed": 0, "delta": 1e-5}
+    grid = tmp_path / "research" / "grid"
+    grid.mkdir(parents=True)
+    (grid / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": ledgers, "sidecars": sidecars}))
+    (grid / "results.jsonl").write_text(json.dumps(row) + "\n")
+    (grid / "config.json").write_text(json.dumps(config))
+    scan = script.Scan(tmp_path, frozenset(f"research/grid/{f.name}" for f in grid.iterdir()))
+    script.read_unfinished_draws(scan)
+    counted = {r.name.split(" ")[0]: r for r in scan.releases}
+    assert sorted(counted) == sorted([f"grid/{training}", f"grid/{named}#displaced-00ff"])
+    assert all(r.unfinished and r.rows == [] for r in scan.releases)
+    assert counted[f"grid/{training}"].entries == (steps,)
+    assert counted[f"grid/{training}"].epsilon == pytest.approx(Ledger([steps]).epsilon(1e-5))
+    assert counted[f"grid/{named}#displaced-00ff"].epsilon == pytest.approx(Ledger([draw]).epsilon(1e-5))
