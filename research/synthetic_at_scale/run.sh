@@ -4,8 +4,8 @@
 # process per class or half; what the committed public-pool/ holds is restored, not remade). Then two workers
 # take the cells from one queue, in order: a worker that meets a cell the other is running (its lock is held)
 # passes to the next, so both cores stay busy. The queue: the targets' cells at eps = 1, n = 1,000, seed by
-# seed (the GRADMM set, its noise-only control, zero-shot, random, dp-finetune-gen); then eps = 4 and the
-# no-DP GRADMM set at n = 1,000; the n = 100 cells; PE; the whole-split reference last.
+# seed (the GRADMM set, its noise-only control, zero-shot, random, dp-finetune-gen); then dp-finetune-gen's
+# run without noise (sigma = 0, seed 0: what the noise costs it); then eps = 4 and the no-DP GRADMM set at n = 1,000; the n = 100 cells; PE; the whole-split reference last.
 # Usage: [CODE=DIR] [WAIT_FOR=PID] nohup research/synthetic_at_scale/run.sh \
 #          >> logs/synthetic_at_scale.log 2>&1 &      (CODE, WAIT_FOR: see research/driver.sh)
 # After the pool stage, commit public-pool/ (`public_pool.py save` is run here).
@@ -24,6 +24,7 @@ for seed in 0 1 2; do
   queue+=("gradmm@instruct_n1000_seed${seed}_eps1" "gradmm@instruct-noise_n1000_seed${seed}_eps1"
           "zero-shot_n1000_seed${seed}_*" "random_n1000_seed${seed}_*" "dp-finetune-gen_n1000_seed${seed}_eps1")
 done
+queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0: what the noise costs the method
 queue+=("gradmm@instruct_n1000_*" "gradmm@instruct-noise_n1000_*" "dp-finetune-gen_n1000_*"
         "gradmm@instruct_n100_*" "gradmm@instruct-noise_n100_*" "random_n100_*" "zero-shot_n100_*"
         "dp-finetune-gen_n100_*" "pe_*" "*")

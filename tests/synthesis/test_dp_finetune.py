@@ -198,3 +198,22 @@ def test_the_model_passed_in_is_left_untouched(lm, tmp_path) -> None:
     before = {k: v.clone() for k, v in model.state_dict().items()}
     _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE))
     assert all((before[k] == v).all() for k, v in model.state_dict().items()) and not hasattr(model, "peft_config")
+
+
+def test_epsilon_none_runs_the_same_recipe_without_noise_and_says_it_is_not_private(lm, tmp_path) -> None:
+    """ε None: the DP run's steps, clipping and norm mode with σ = 0 — no ledger, rows and sidecar NOT private."""
+    dp, clip_only = CONFIG.train_config(4.0, 1e-5, 32), CONFIG.train_config(None, 1e-5, 32)
+    assert clip_only.clip_only and not clip_only.differentially_private and dp.differentially_private
+    assert replace(clip_only, noise_multiplier=None, epsilon=4.0) == dp
+    out, steps = tmp_path / "clip-only.jsonl", []
+    result = _run(lm, out, lambda: list(PRIVATE), epsilon=None, on_progress=lambda s, *_: steps.append(s))
+    assert steps == [1, 2, 3, 4, 5, 6]  # the DP run's 6 steps
+    run_dir = out.with_name(out.name + ".dpft")
+    assert (run_dir / FINISHED).exists() and not (run_dir / "privacy.json").exists()
+    sidecar = json.loads(out.with_suffix(".privacy.json").read_text())
+    assert sidecar["dp"] is False and sidecar["epsilon"] is None and "without noise (σ = 0)" in sidecar["warning"]
+    assert "no noise: σ = 0" in sidecar["mechanism"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6 and not any(r["dp"] for r in rows) and result.privacy == {**sidecar}
+    again = _run(lm, tmp_path / "again.jsonl", lambda: pytest.fail("reused"), epsilon=None, run_dir=run_dir)
+    assert again.rows == result.rows

@@ -12,7 +12,8 @@ register_method(
     "dp-finetune-gen",
     Method(
         "privlm.synthesis.dp_finetune.method:dp_finetune_rows",
-        "(ε, δ)-DP synthetic text sampled from a model DP fine-tuned (DP-SGD, LoRA) at the cell's ε",
+        "(ε, δ)-DP synthetic text sampled from a model DP fine-tuned (DP-SGD, LoRA) at the cell's ε; NOT private "
+        "when ε is 'none' (the same run with σ = 0)",
         takes_epsilon=True,
         params=config_params(DPFinetuneConfig),
         summary="DP-SGD (LoRA, hutchinson norms) on public class prompt + private text, then sampling n per class",

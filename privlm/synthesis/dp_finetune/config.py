@@ -41,13 +41,16 @@ class DPFinetuneConfig:
         if not isinstance(self.max_text_tokens, int) or self.max_text_tokens < 1:
             raise UserError(f"max_text_tokens must be an integer >= 1 (got {self.max_text_tokens!r})")
 
-    def train_config(self, epsilon: float, delta: float, max_length: int) -> TrainConfig:
-        """The DP-SGD settings (validated by :class:`TrainConfig`); the noise keys come from the OS."""
+    def train_config(self, epsilon: float | None, delta: float, max_length: int) -> TrainConfig:
+        """The DP-SGD settings (validated by :class:`TrainConfig`); the noise keys come from the OS. ``epsilon``
+        None: the same run with σ = 0 (per-example clipping without noise, NOT private: the ablation that
+        separates what the noise costs from what the recipe can do)."""
         from privlm.training.loop import TrainConfig
 
         return TrainConfig(
             task="lm",
             epsilon=epsilon,
+            noise_multiplier=0.0 if epsilon is None else None,
             delta=delta,
             norm_mode=self.norm_mode,
             probes=self.probes,

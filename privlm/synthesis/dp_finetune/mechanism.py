@@ -13,7 +13,9 @@ share their first pieces (n = 100's texts are the start of n = 1,000's).
 
 **Guarantee**: the adapters (and the DP losses) are the training run's (ε, δ)-DP release under
 add/remove-one adjacency (labels are part of the record, as in every privlm method); sampling from them
-is post-processing, so the synthetic set is (ε, δ)-DP with the run's ε, whatever n. The prompts, the
+is post-processing, so the synthetic set is (ε, δ)-DP with the run's ε, whatever n. ``epsilon=None`` runs the
+same recipe with σ = 0 (per-example clipping, no noise): NOT private, no ledger, a sidecar that says so; the
+reference that tells what the noise costs from what the recipe itself can do. The prompts, the
 LoRA initialisation (``seed``) and every setting are public. **CPU cuts** (the defaults): LoRA rank 8 on
 the last 2 of 30 blocks only, texts cut to 48 tokens, one epoch at an expected batch of 256.
 
@@ -112,15 +114,16 @@ def train_generator(
     load_private: Callable[[], Sequence[tuple[str, int]]],
     *,
     config: DPFinetuneConfig,
-    epsilon: float,
+    epsilon: float | None,
     delta: float,
     run_dir: Path,
     settings: dict[str, Any] | None = None,
     wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
     progress: Progress | None = None,
-) -> tuple[PreTrainedModel, Ledger]:
-    """The DP fine-tuned copy of ``model`` (LoRA merged) and the run's ledger: trained into ``run_dir`` (resumed
+) -> tuple[PreTrainedModel, Ledger | None]:
+    """The DP fine-tuned copy of ``model`` (LoRA merged) and the run's ledger (None for ``epsilon=None``, the
+    run without noise: module docstring): trained into ``run_dir`` (resumed
     from its last checkpoint), or its saved adapter reloaded without reading the data, with ``run_dir`` locked
     (``wait``: wait for another process holding it instead of refusing) and ``run.json`` checked against
     :func:`run_settings` (module docstring). ``progress``: where the prefix cache's build is shown (a private
@@ -131,7 +134,7 @@ def train_generator(
         adapter = run_dir / "adapter"
         if (run_dir / FINISHED).exists() and adapter.is_dir():
             trained = PeftModel.from_pretrained(base, adapter)  # the saved release: the data is not read
-            return trained.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
+            return trained.merge_and_unload().eval(), _ledger(run_dir, epsilon)
         prefixes = [
             tokenizer(chat_prompt(tokenizer, text), add_special_tokens=not tokenizer.chat_template)["input_ids"]
             for text in class_instructions(label_names, config.instructions)
@@ -171,13 +174,18 @@ def train_generator(
         save_model(module, tokenizer, run_dir, lora=True)
         retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
         shutil.rmtree(cache_dir, ignore_errors=True)  # the private data's hidden states
-        return module.merge_and_unload().eval(), Ledger.load(run_dir / LEDGER)
+        return module.merge_and_unload().eval(), _ledger(run_dir, epsilon)
+
+
+def _ledger(run_dir: Path, epsilon: float | None) -> Ledger | None:
+    """The finished run's ledger; None for the run without noise (it accounts nothing and writes none)."""
+    return None if epsilon is None else Ledger.load(run_dir / LEDGER)
 
 
 def run_settings(
     model: PreTrainedModel,
     config: DPFinetuneConfig,
-    epsilon: float,
+    epsilon: float | None,
     delta: float,
     extra: dict[str, Any] | None,
 ) -> dict[str, Any]:
@@ -230,7 +238,7 @@ def run_dp_finetune(
     out: str | Path,
     per_class: int,
     config: DPFinetuneConfig,
-    epsilon: float,
+    epsilon: float | None,
     delta: float,
     run_dir: Path | None = None,
     settings: dict[str, Any] | None = None,
@@ -249,7 +257,7 @@ def run_dp_finetune(
         out: the JSONL file to write (its folder must exist).
         per_class: texts sampled per class (≥ 1).
         config: the DP-SGD run and sampling (:class:`DPFinetuneConfig`).
-        epsilon, delta: the target of the DP-SGD run.
+        epsilon, delta: the target of the DP-SGD run (``epsilon`` None: σ = 0, NOT private; module docstring).
         run_dir: the run folder (default: beside ``out``); a finished run with the same settings is reused.
         on_progress: ``on_progress(step, total, dp_loss, epsilon)`` after each DP-SGD step.
         progress: where the private prefix cache's build is shown (:func:`train_generator`).
@@ -282,7 +290,7 @@ def run_dp_finetune(
     )
     sampling = Sampling.from_params(config.to_dict())
     rows = [
-        {**row, "method": "dp-finetune", "uses_private_data": True, "dp": True}
+        {**row, "method": "dp-finetune", "uses_private_data": True, "dp": ledger is not None}
         for row in zero_shot(
             generator,
             tokenizer,
@@ -295,13 +303,30 @@ def run_dp_finetune(
             progress=progress or SILENT,
         )
     ]
+    noise = "no noise: σ = 0" if ledger is None else "Gaussian noise"
     privacy = {
-        **epsilon_statement(ledger, epsilon, delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(out)),
-        "private_release": ledger.private_release,
+        **_statement(ledger, epsilon, delta, run_dir, out),
         "settings": config.to_dict(),
-        "mechanism": "DP-SGD (Poisson sampling, per-sample clipping, Gaussian noise; LoRA) on public class prompt + "
+        "mechanism": f"DP-SGD (Poisson sampling, per-sample clipping, {noise}; LoRA) on public class prompt + "
         "private text, then sampling from the trained model with the public prompts (post-processing)",
     }
     write_text_atomic(sidecar_path(out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
     write_text_atomic(out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     return DPFinetuneResult(rows, privacy)
+
+
+def _statement(ledger: Ledger | None, epsilon: float | None, delta: float, run_dir: Path, out: Path) -> dict[str, Any]:
+    """The sidecar's privacy part: the run's ε from its ledger, or NOT private for the run without noise."""
+    if ledger is None or epsilon is None:
+        return {
+            "dp": False,
+            "epsilon": None,
+            "delta": None,
+            "private_release": False,
+            "warning": "DP-SGD's clipping without noise (σ = 0), a reference: nothing is accounted, and the output "
+            "may reveal the private data",
+        }
+    return {
+        **epsilon_statement(ledger, epsilon, delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(out)),
+        "private_release": ledger.private_release,
+    }

@@ -3,7 +3,9 @@
 The training run depends on the cell's ε and seed and the method's parameters, not on n, so the cells
 that differ only in n share one run, kept in ``ctx.private_cache`` (its checkpoints hold noise keys
 while it trains: private); each cell samples its own n per class from it. Published together, those
-cells are one release (one ε), not several; a cell whose shared run another process holds waits for it. Parameters (TOML ``[methods.dp-finetune-gen]``): any
+cells are one release (one ε), not several; a cell whose shared run another process holds waits for it. At ε
+'none' the run takes the same steps with σ = 0 (per-example clipping, no noise): NOT private, a reference.
+Parameters (TOML ``[methods.dp-finetune-gen]``): any
 :class:`privlm.synthesis.dp_finetune.DPFinetuneConfig` field but ``seed`` (the cell's seed).
 """
 
@@ -12,16 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.digest import digest
-from privlm.errors import UserError
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, shown_steps
 from privlm.synthesis.registry import MethodContext
 
 
 def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
-    """``n_per_class`` texts per class sampled from the model DP fine-tuned on the pool at the cell's ε."""
-    if ctx.epsilon is None:
-        raise UserError("dp-finetune-gen needs an ε (epsilons = [...]); 'none' is not supported")
+    """``n_per_class`` texts per class sampled from the model DP fine-tuned on the pool at the cell's ε; at ε
+    'none' the same run with σ = 0 (clipping without noise: NOT private, the reference for what the noise
+    costs)."""
     config = DPFinetuneConfig(**{**ctx.params, "seed": ctx.seed})
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     shared = ctx.private_cache or ctx.workdir
@@ -43,4 +44,6 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         progress=ctx.progress,
     )
     training.done()
+    if ctx.epsilon is None:
+        return result.rows
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
