@@ -6,8 +6,9 @@ Per (method, ε) and n: the fine-tune's and the head-only classifier's test accu
 finished seeds, and the mean seconds to make a set. Then the targets at ε = 1, n = 1,000: the best DP
 synthetic set within 2 points of DP training directly on the real data, and at least its noise-only
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
-evaluation lets a set of that size go). Then every DP row against its control, and how many texts the sets of
-two seeds (two DP draws) share, and each set with its control's. Reads committed files only.
+evaluation lets a set of that size go). Then every DP row against its control and against the same method at ε
+none (what the noise costs it), and how many texts the sets of two seeds (two DP draws) share, and each set with
+its control's. Reads committed files only.
 
     python research/synthetic_at_scale/report.py      # writes research/synthetic_at_scale/summary.md
 """
@@ -157,6 +158,23 @@ def controls(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[st
     return lines
 
 
+def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
+    """Every finished DP row against the same method at ε none at the same n (GRADMM: no clipping, no noise;
+    dp-finetune-gen: the same DP-SGD run with σ = 0): what the noise costs the method."""
+    lines = []
+    for method, eps, n in sorted(k for k in groups if k[0] in DP_METHODS and k[1] is not None):
+        free = groups.get((method, None, n), [])
+        margins = [
+            f"{label} {margin:+.1f}"
+            for metric, label in METRICS
+            if (value := _mean(groups[(method, eps, n)], metric)) is not None
+            and (margin := _margin(value, free, metric)) is not None
+        ]
+        if margins:
+            lines.append(f"- {method}, ε = {eps:g} − ε none, n = {n:,}: " + ", ".join(margins) + " points")
+    return lines or ["- no method has both a DP row and its ε-none row yet"]
+
+
 def _texts(cell: str) -> set[tuple[str, int]] | None:
     """The (text, label) pairs of a finished cell's committed set; None when it is not committed."""
     path = HERE / "sets" / f"{cell}.jsonl"
@@ -205,6 +223,10 @@ def main() -> None:
         "Every DP row against its control (seed means; the control without the private signal):",
         "",
         *controls(groups),
+        "",
+        "What the noise costs (each DP row against the same method at ε none, NOT private):",
+        "",
+        *noise_costs(groups),
         "",
         "Texts shared between sets (distinct (text, label) pairs, % of the smaller set):",
         "",
