@@ -217,3 +217,29 @@ def test_epsilon_none_runs_the_same_recipe_without_noise_and_says_it_is_not_priv
     assert len(rows) == 6 and not any(r["dp"] for r in rows) and result.privacy == {**sidecar}
     again = _run(lm, tmp_path / "again.jsonl", lambda: pytest.fail("reused"), epsilon=None, run_dir=run_dir)
     assert again.rows == result.rows
+
+
+def test_runs_on_the_same_rows_share_one_prefix_cache_and_train_as_with_their_own(lm, tmp_path, monkeypatch) -> None:
+    """With ``shared_prefix`` the private rows' hidden states are built once for every ε, σ and seed, kept in
+    the shared folder, and a run reading them ends at the adapters it reaches with its own (seeded noise)."""
+    plain = DPFinetuneConfig.train_config
+    monkeypatch.setattr(DPFinetuneConfig, "train_config", lambda self, *a: replace(plain(self, *a), seed=0))
+    shared, recorder = tmp_path / "private-cache", _Recorder()
+    _run(lm, tmp_path / "none.jsonl", lambda: list(PRIVATE), epsilon=None, shared_prefix=shared, progress=recorder)
+    seed3 = replace(CONFIG, seed=3)
+    _run(lm, tmp_path / "seed3.jsonl", lambda: list(PRIVATE), config=seed3, shared_prefix=shared, progress=recorder)
+    _run(lm, tmp_path / "shared.jsonl", lambda: list(PRIVATE), shared_prefix=shared, progress=recorder)
+    _run(lm, tmp_path / "own.jsonl", lambda: list(PRIVATE))
+    assert [opened for opened in recorder.opened if opened[0] == CACHE_BUILD] == [(CACHE_BUILD, len(PRIVATE), True)]
+    (cache,) = shared.glob("dpft-prefix-*")
+    assert (cache / "features.safetensors").exists()  # kept for later runs
+    assert not list(tmp_path.glob("*.dpft/" + PREFIX_CACHE))  # a run's own cache is still deleted
+    adapters = [
+        load_file(tmp_path / f"{name}.jsonl.dpft" / "adapter" / "adapter_model.safetensors")
+        for name in ("shared", "own")
+    ]
+    assert adapters[0].keys() == adapters[1].keys()
+    assert all(torch.equal(value, adapters[1][name]) for name, value in adapters[0].items())
+    longer = replace(CONFIG, max_text_tokens=4)  # other prompts or lengths: another cache, not a refusal
+    _run(lm, tmp_path / "longer.jsonl", lambda: list(PRIVATE), config=longer, shared_prefix=shared)
+    assert len(list(shared.glob("dpft-prefix-*"))) == 2

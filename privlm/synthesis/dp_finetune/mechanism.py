@@ -25,7 +25,11 @@ hidden states entering the first trained block are computed once per example int
 each DP-SGD step runs only the trained blocks, the final norm and the output layer at the text's positions,
 in micro-batches sorted by length. The per-sample losses, norms and clipped sums are those of the whole model
 (``tests/training/test_top_blocks.py``), so the guarantee is unchanged; an epoch costs a fraction of one
-through all 30 blocks, which is what lets the run take enough steps for its DP loss to fall.
+through all 30 blocks, which is what lets the run take enough steps for its DP loss to fall. With
+``shared_prefix`` (an experiment's private cache, one folder per private pool and model) the cache is built
+once into ``shared_prefix/dpft-prefix-<digest>/`` (the digest of the public prompts, length bound, trained
+blocks and dtype), kept there for every later run of other ε, seeds or σ, and built or read under a lock;
+private like the data, it goes with that folder.
 
 Files: the run folder ``run_dir`` (default ``FILE.jsonl.dpft/``) is privlm's training run folder
 (``privacy.json``, ``metrics.jsonl``, checkpoints while training — they hold the noise keys — and
@@ -53,6 +57,7 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import write_text_atomic
+from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.lm.generation import chat_prompt, class_instructions
 from privlm.lm.prompts import EncodedOption, pad_token_id
@@ -65,6 +70,7 @@ from privlm.runfolder import (
     MANIFEST,
     RunFolder,
     check_or_write_settings,
+    claim,
     epsilon_statement,
     hold,
     sidecar_path,
@@ -121,13 +127,16 @@ def train_generator(
     wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
     progress: Progress | None = None,
+    shared_prefix: Path | None = None,
 ) -> tuple[PreTrainedModel, Ledger | None]:
     """The DP fine-tuned copy of ``model`` (LoRA merged) and the run's ledger (None for ``epsilon=None``, the
     run without noise: module docstring): trained into ``run_dir`` (resumed
     from its last checkpoint), or its saved adapter reloaded without reading the data, with ``run_dir`` locked
     (``wait``: wait for another process holding it instead of refusing) and ``run.json`` checked against
     :func:`run_settings` (module docstring). ``progress``: where the prefix cache's build is shown (a private
-    task: its count, the number of private examples, is never displayed)."""
+    task: its count, the number of private examples, is never displayed). ``shared_prefix``: the folder whose
+    prefix cache every run on the same private rows shares (module docstring); None: the run's own, deleted
+    once the adapter is saved."""
     with hold(run_dir, wait=wait):
         _start(run_dir, run_settings(model, config, epsilon, delta, settings))
         base = copy.deepcopy(model)
@@ -150,19 +159,23 @@ def train_generator(
         module.train()
         run_dir.mkdir(parents=True, exist_ok=True)
         cache_dir = run_dir / PREFIX_CACHE
+        if shared_prefix is not None:
+            public = {"prompts": prefixes, "max_length": max_length, "blocks": config.lora_layers, "dtype": train.cache}
+            cache_dir = shared_prefix / f"dpft-prefix-{digest(public)}"
         if train.cache is not None:  # the frozen prefix once per example; each step runs the top blocks only
             build = BuildProgress(progress or SILENT, None)
-            features = top_blocks.load_or_build(
-                cache_dir,
-                module,
-                config.lora_layers,
-                rows,
-                pad_token_id(tokenizer),
-                max_length,
-                train.cache,
-                on_build=build.on_build,
-                on_rows=build.on_rows,
-            )
+            with claim(cache_dir.parent / f".{cache_dir.name}.lock", wait=True):  # one build, however many runs
+                features = top_blocks.load_or_build(
+                    cache_dir,
+                    module,
+                    config.lora_layers,
+                    rows,
+                    pad_token_id(tokenizer),
+                    max_length,
+                    train.cache,
+                    on_build=build.on_build,
+                    on_rows=build.on_rows,
+                )
             build.done()
             top = top_blocks.cached_training(module, config.lora_layers, features, rows)
             run = prepare(
@@ -173,7 +186,8 @@ def train_generator(
         train_loop(run, run_dir, resume=True, on_progress=on_progress)
         save_model(module, tokenizer, run_dir, lora=True)
         retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
-        shutil.rmtree(cache_dir, ignore_errors=True)  # the private data's hidden states
+        if shared_prefix is None:
+            shutil.rmtree(cache_dir, ignore_errors=True)  # the private data's hidden states
         return module.merge_and_unload().eval(), _ledger(run_dir, epsilon)
 
 
@@ -245,6 +259,7 @@ def run_dp_finetune(
     wait: bool = False,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
     progress: Progress | None = None,
+    shared_prefix: Path | None = None,
 ) -> DPFinetuneResult:
     """Train (or reuse) the DP generator, sample ``per_class`` texts per class, write ``out`` and its
     ``.privacy.json`` sidecar (ε accounted from the run's ledger, never below the target). ``settings``: the
@@ -261,6 +276,7 @@ def run_dp_finetune(
         run_dir: the run folder (default: beside ``out``); a finished run with the same settings is reused.
         on_progress: ``on_progress(step, total, dp_loss, epsilon)`` after each DP-SGD step.
         progress: where the private prefix cache's build is shown (:func:`train_generator`).
+        shared_prefix: the folder of a prefix cache shared by runs on the same private rows (:func:`train_generator`).
 
     Returns:
         :class:`DPFinetuneResult`: the sampled texts and the privacy statement written to the sidecar.
@@ -287,6 +303,7 @@ def run_dp_finetune(
         wait=wait,
         on_progress=on_progress,
         progress=progress,
+        shared_prefix=shared_prefix,
     )
     sampling = Sampling.from_params(config.to_dict())
     rows = [

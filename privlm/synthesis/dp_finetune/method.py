@@ -1,11 +1,12 @@
 """The ``dp-finetune-gen`` experiment method: DP fine-tune, then generate (:mod:`privlm.synthesis.dp_finetune`).
 
 The training run depends on the cell's ε and seed and the method's parameters, not on n, so the cells
-that differ only in n share one run, kept in ``ctx.private_cache`` (its checkpoints hold noise keys
-while it trains: private); each cell samples its own n per class from it. Published together, those
-cells are one release (one ε), not several; a cell whose shared run another process holds waits for it. At ε
-'none' the run takes the same steps with σ = 0 (per-example clipping, no noise): NOT private, a reference.
-Parameters (TOML ``[methods.dp-finetune-gen]``): any
+that differ only in n share one run, kept in ``ctx.private_cache`` (its checkpoints hold noise keys while it
+trains: private), beside the private rows' prefix cache that every run on the pool shares; each cell
+samples its own n per class from it. Published together, those cells are one release (one ε), not several;
+a cell whose shared run another process holds waits for it. At ε 'none' the run takes the same steps with
+σ = 0 (per-example clipping, no noise): NOT private, a reference. Parameters (TOML
+``[methods.dp-finetune-gen]``): any
 :class:`privlm.synthesis.dp_finetune.DPFinetuneConfig` field but ``seed`` (the cell's seed).
 """
 
@@ -42,6 +43,7 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         wait=True,  # a cell sharing the run that another process is training waits for it, then reuses it
         on_progress=on_progress,
         progress=ctx.progress,
+        shared_prefix=ctx.private_cache,  # one prefix cache for every ε, seed and σ on this pool
     )
     training.done()
     if ctx.epsilon is None:
