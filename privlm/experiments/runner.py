@@ -272,8 +272,9 @@ def run_experiment(
                 test_inputs = (test_features(), test_classes)
                 return head_probe(model, tokenizer, train_set, *test_inputs, template, words, probe, cell.seed)
 
-            # keyed by the set it was fitted on (a hash of private rows; the folder is private)
-            head = json_once(evaluation / f"head-only-{digest([config.hash, train_set])}.json", fit_head)
+            # keyed by the shared settings (not the grid's lists: a cell added to the grid keeps it) and the set
+            # it was fitted on (a hash of private rows; the folder is private)
+            head = json_once(evaluation / f"head-only-{digest([config.shared_hash, train_set])}.json", fit_head)
         finetune, grid = config.finetune_config(cell.seed), config.finetune_grid(cell.seed)
         hooks.phase(f"{cell.key}: fine-tuning on {len(train_set)} examples, scoring {len(test)}")
         hooks.steps(sum(c.epochs * math.ceil(len(train_set) / c.batch_size) for c in grid or [finetune]))
