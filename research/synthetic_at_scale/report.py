@@ -119,7 +119,7 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
                     + (
                         "the target is within reach of real data"
                         if within
-                        else "real data misses it too with this head fit (head_steps.md: 83.9 at 20 epochs)"
+                        else "real data misses it too with this head fit (head_steps.md: it moves with the fit length)"
                     )
                 )
         margin = _margin(scored[best], _control_rows(groups, best, TARGET_EPS, TARGET_N), metric)
