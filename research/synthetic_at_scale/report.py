@@ -142,19 +142,21 @@ def _margin(value: float, control: list[dict], metric: str) -> float | None:
     return None if reference is None else value - reference
 
 
+def _margins(rows: list[dict], reference: list[dict]) -> str:
+    """``rows``' mean minus ``reference``'s, per evaluation both have ("head-only +5.8, fine-tune +4.1")."""
+    return ", ".join(
+        f"{label} {margin:+.1f}"
+        for metric, label in METRICS
+        if (value := _mean(rows, metric)) is not None and (margin := _margin(value, reference, metric)) is not None
+    )
+
+
 def controls(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
     """Every finished DP row against its control at the same n (and, for the noise-only control, the same ε)."""
     lines = []
     for method, eps, n in sorted(k for k in groups if k[0] in CONTROL and k[1] is not None):
-        rows = _control_rows(groups, method, eps, n)
-        margins = [
-            f"{label} {margin:+.1f}"
-            for metric, label in METRICS
-            if (value := _mean(groups[(method, eps, n)], metric)) is not None
-            and (margin := _margin(value, rows, metric)) is not None
-        ]
-        if margins:
-            lines.append(f"- {method}, ε = {eps:g}, n = {n:,} − {CONTROL[method]}: " + ", ".join(margins) + " points")
+        if margins := _margins(groups[(method, eps, n)], _control_rows(groups, method, eps, n)):
+            lines.append(f"- {method}, ε = {eps:g}, n = {n:,} − {CONTROL[method]}: {margins} points")
     return lines
 
 
@@ -163,15 +165,8 @@ def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list
     dp-finetune-gen: the same DP-SGD run with σ = 0): what the noise costs the method."""
     lines = []
     for method, eps, n in sorted(k for k in groups if k[0] in DP_METHODS and k[1] is not None):
-        free = groups.get((method, None, n), [])
-        margins = [
-            f"{label} {margin:+.1f}"
-            for metric, label in METRICS
-            if (value := _mean(groups[(method, eps, n)], metric)) is not None
-            and (margin := _margin(value, free, metric)) is not None
-        ]
-        if margins:
-            lines.append(f"- {method}, ε = {eps:g} − ε none, n = {n:,}: " + ", ".join(margins) + " points")
+        if margins := _margins(groups[(method, eps, n)], groups.get((method, None, n), [])):
+            lines.append(f"- {method}, ε = {eps:g} − ε none, n = {n:,}: {margins} points")
     return lines or ["- no method has both a DP row and its ε-none row yet"]
 
 
