@@ -15,6 +15,10 @@ records and is grouped with the rest, and so is a release on a data set made of 
   (``Ledger(entries).epsilon(δ)``), of every release whose events can be rebuilt from committed files, at the
   smallest δ among them, plus basic composition of the others: (ε_PLD + Σ ε_j, δ + Σ δ_j).
 
+The same two compositions are stated per study, over its own releases: what publishing one study's grid
+costs (a grid's own report cannot state it when a ledger was lost; the draws this script counts from a
+README or at a stated ε are in it).
+
 Where the events come from:
 
 * ``privlm train`` summaries (``<cell>.json`` with ``private``, ``sample_rate`` and ``steps``): the committed
@@ -768,6 +772,7 @@ def _study_entry(scan: Scan, study: str, data: str) -> dict[str, Any]:
         "releases": len(releases),
         "rebuilt": sum(r.entries is not None for r in releases),
         "basic": {"epsilon": _num(sum(r.epsilon for r in releases)), "delta": _num(sum(r.delta for r in releases))},
+        "pld": compose(releases)["pld"],
         "stated_totals": stated,
         "not_rebuilt": sorted({r.source for r in releases if r.entries is None}),
     }
@@ -868,6 +873,20 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"- **{entry['data']}** ({'; '.join(entry['splits'])}{also}), releases on "
             f"{'; '.join(entry['records'])}. Rebuilt for PLD: "
             f"{'every release' if not missing else 'all but ' + missing}.{superseded}"
+        )
+    lines += [
+        "",
+        "What each study's releases cost alone (publishing one study's grid on its own data set: its rows, "
+        "earlier draws and draws still running, composed the same way):",
+        "",
+        "| study | data set | releases | ε, basic composition (δ) | ε, PLD where rebuilt (δ) |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in result["studies"]:
+        pld = entry["pld"]
+        lines.append(
+            f"| {entry['study']} | {entry['data']} | {entry['releases']} | {_up(entry['basic']['epsilon'])} "
+            f"({entry['basic']['delta']:.3g}) | {_up(pld['epsilon'])} ({pld['delta']:.3g}) |"
         )
     seeded = sum(entry["seeded_releases"] for entry in result["data_sets"])
     releases = sum(entry["releases"] for entry in result["data_sets"])

@@ -99,6 +99,11 @@ def test_pld_lies_between_the_largest_release_and_basic_composition(result: dict
         assert largest < pld["epsilon"] <= entry["basic"]["epsilon"], entry["data"]
         assert pld["delta"] <= entry["basic"]["delta"]
         assert pld["rebuilt_releases"] == sum(r["rebuilt"] for r in releases)
+    for entry in result["studies"]:  # each study alone: the same bounds over its own releases
+        releases = [r for r in result["releases"] if (r["study"], r["data"]) == (entry["study"], entry["data"])]
+        pld, largest = entry["pld"], max(r["epsilon"] for r in releases)
+        assert len(releases) == entry["releases"] and pld["rebuilt_releases"] == sum(r["rebuilt"] for r in releases)
+        assert largest - 1e-9 <= pld["epsilon"] <= entry["basic"]["epsilon"] + 1e-9, entry["study"]
 
 
 def test_the_audit_and_each_noise_only_or_no_dp_reason_is_named(script: ModuleType, result: dict[str, Any]) -> None:
