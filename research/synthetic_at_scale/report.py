@@ -110,6 +110,7 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
             lines.append(
                 f"- {label}: best DP set {best} {scored[best]:.1f} ({seeds} seed(s)) − DP training directly "
                 f"{statistics.mean(reference):.1f} = {gap:+.1f} points (target ≥ −2): {verdict}"
+                + ("" if metric == "head_accuracy" else " (across recipes: the DP-direct reference is head-only)")
             )
             real = _mean(groups.get(("random", None, TARGET_N), []), metric)
             if real is not None:
