@@ -3,7 +3,9 @@
 ``DIR/config.json`` — the configuration and its hash (``DIR/configs/<hash>.json``: every one the
 folder has run); ``DIR/sets/<cell>.jsonl`` — each cell's training
 set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
-space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
+space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw) and
+``set-time.json``, the seconds the set took (a row's ``set_s``, also when a later process writes the row;
+None when not kept);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
 data card of each finished cell's set (:mod:`privlm.experiments.set_cards`). A resumed run skips every cell
 that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
@@ -240,7 +242,7 @@ def run_experiment(
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
         start = time.perf_counter()
-        set_path = out / "sets" / f"{cell.key}.jsonl"
+        set_path, set_time = out / "sets" / f"{cell.key}.jsonl", out / "work" / cell.key / "set-time.json"
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
             ctx = MethodContext(
@@ -261,7 +263,9 @@ def run_experiment(
                 progress=hooks.progress,
             )
             write_jsonl_atomic(set_path, method(ctx))
-        generation_s = time.perf_counter() - start
+            write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")
+        # the time the set took when it was made, by this process or an earlier one (None: not kept)
+        generation_s = json.loads(set_time.read_text())["set_s"] if set_time.exists() else None
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
         evaluation = out / "work" / cell.key / "evaluation"  # private; deleted once the row is written
         head: dict[str, float] = {}
@@ -307,7 +311,7 @@ def run_experiment(
             "privacy": method.privacy,
             **scores,
             **head,
-            "set_s": round(generation_s, 3),
+            "set_s": generation_s,
             "wall_time_s": round(time.perf_counter() - start, 3),
         }
         log.append(row)

@@ -65,6 +65,13 @@ def grouped(rows: list[dict]) -> dict[tuple[str, float | None, int], list[dict]]
     return groups
 
 
+def _set_seconds(rows: list[dict]) -> str:
+    """Mean seconds to make the set over the rows that know it: a reused set's time is unknown (None; 0 in
+    rows written before the runner kept it), and the count says how many rows the mean is over."""
+    known = [r["set_s"] for r in rows if r.get("set_s")]
+    return f"{statistics.mean(known):.0f} ({len(known)})" if known else "–"
+
+
 def table(groups: dict[tuple[str, float | None, int], list[dict]], references: dict) -> list[str]:
     """Markdown lines: one per (method, ε); per n the fine-tune's and head-only accuracy and set seconds."""
     head = "| method | ε | " + " | ".join(f"n = {n:,}: fine-tune | head-only | set s" for n in SIZES) + " |"
@@ -77,7 +84,7 @@ def table(groups: dict[tuple[str, float | None, int], list[dict]], references: d
             parts += [
                 _mean_sd([100 * r["accuracy"] for r in found]),
                 _mean_sd([100 * r["head_accuracy"] for r in found if "head_accuracy" in r]),
-                f"{statistics.mean(r['set_s'] for r in found):.0f}" if found else "–",
+                _set_seconds(found),
             ]
         lines.append(f"| {method} | {'none' if eps is None else f'{eps:g}'} | " + " | ".join(parts) + " |")
     for eps, accs in sorted(references.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):

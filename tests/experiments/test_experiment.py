@@ -422,11 +422,13 @@ def test_a_cell_killed_while_fine_tuning_resumes_at_its_last_epoch_and_keeps_its
         run_experiment(config, tmp_path / "out", hooks=hooks)
     evaluation = tmp_path / "out" / "work" / "random_n6_seed0_epsnone" / "evaluation"
     assert sorted(p.name.split("-")[0] for p in evaluation.iterdir()) == ["finetune.pt", "head"]
+    made = json.loads((evaluation.parent / "set-time.json").read_text())["set_s"]  # the killed process made the set
     steps.clear()
     toml.write_text(toml.read_text().replace("seeds = [0]", "seeds = [0, 1]"))  # a cell added to the grid meanwhile
     grown = load_config(toml)
     resumed = run_experiment(grown, tmp_path / "out", resume=True, hooks=hooks, cells_matching=["*_seed0_*"])
     assert fits == [1] and steps == [3, 4, 5, 6]  # the head-only score is kept; epoch 1 is not rerun
+    assert resumed[0]["set_s"] == made >= 0  # its time, not the resumed process's reuse of the set
     drop = "config_hash"  # the grown grid's: it names the grid's lists too
     assert [{k: v for k, v in r.items() if k != drop} for r in without_timing(resumed)] == [
         {k: v for k, v in r.items() if k != drop} for r in without_timing(whole)
