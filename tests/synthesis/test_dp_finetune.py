@@ -15,7 +15,7 @@ from privlm.progress import Progress, Task
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, training_rows
+from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, shown_steps, training_rows
 from privlm.training.checkpoint import FINISHED
 from privlm.training.run import CACHE_BUILD
 
@@ -217,6 +217,15 @@ def test_epsilon_none_runs_the_same_recipe_without_noise_and_says_it_is_not_priv
     assert len(rows) == 6 and not any(r["dp"] for r in rows) and result.privacy == {**sidecar}
     again = _run(lm, tmp_path / "again.jsonl", lambda: pytest.fail("reused"), epsilon=None, run_dir=run_dir)
     assert again.rows == result.rows
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "label"), [(1.0, "DP-SGD steps"), (None, "clipped SGD steps (σ = 0, NOT private)")]
+)
+def test_the_steps_bar_names_the_run_without_noise_not_private(epsilon, label) -> None:
+    recorder = _Recorder()
+    shown_steps(recorder, epsilon)
+    assert recorder.opened == [(label, None, False)]  # the step count is public: not a private task
 
 
 def test_runs_on_the_same_rows_share_one_prefix_cache_and_train_as_with_their_own(lm, tmp_path, monkeypatch) -> None:

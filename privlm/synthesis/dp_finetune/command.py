@@ -38,7 +38,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         start = time.perf_counter()
-        training, on_progress = shown_steps(progress)
+        training, on_progress = shown_steps(progress, epsilon)
         result = run_dp_finetune(
             model,
             tokenizer,

@@ -27,7 +27,7 @@ def dp_finetune_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     config = DPFinetuneConfig(**{**ctx.params, "seed": ctx.seed})
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     shared = ctx.private_cache or ctx.workdir
-    training, on_progress = shown_steps(ctx.progress)
+    training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
     run_dir = shared / ("dpft-" + digest({"epsilon": ctx.epsilon, "delta": ctx.delta, "config": config.to_dict()}))
     result = run_dp_finetune(
         ctx.model,
