@@ -153,6 +153,15 @@ EARLIER_DRAWS = (
         "the first dp-finetune-gen training run (seed 0, ε = 1: 34 steps",
         "lost",
     ),
+    EarlierDraw(
+        "synthetic_at_scale",
+        "dp-finetune-gen",
+        None,
+        1.0,
+        (2,),
+        "the dp-finetune-gen training run of seed 2 (ε = 1), which had probably begun",
+        "lost",
+    ),
 )
 STATED_TOTAL = re.compile(
     r"\b(\d+) (?:finished )?DP cells\b(?:(?!DP cells).){0,300}?(?:cost at most|compose to|composed to) "
