@@ -224,9 +224,10 @@ def keep_accounting(out: Path) -> None:
     public (``docs/accounting.md``); GRADMM's and PE's events do not depend on N. A kept
     ledger is replaced by the live one only when that begins with it (the run went on); otherwise (the folder was
     lost and a new run made at the same path) the old copy stays, as ``<path>#displaced-<digest>``, and counts
-    beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. Draws of a
-    cell still running are kept by the next call (the runner calls this after every cell): a machine lost in the
-    middle of a cell loses those draws' ledger together with their outputs."""
+    beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
+    calls this as soon as a cell's set is written and again after its row: draws still being made (a DP-SGD run in
+    its steps) are kept by the next call, so a machine lost in the middle of making a set loses those draws' ledger
+    together with their outputs; call it by hand before a machine goes to keep them too."""
     out = Path(out)
     unreadable: list[str] = []
     ledgers, sidecars = _read_kept(out / KEPT, unreadable)

@@ -14,6 +14,8 @@ from privlm.errors import UserError
 from privlm.experiments import runner as experiment
 from privlm.experiments.config import load_config, parse_config
 from privlm.experiments.runner import run_experiment
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.synthesis.registry import METHODS, Method, register_method
 
 GOOD = ["warm", "funny", "moving", "smart", "honest", "wonderful", "delight", "loved"]
@@ -434,3 +436,38 @@ def test_a_cell_killed_while_fine_tuning_resumes_at_its_last_epoch_and_keeps_its
         {k: v for k, v in r.items() if k != drop} for r in without_timing(whole)
     ]
     assert not evaluation.exists()  # the private evaluation state is gone once the row is written
+
+
+def _drawn(ctx) -> list[dict]:
+    """A stand-in DP method that writes its ledger and sidecar in its work folder, as GRADMM and PE do."""
+    ledger = Ledger([LedgerEntry(GaussianRelease(3.0), 1, "release")])
+    ledger.save(ctx.workdir / "run" / "privacy.json")
+    sidecar = {"dp": True, "epsilon": ctx.epsilon, "delta": ctx.delta, "ledger_file": "run/privacy.json"}
+    (ctx.workdir / "synthetic.privacy.json").write_text(json.dumps(sidecar))
+    return _first_of_each_class(ctx)
+
+
+def test_a_sets_ledger_and_sidecar_are_kept_before_its_evaluation_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine lost while a cell is evaluated (an hour at n = 1,000) keeps the drawn set's statement."""
+    register_method("drawn", Method(_drawn, "test method", takes_epsilon=True))
+    try:
+        data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+        write_dataset(data)
+        head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [2]")
+        toml.write_text(head.replace("seeds = [0, 1]", "seeds = [0]") + "[methods.drawn]\nepsilons = [1.0]\n")
+
+        def lost(*args, **kwargs):
+            raise KeyboardInterrupt  # the machine goes while the set is being evaluated
+
+        monkeypatch.setattr(experiment, "fit_and_score", lost)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(load_config(toml), tmp_path / "out")
+    finally:
+        del METHODS["drawn"]
+    kept = json.loads((tmp_path / "out" / "accounting.json").read_text())
+    cell = "work/drawn_n2_seed0_eps1"
+    assert list(kept["ledgers"]) == [f"{cell}/run/privacy.json"]
+    assert kept["sidecars"][f"{cell}/synthetic.privacy.json"]["epsilon"] == 1.0
+    assert (tmp_path / "out" / "sets" / "drawn_n2_seed0_eps1.jsonl").exists()
