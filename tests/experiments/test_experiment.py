@@ -447,7 +447,7 @@ def _drawn(ctx) -> list[dict]:
     return _first_of_each_class(ctx)
 
 
-def test_a_sets_ledger_and_sidecar_are_kept_before_its_evaluation_runs(
+def test_a_sets_ledger_sidecar_and_card_are_kept_before_its_evaluation_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A machine lost while a cell is evaluated (an hour at n = 1,000) keeps the drawn set's statement."""
@@ -470,4 +470,5 @@ def test_a_sets_ledger_and_sidecar_are_kept_before_its_evaluation_runs(
     cell = "work/drawn_n2_seed0_eps1"
     assert list(kept["ledgers"]) == [f"{cell}/run/privacy.json"]
     assert kept["sidecars"][f"{cell}/synthetic.privacy.json"]["epsilon"] == 1.0
-    assert (tmp_path / "out" / "sets" / "drawn_n2_seed0_eps1.jsonl").exists()
+    card = (tmp_path / "out" / "sets" / "drawn_n2_seed0_eps1.card.md").read_text()  # beside the set, with its ε
+    assert "(ε = 1, δ = 1e-05)-DP" in card and "WARNING" not in card
