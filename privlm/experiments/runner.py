@@ -264,10 +264,11 @@ def run_experiment(
             )
             write_jsonl_atomic(set_path, method(ctx))
             write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")
-            # the draw is made: its ledger, sidecar and card go public now, not after the hour of evaluation, so that
-            # a machine lost meanwhile loses neither the set (commit sets/) nor its statement (accounting.json)
-            keep_accounting(out)
-            card(cell)
+        # the draw is made (here or by an earlier process): its ledger, sidecar and card go public now, not after
+        # the hour of evaluation, so that a machine lost meanwhile loses neither the set (commit sets/) nor its
+        # statement (accounting.json)
+        keep_accounting(out)
+        card(cell)
         # the time the set took when it was made, by this process or an earlier one (None: not kept)
         generation_s = json.loads(set_time.read_text())["set_s"] if set_time.exists() else None
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)

@@ -464,11 +464,15 @@ def test_a_sets_ledger_sidecar_and_card_are_kept_before_its_evaluation_runs(
         monkeypatch.setattr(experiment, "fit_and_score", lost)
         with pytest.raises(KeyboardInterrupt):
             run_experiment(load_config(toml), tmp_path / "out")
+        card_path = tmp_path / "out" / "sets" / "drawn_n2_seed0_eps1.card.md"
+        card_path.unlink()  # as if the process had died between the set and its card
+        with pytest.raises(KeyboardInterrupt):  # a resumed cell reuses the set and writes the card before evaluating
+            run_experiment(load_config(toml), tmp_path / "out", resume=True)
     finally:
         del METHODS["drawn"]
     kept = json.loads((tmp_path / "out" / "accounting.json").read_text())
     cell = "work/drawn_n2_seed0_eps1"
     assert list(kept["ledgers"]) == [f"{cell}/run/privacy.json"]
     assert kept["sidecars"][f"{cell}/synthetic.privacy.json"]["epsilon"] == 1.0
-    card = (tmp_path / "out" / "sets" / "drawn_n2_seed0_eps1.card.md").read_text()  # beside the set, with its ε
+    card = card_path.read_text()  # beside the set, with its ε
     assert "(ε = 1, δ = 1e-05)-DP" in card and "WARNING" not in card
