@@ -225,7 +225,8 @@ def keep_accounting(out: Path) -> None:
     ledger is replaced by the live one only when that begins with it (the run went on); otherwise (the folder was
     lost and a new run made at the same path) the old copy stays, as ``<path>#displaced-<digest>``, and counts
     beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
-    calls this as soon as a cell's set is written and again after its row: draws still being made (a DP-SGD run in
+    calls this as soon as a cell's set is written (its evaluation releases nothing) and at the end of a run: draws
+    still being made (a DP-SGD run in
     its steps) are kept by the next call, so a machine lost in the middle of making a set loses those draws' ledger
     together with their outputs; call it by hand before a machine goes to keep them too."""
     out = Path(out)

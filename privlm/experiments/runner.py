@@ -7,8 +7,8 @@ space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rat
 ``set-time.json``, the seconds the set took (a row's ``set_s``, also when a later process writes the row;
 None when not kept);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
-data card of each finished cell's set (:mod:`privlm.experiments.set_cards`). A resumed run skips every cell
-that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
+data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
+every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
 method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
@@ -227,7 +227,7 @@ def run_experiment(
     }
 
     def card(cell: Cell) -> None:
-        """The data card of a finished cell's set, unless it has one (:mod:`privlm.experiments.set_cards`)."""
+        """The data card of a cell's set, unless it has one (:mod:`privlm.experiments.set_cards`)."""
         set_path = out / "sets" / f"{cell.key}.jsonl"
         if set_path.exists() and not has_card(out, cell):
             rows = [json.loads(line) for line in set_path.read_text().splitlines() if line.strip()]
@@ -336,9 +336,7 @@ def run_experiment(
                 continue
             done = finished()  # a cell another process finished meanwhile is not run again
             if cell.key not in done:
-                done[cell.key] = run_cell(cell)
-                card(cell)
-                keep_accounting(out)  # the public copy of the ledgers outlives the private work folder
+                done[cell.key] = run_cell(cell)  # its card and accounting were kept before its evaluation
     hooks.cell(len(cells), len(cells), "report")
     done = finished()  # other processes' rows too
     for cell in cells:
