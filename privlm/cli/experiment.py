@@ -1,4 +1,5 @@
-"""``privlm experiment CONFIG --out DIR [--resume]``: run an evaluation grid and write its report."""
+"""``privlm experiment CONFIG --out DIR [--resume]``: run an evaluation grid and write its report; with
+``--keep-accounting``, only copy the folder's ledgers into its ``accounting.json``."""
 
 from __future__ import annotations
 
@@ -43,8 +44,17 @@ def experiment_command(
         help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
+    keep: bool = typer.Option(
+        False,
+        "--keep-accounting",
+        help="Run no cell: copy the ledgers and privacy statements of every draw under DIR/work, a DP training "
+        "still in its steps included, into DIR/accounting.json (commit it before giving up a machine).",
+    ),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
+    if keep:
+        keep_command(out, chosen=bool(only or cell_patterns or shard != "0/1"), as_json=as_json)
+        return
     from privlm.experiments.config import load_config
     from privlm.experiments.runner import Hooks, run_experiment
 
@@ -97,6 +107,23 @@ def experiment_command(
     console.print(
         f"{len(rows)} cells in {out}/results.jsonl; report: {out}/report.md, {out}/report.html [{elapsed:.0f} s]"
     )
+
+
+def keep_command(out: Path, chosen: bool, as_json: bool) -> None:
+    """``--keep-accounting``: :func:`~privlm.experiments.grid_privacy.keep_accounting` on ``out`` (CONFIG is not
+    read: the copies are of whatever draws the folder holds). ``chosen``: whether cells were chosen too (refused:
+    the copy is of the whole folder)."""
+    from privlm.experiments.grid_privacy import KEPT, keep_accounting
+
+    if chosen:
+        raise UserError("--keep-accounting copies the whole folder's accounting: drop --only, --cells and --shard")
+    if not any((out / name).exists() for name in ("work", "stale", KEPT)):
+        raise UserError(f"{out}: not an experiment folder (no work/, stale/ or {KEPT}): nothing to keep")
+    ledgers, sidecars = keep_accounting(out)
+    if as_json:
+        print_json({"out": str(out), "accounting": str(out / KEPT), "ledgers": ledgers, "sidecars": sidecars})
+        return
+    console.print(f"{out / KEPT}: {ledgers} ledgers and {sidecars} set privacy statements kept; commit it")
 
 
 def register(app: typer.Typer) -> None:

@@ -213,7 +213,7 @@ def _live_files(out: Path) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def keep_accounting(out: Path) -> None:
+def keep_accounting(out: Path) -> tuple[int, int]:
     """Copy every write-ahead ledger and set sidecar under ``out/work`` and ``out/stale`` into ``out/accounting.json``
     (by path relative to ``out``), so that :func:`grid_privacy` can still state the grid's ε when the private work
     folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
@@ -228,7 +228,8 @@ def keep_accounting(out: Path) -> None:
     calls this as soon as a cell's set is written (its evaluation releases nothing) and at the end of a run: draws
     still being made (a DP-SGD run in
     its steps) are kept by the next call, so a machine lost in the middle of making a set loses those draws' ledger
-    together with their outputs; call it by hand before a machine goes to keep them too."""
+    together with their outputs; call it by hand (``privlm experiment CONFIG --out DIR --keep-accounting``) before
+    a machine goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
     out = Path(out)
     unreadable: list[str] = []
     ledgers, sidecars = _read_kept(out / KEPT, unreadable)
@@ -258,6 +259,7 @@ def keep_accounting(out: Path) -> None:
         ledgers[rel] = ledger.to_dict()
     body = {"format": KEPT_FORMAT, "ledgers": ledgers, "sidecars": sidecars}
     write_text_atomic(out / KEPT, json.dumps(body, indent=1, sort_keys=True) + "\n")
+    return len(ledgers), len(sidecars)
 
 
 def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> GridPrivacy:

@@ -58,3 +58,30 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     )  # user data without its public class names
     assert run(["experiment", str(toml), "--out", str(tmp_path / "other")]) == 2
     assert "is user data: give its public class names, e.g. labels = [" in capsys.readouterr().err
+
+
+def test_keep_accounting_copies_a_training_still_in_its_steps_and_refuses_a_choice_of_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from privlm.privacy.events import PoissonGaussianStep
+    from privlm.privacy.ledger import Ledger, LedgerEntry
+
+    out, config = tmp_path / "grid", str(tmp_path / "grid.toml")  # CONFIG is not read by --keep-accounting
+    running = out / "work" / "private-cache" / "h" / "dpft-x" / "privacy.json"  # no set and no sidecar yet
+    running.parent.mkdir(parents=True)
+    Ledger([LedgerEntry(PoissonGaussianStep(0.05, 1.2), 7, "steps 1-7")]).save(running)
+    assert run(["experiment", config, "--out", str(out), "--keep-accounting", "--cells", "gradmm_*"]) == 2
+    assert "drop --only, --cells and --shard" in capsys.readouterr().err
+    assert not (out / "accounting.json").exists()
+    assert run(["experiment", config, "--out", str(tmp_path / "empty"), "--keep-accounting"]) == 2
+    assert "not an experiment folder (no work/, stale/ or accounting.json)" in capsys.readouterr().err
+    assert not (tmp_path / "empty").exists()
+    assert run(["experiment", config, "--out", str(out), "--keep-accounting", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) | {"out": None, "accounting": None} == {
+        "out": None,
+        "accounting": None,
+        "ledgers": 1,
+        "sidecars": 0,
+    }
+    kept = json.loads((out / "accounting.json").read_text())["ledgers"]
+    assert Ledger.from_dict(kept["work/private-cache/h/dpft-x/privacy.json"]).count == 7
