@@ -7,7 +7,8 @@ statement the method wrote beside its set in ``DIR/work/<cell>/`` (its sidecar; 
 copy kept in ``DIR/accounting.json``). No private row, count or
 statistic is read. A set whose method reads no private data is stated as such; one that uses private rows
 directly, or a DP method's set whose sidecar is missing, is stated as NOT differentially private: the card
-never claims a guarantee the sidecar does not back. The sidecar itself is not copied beside the set: the
+never claims a guarantee the sidecar does not back. Only a set that spends privacy carries the grid's note on
+composing the cells' releases (:data:`GRID_NOTE`); a public, noise-only or non-private set composes nothing. The sidecar itself is not copied beside the set: the
 grid's rows already state each cell's release (and ``research/privacy_across_studies.py`` counts every
 committed sidecar as a release of its own, so a copy would be counted twice).
 """
@@ -23,7 +24,7 @@ from typing import Any
 from privlm.experiments.config import Cell, ExperimentConfig
 from privlm.experiments.grid_privacy import kept_copy
 from privlm.runfolder import sidecar_path
-from privlm.synthesis.card import card_path, write_data_card
+from privlm.synthesis.card import card_path, spends_privacy, write_data_card
 from privlm.synthesis.registry import NON_PRIVATE, PUBLIC, SET_FILE, Method
 
 GRID_NOTE = (
@@ -96,7 +97,7 @@ def write_set_card(
             "grid configuration": f"configs/{config.hash}.json",
         },
         version=__version__,
-        note=GRID_NOTE,
+        note=GRID_NOTE if spends_privacy(privacy) else None,
         sidecar=False,
     )
 

@@ -21,6 +21,7 @@ CARD_SUFFIX = ".card.md"
 _STATED = {
     "dp",
     "public",
+    "noise_only",
     "epsilon",
     "delta",
     "epsilon_target",
@@ -58,6 +59,12 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def spends_privacy(privacy: Mapping[str, Any]) -> bool:
+    """Whether the statement ``privacy`` (a sidecar) is a DP release of private data: ``dp`` and not a
+    ``noise_only`` control, which is a release of pure noise that read no data (it spends ε = 0)."""
+    return bool(privacy.get("dp")) and not privacy.get("noise_only")
+
+
 def _source_note(privacy: Mapping[str, Any]) -> str:
     """What the card may say of the private rows: a DP or public set holds none of them; any other may."""
     if privacy.get("dp") or privacy.get("public"):
@@ -85,7 +92,8 @@ def data_card(
     its ``public`` inputs (class names, template, description, instructions: name → value).
     ``private_release``: the ledger's flag; False (seeded noise, e.g. ``--seed`` of a DP-SGD run or a test)
     puts a warning first: a seed reproduces the noise, so the stated ε is not a guarantee. ``privacy`` with
-    ``public: True`` (and no ``dp``) states a set made from public inputs only; ``note``: a paragraph of its
+    ``public: True`` (and no ``dp``) states a set made from public inputs only, as does ``noise_only: True`` (a
+    control's release of pure noise: no warning of seeded noise, no guarantee section); ``note``: a paragraph of its
     own after the privacy statement (e.g. what publishing it beside other sets costs); ``sidecar``: whether
     ``FILE.privacy.json`` lies beside the set (listed under the files)."""
     counts = Counter(str(row.get("label_name", row.get("label"))) for row in rows)
@@ -95,12 +103,17 @@ def data_card(
         f"- **Method:** `{method}`; public model `{model}`",
         f"- **Private source:** `{data}` ({_source_note(privacy)})",
     ]
-    if privacy.get("dp") and not private_release:
+    if spends_privacy(privacy) and not private_release:
         lines += [
             "- **WARNING: seeded noise.** Whoever knows the seed regenerates the noise: the ε below is what the run"
             " spent, not a guarantee. Do not share this file where the private data may not go."
         ]
-    if privacy.get("dp"):
+    if privacy.get("noise_only"):  # its noise may be seeded: it hides nothing, so that is no warning
+        lines += [
+            "- **Privacy: no private data was read** (ε = 0): a control, selected with a release of pure noise"
+            " (no gradient of any example) from the public model and the public inputs below only.",
+        ]
+    elif privacy.get("dp"):
         epsilon = privacy["epsilon"]
         accounted = privacy.get("epsilon_accounted")
         lines += [

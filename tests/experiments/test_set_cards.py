@@ -70,6 +70,16 @@ def test_seeded_or_unknown_noise_is_warned_of(tmp_path: Path) -> None:
     assert "WARNING: seeded noise" in _card(tmp_path / "gone", "dp", "(ε, δ)-DP", epsilon=1.0)
 
 
+def test_a_noise_only_control_composes_nothing_and_is_not_warned_of(tmp_path: Path) -> None:
+    work = tmp_path / "work" / "dp_n2_seed0_eps1"
+    work.mkdir(parents=True)
+    control = {"dp": True, "noise_only": True, "epsilon": 0.0, "delta": 0.0, "noise_multiplier": 3.0}
+    (work / "synthetic.privacy.json").write_text(json.dumps(control))  # no ledger: it drew nothing private
+    card = _card(tmp_path, "dp", "(ε, δ)-DP", epsilon=1.0)
+    assert "no private data was read" in card and "`noise_multiplier`: 3" in card
+    assert GRID_NOTE not in card and "WARNING" not in card and "## The guarantee" not in card
+
+
 def test_a_card_written_after_the_work_folder_is_lost_reads_the_kept_copies(tmp_path: Path) -> None:
     _sidecar(tmp_path, "dp_n2_seed0_eps1", seeded=False)
     keep_accounting(tmp_path)
@@ -85,6 +95,7 @@ def test_a_card_written_after_the_work_folder_is_lost_reads_the_kept_copies(tmp_
 def test_public_real_and_unbacked_sets(tmp_path: Path) -> None:
     public = _card(tmp_path, "pub", PUBLIC)
     assert "no private data was read" in public and "NOT differentially private" not in public
+    assert GRID_NOTE not in public and GRID_NOTE not in _card(tmp_path, "real", NON_PRIVATE)  # they compose nothing
     assert "## The guarantee" not in public and ".privacy.json" not in public
     real = _card(tmp_path, "real", NON_PRIVATE)
     assert f"NOT differentially private:** {NON_PRIVATE}" in real and "-DP" not in real

@@ -57,3 +57,11 @@ def test_the_card_is_written_beside_the_output(tmp_path: Path) -> None:
     )
     assert path == card_path(out) == tmp_path / "syn.card.md"
     assert path.read_text().startswith("# Synthetic data set `syn.jsonl`") and "- none" in path.read_text()
+
+
+def test_a_noise_only_control_is_stated_as_reading_no_private_data_even_with_seeded_noise() -> None:
+    control = {"dp": True, "noise_only": True, "epsilon": 0.0, "delta": 0.0, "clip": 1.0, "mechanism": "pure noise"}
+    card = _card(control, private_release=False)
+    assert "**Privacy: no private data was read** (ε = 0): a control" in card and "`mechanism`: pure noise" in card
+    assert "WARNING" not in card and "## The guarantee" not in card and "-DP**" not in card
+    assert "`noise_only`" not in card and "the rows are synthetic" in card
