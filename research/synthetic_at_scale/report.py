@@ -192,9 +192,10 @@ def _shared(a: set, b: set) -> float:
 
 
 def overlaps(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
-    """Per DP (method, ε, n): how much of its set two seeds (two DP draws) share, and how much it shares with its
-    control's set of the same seed: when the draws' sets agree and differ from the control's, the private
-    signal, not the noise, chose them."""
+    """Per DP (method, ε, n): how much of its set two seeds (two DP draws) share, how much it shares with its
+    control's set of the same seed (when the draws' sets agree and differ from the control's, the private
+    signal, not the noise, chose them), and with the same method's set of the same seed at each smaller ε and at
+    ε none (how much the budget moves the set)."""
     lines = []
     for method, eps, n in sorted(k for k in groups if k[0] in CONTROL and k[1] is not None):
         rows = sorted(groups[(method, eps, n)], key=lambda r: r["seed"])
@@ -202,10 +203,16 @@ def overlaps(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[st
         control = {r["seed"]: _texts(r["cell"]) for r in _control_rows(groups, method, eps, n)}
         pairs = [_shared(sets[a], sets[b]) for i, a in enumerate(sets) for b in list(sets)[i + 1 :]]
         against = [_shared(sets[s], control[s]) for s in sets if control.get(s)]
-        if not pairs and not against:
-            continue
         parts = [f"seed against seed {statistics.mean(pairs):.0f} % ({len(pairs)} pair(s))"] if pairs else []
         parts += [f"against {CONTROL[method]} of the same seed {statistics.mean(against):.0f} %"] if against else []
+        smaller = {e for m, e, size in groups if (m, size) == (method, n) and (e is None or e < eps)}
+        for other in sorted(smaller, key=lambda e: (e is None, e or 0.0)):
+            theirs = {r["seed"]: _texts(r["cell"]) for r in groups[(method, other, n)]}
+            if shared := [_shared(sets[s], theirs[s]) for s in sets if theirs.get(s)]:
+                name = "ε none" if other is None else f"ε = {other:g}"
+                parts.append(f"against {name} of the same seed {statistics.mean(shared):.0f} % ({len(shared)})")
+        if not parts:
+            continue
         lines.append(f"- {method}, ε = {eps:g}, n = {n:,}: " + ", ".join(parts))
     return lines
 
