@@ -18,8 +18,9 @@ mechanism: it reads released sets (and the NOT private random reference) and the
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -34,7 +35,7 @@ from privlm.experiments.sampling import subsample  # noqa: E402
 from privlm.resources.datasets import load_dataset  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.head import label_token_ids, label_word_rows  # noqa: E402
-from privlm.training.head_probe import fit_rows, prompt_features  # noqa: E402
+from privlm.training.head_probe import HeadProbeConfig, fit_rows, prompt_features  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "work" / "head-steps"
@@ -43,7 +44,51 @@ STRENGTHS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # the converged fit's L2 pull t
 GRID_EPOCHS = 40  # the grid's setting (config.toml: head_probe = true, the defaults)
 
 
-def main() -> None:
+@dataclass
+class Study:
+    """What both head ablations read: the finished rows whose sets are committed, the grid's head settings,
+    the zero-shot label-word rows, the label names and the features (with classes) of the validation and
+    test splits (``scored``); :meth:`features` gives (and caches under ``work/head-steps/``) a set's."""
+
+    rows: list[dict]
+    probe: HeadProbeConfig
+    label_names: tuple[str, ...]
+    initial: torch.Tensor
+    scored: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    model: Any
+    tokenizer: Any
+    template: str
+
+    def features(self, name: str, examples: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt features (n, d) and classes (n,) of ``examples``, cached as ``work/head-steps/<name>.pt``
+        (private: a ``random`` cell's are of real rows)."""
+        path = CACHE / f"{name}.pt"
+        if path.exists():
+            return torch.load(path, weights_only=True)
+        texts = [t for t, _ in examples]
+        value = (
+            prompt_features(self.model, self.tokenizer, texts, self.template, self.probe.max_length),
+            torch.tensor([y for _, y in examples], dtype=torch.long),
+        )
+        CACHE.mkdir(parents=True, exist_ok=True)
+        torch.save(value, path)
+        return value
+
+    def set_features(self, row: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features of the finished cell ``row``'s committed set, in its file's order."""
+        return self.features(row["cell"], read_training_set(HERE / "sets" / f"{row['cell']}.jsonl", self.label_names))
+
+    def check_grid_fit(self, row: dict, test: float) -> None:
+        """Stop unless ``test``, the 40-epoch refit on the whole set, is the row's ``head_accuracy``."""
+        if abs(test - row["head_accuracy"]) > 1e-12:
+            raise SystemExit(
+                f"{row['cell']}: the 40-epoch refit scores {test}, "
+                f"the grid's row {row['head_accuracy']}: not the grid's head-only classifier"
+            )
+
+
+def load_study() -> Study:
+    """The model, splits and finished rows of the grid, with its head-only settings checked."""
     torch.set_num_threads(1)
     config = load_config(HERE / "config.toml")
     probe = config.head_probe_config()
@@ -52,7 +97,6 @@ def main() -> None:
     rows = [r for r in rows if (HERE / "sets" / f"{r['cell']}.jsonl").exists()]
     spec, seed0 = config.data_spec(), config.data_seed
     train = load_dataset(spec, split="train", seed=seed0, labels=config.labels)
-    template = train.verbalizer.template
     valid = load_dataset(spec, split="validation", seed=seed0, labels=config.labels).examples
     splits = {
         "validation": subsample(valid, config.validation_size, seed0),
@@ -60,39 +104,30 @@ def main() -> None:
     }
     model, tokenizer = load_model(config.model, seed=seed0)
     initial = label_word_rows(model, label_token_ids(tokenizer, train.verbalizer))
+    study = Study(rows, probe, tuple(train.label_names), initial, {}, model, tokenizer, train.verbalizer.template)
+    study.scored = {name: study.features(name, examples) for name, examples in splits.items()}
+    return study
 
-    def features(name: str, examples: list) -> tuple[torch.Tensor, torch.Tensor]:
-        path = CACHE / f"{name}.pt"
-        if path.exists():
-            return torch.load(path, weights_only=True)
-        value = (
-            prompt_features(model, tokenizer, [t for t, _ in examples], template, probe.max_length),
-            torch.tensor([y for _, y in examples], dtype=torch.long),
-        )
-        CACHE.mkdir(parents=True, exist_ok=True)
-        torch.save(value, path)
-        return value
 
-    scored = {name: features(name, examples) for name, examples in splits.items()}
+def accuracy(rows: torch.Tensor, scored: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    """Accuracy of the label-word ``rows`` on each scored split."""
+    return {name: float(((f @ rows.T).argmax(1) == y).double().mean()) for name, (f, y) in scored.items()}
+
+
+def main() -> None:
+    study = load_study()
+    probe, initial, scored = study.probe, study.initial, study.scored
     out = []
-    for row in rows:
-        set_features = features(
-            row["cell"], read_training_set(HERE / "sets" / f"{row['cell']}.jsonl", train.label_names)
-        )
+    for row in study.rows:
+        set_features = study.set_features(row)
         by_epochs = {}
         for epochs in EPOCHS:
             fitted = fit_rows(initial, *set_features, replace(probe, epochs=epochs), row["seed"])
-            correct = {name: ((f @ fitted.T).argmax(1) == classes).numpy() for name, (f, classes) in scored.items()}
             by_epochs[epochs] = {
-                "test": float(correct["test"].mean()),
-                "validation": float(correct["validation"].mean()),
+                **accuracy(fitted, scored),
                 "steps": epochs * -(-len(set_features[0]) // probe.batch_size),
             }
-        if abs(by_epochs[GRID_EPOCHS]["test"] - row["head_accuracy"]) > 1e-12:
-            raise SystemExit(
-                f"{row['cell']}: the 40-epoch refit scores {by_epochs[GRID_EPOCHS]['test']}, "
-                f"the grid's row {row['head_accuracy']}: not the grid's head-only classifier"
-            )
+        study.check_grid_fit(row, by_epochs[GRID_EPOCHS]["test"])
         chosen = max(EPOCHS, key=lambda e: (by_epochs[e]["validation"], -e))  # fewest epochs on ties
         logistic = converged(initial, set_features, scored)
         strength = max(STRENGTHS, key=lambda c: (logistic[c]["validation"], c))  # strongest pull on ties
@@ -137,10 +172,7 @@ def converged(
             return loss
 
         optimizer.step(objective)
-        fitted = rows.detach()
-        out[strength] = {
-            name: float(((f @ fitted.T).argmax(1) == y).double().mean()) for name, (f, y) in scored.items()
-        }
+        out[strength] = accuracy(rows.detach(), scored)
     return out
 
 
