@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from head_steps import GRID_EPOCHS, HERE, accuracy, converged, load_study  # noqa: E402
+from report import _mean_sd, direct  # noqa: E402
 
 from privlm.training.head_probe import fit_rows  # noqa: E402
 
@@ -76,10 +77,8 @@ def _means(out: list[dict]) -> dict[tuple[str, float | None], dict[int, dict[str
     return found
 
 
-def _cell(values: list[float]) -> str:
-    mean = sum(values) / len(values)
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-    return f"{mean:.1f} ± {sd:.1f} ({len(values)})"
+def _eps(epsilon: float | None) -> str:
+    return "none" if epsilon is None else f"{epsilon:g}"
 
 
 def write_table(out: list[dict]) -> None:
@@ -96,8 +95,12 @@ def write_table(out: list[dict]) -> None:
     ]
     for (method, epsilon), sizes in sorted(_means(out).items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         for fit in ("grid", "converged"):
-            cells = " | ".join(_cell(sizes[k][fit]) for k in SIZES)
-            lines.append(f"| {method} | {epsilon if epsilon is not None else 'none'} | {fit} | {cells} |")
+            cells = " | ".join(_mean_sd(sizes[k][fit]) for k in SIZES)
+            lines.append(f"| {method} | {_eps(epsilon)} | {fit} | {cells} |")
+    lines += [
+        "",
+        f"The target's reference, DP training directly on the real split (head-only, ε = 1): {_mean_sd(direct()[1.0])}.",
+    ]
     (HERE / "head_sizes.md").write_text("\n".join(lines) + "\n")
 
 
@@ -106,7 +109,9 @@ def plot(out: list[dict]) -> None:
     for ax, fit in zip(axes, ("grid", "converged"), strict=True):
         for (method, epsilon), sizes in sorted(_means(out).items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             means = [sum(sizes[k][fit]) / len(sizes[k][fit]) for k in SIZES]
-            ax.plot(SIZES, means, marker="o", ms=3, label=f"{method} (ε {epsilon if epsilon is not None else 'none'})")
+            ax.plot(SIZES, means, marker="o", ms=3, label=f"{method} (ε {_eps(epsilon)})")
+        reference = direct()[1.0]
+        ax.axhline(sum(reference) / len(reference), color="black", ls="--", lw=1, label="DP training directly, ε 1")
         ax.set_xscale("log")
         ax.set_xlabel("rows per class (prefix of the n = 1,000 set, log)")
         ax.set_title(f"head fit: {fit}")
