@@ -8,9 +8,10 @@ copy kept in ``DIR/accounting.json``). No private row, count or
 statistic is read. A set whose method reads no private data is stated as such; one that uses private rows
 directly, or a DP method's set whose sidecar is missing, is stated as NOT differentially private: the card
 never claims a guarantee the sidecar does not back. Only a set that spends privacy carries the grid's note on
-composing the cells' releases (:data:`GRID_NOTE`); a public, noise-only or non-private set composes nothing. The sidecar itself is not copied beside the set: the
-grid's rows already state each cell's release (and ``research/privacy_across_studies.py`` counts every
-committed sidecar as a release of its own, so a copy would be counted twice).
+composing the cells' releases (:data:`GRID_NOTE`); a public, noise-only or non-private set composes nothing.
+The sidecar itself is not copied beside the set: the grid's rows already state each cell's release (and
+``research/privacy_across_studies.py`` counts every committed sidecar as a release of its own, so a copy would
+be counted twice).
 """
 
 from __future__ import annotations

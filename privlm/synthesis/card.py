@@ -93,9 +93,9 @@ def data_card(
     ``private_release``: the ledger's flag; False (seeded noise, e.g. ``--seed`` of a DP-SGD run or a test)
     puts a warning first: a seed reproduces the noise, so the stated ε is not a guarantee. ``privacy`` with
     ``public: True`` (and no ``dp``) states a set made from public inputs only, as does ``noise_only: True`` (a
-    control's release of pure noise: no warning of seeded noise, no guarantee section); ``note``: a paragraph of its
-    own after the privacy statement (e.g. what publishing it beside other sets costs); ``sidecar``: whether
-    ``FILE.privacy.json`` lies beside the set (listed under the files)."""
+    control's release of pure noise: no warning of seeded noise, no guarantee section); ``note``: a paragraph
+    of its own after the privacy statement (e.g. what publishing it beside other sets costs); ``sidecar``:
+    whether ``FILE.privacy.json`` lies beside the set (listed under the files)."""
     counts = Counter(str(row.get("label_name", row.get("label"))) for row in rows)
     lines = [f"# Synthetic data set `{Path(out).name}`", ""]
     lines += [
