@@ -52,14 +52,14 @@ def experiment_command(
     ),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
+    shard_k_n = parse_shard(shard)
     if keep:
-        keep_command(out, chosen=bool(only or cell_patterns or shard != "0/1"), as_json=as_json)
+        keep_command(out, chosen=bool(only or cell_patterns or shard_k_n != (0, 1)), as_json=as_json)
         return
     from privlm.experiments.config import load_config
     from privlm.experiments.runner import Hooks, run_experiment
 
     config = load_config(config_path)
-    shard_k_n = parse_shard(shard)
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
     command += [arg for method in only or () for arg in ("--only", method)]
     command += [arg for pattern in cell_patterns or () for arg in ("--cells", pattern)]

@@ -30,7 +30,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from head_steps import GRID_EPOCHS, HERE, accuracy, converged, load_study  # noqa: E402
+from head_steps import GRID_EPOCHS, HERE, accuracy, converged, load_study, validation_chosen  # noqa: E402
 from report import _mean_sd, direct  # noqa: E402
 
 from privlm.training.head_probe import fit_rows  # noqa: E402
@@ -57,7 +57,7 @@ def main() -> None:
                 fit_rows(study.initial, features[keep], classes[keep], study.probe, row["seed"]), study.scored
             )
             logistic = converged(study.initial, (features[keep], classes[keep]), study.scored)
-            strength = max(logistic, key=lambda c: (logistic[c]["validation"], c))  # strongest pull on ties
+            strength = validation_chosen(logistic)
             by_size[k] = {"grid": grid["test"], "converged": logistic[strength]["test"], "converged_c": strength}
         study.check_grid_fit(row, by_size[max(SIZES)]["grid"])
         out.append({k: row[k] for k in ("cell", "method", "seed", "epsilon")} | {"by_size": by_size})

@@ -130,7 +130,7 @@ def main() -> None:
         study.check_grid_fit(row, by_epochs[GRID_EPOCHS]["test"])
         chosen = max(EPOCHS, key=lambda e: (by_epochs[e]["validation"], -e))  # fewest epochs on ties
         logistic = converged(initial, set_features, scored)
-        strength = max(STRENGTHS, key=lambda c: (logistic[c]["validation"], c))  # strongest pull on ties
+        strength = validation_chosen(logistic)
         out.append(
             {
                 "cell": row["cell"],
@@ -174,6 +174,11 @@ def converged(
         optimizer.step(objective)
         out[strength] = accuracy(rows.detach(), scored)
     return out
+
+
+def validation_chosen(logistic: dict[float, dict[str, float]]) -> float:
+    """The pull strength of :func:`converged` with the best validation accuracy (the strongest pull on ties)."""
+    return max(logistic, key=lambda c: (logistic[c]["validation"], c))
 
 
 def write_table(out: list[dict]) -> None:

@@ -15,6 +15,7 @@ its control's. Reads committed files only.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from collections import defaultdict
@@ -178,15 +179,16 @@ def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list
     return lines or ["- no method has both a DP row and its ε-none row yet"]
 
 
-def _texts(cell: str) -> set[tuple[str, int]] | None:
-    """The (text, label) pairs of a finished cell's committed set; None when it is not committed."""
+@functools.cache
+def _texts(cell: str) -> frozenset[tuple[str, int]] | None:
+    """The (text, label) pairs of a finished cell's committed set (read once); None when it is not committed."""
     path = HERE / "sets" / f"{cell}.jsonl"
     if not path.exists():
         return None
-    return {(row["text"], row["label"]) for row in map(json.loads, path.read_text().splitlines())}
+    return frozenset((row["text"], row["label"]) for row in map(json.loads, path.read_text().splitlines()))
 
 
-def _shared(a: set, b: set) -> float:
+def _shared(a: frozenset, b: frozenset) -> float:
     """The share (%) of the smaller set's distinct (text, label) pairs that the other set holds too."""
     return 100 * len(a & b) / min(len(a), len(b))
 
