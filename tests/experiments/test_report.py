@@ -76,6 +76,26 @@ def test_report_files_name_the_unfinished_grid_and_embed_the_plots(tmp_path: Pat
     assert base64.b64decode(embedded) == (tmp_path / "plots" / "accuracy_vs_n.png").read_bytes()
 
 
+def test_plots_are_written_through_temporary_files_of_their_own(tmp_path: Path) -> None:
+    """The grid's processes write the same report at once; a fixed temporary name let one writer's rename pull
+    the other's file away (FileNotFoundError). Another writer's file under the old fixed name must not matter."""
+    config = parse_config(
+        {
+            "model": "tiny-llama",
+            "dataset": "rotten-tomatoes",
+            "pool_per_class": 10,
+            "n_per_class": [5],
+            "seeds": [0],
+            "methods": {"random": {}},
+        },
+        "test",
+    )
+    (tmp_path / "plots" / ".accuracy_vs_n.png.tmp").mkdir(parents=True)  # in the way of a fixed name
+    write_report(tmp_path, [row("random", 5, 0, 0.7)], config)
+    assert (tmp_path / "plots" / "accuracy_vs_n.png").read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [".accuracy_vs_n.png.tmp", "accuracy_vs_n.png"]
+
+
 def test_dp_entries_are_read_against_their_noise_only_control() -> None:
     from privlm.experiments.report import against_noise
 
