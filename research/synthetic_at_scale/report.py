@@ -7,7 +7,7 @@ finished seeds, and the mean seconds to make a set. Then the targets at ε = 1, 
 synthetic set within 2 points of DP training directly on the real data, and at least its noise-only
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
 evaluation lets a set of that size go). Then every DP row against its control and against the same method at ε
-none (what the noise costs it), and how many texts the sets of two seeds (two DP draws) share, and each set with
+none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, and how many texts the sets of two seeds (two DP draws) share, and each set with
 its control's. Reads committed files only.
 
     python research/synthetic_at_scale/report.py      # writes research/synthetic_at_scale/summary.md
@@ -29,7 +29,9 @@ DP_METHODS = ("gradmm@instruct", "dp-finetune-gen", "pe")  # the DP synthetic-te
 # release of pure noise; dp-finetune-gen and PE: the public model's answers to the same prompts, untrained).
 CONTROL = {"gradmm@instruct": "gradmm@instruct-noise", "dp-finetune-gen": "zero-shot", "pe": "zero-shot"}
 METRICS = (("head_accuracy", "head-only"), ("accuracy", "fine-tune"))
-ORDER = (*DP_METHODS, "gradmm@instruct-noise", "zero-shot", "random", "full-pool")
+# GRADMM's selection against a uniform draw of the same label-filtered candidates (public; pool_reach.py)
+POOL_DRAW = {"gradmm@instruct": "instruct-pool"}
+ORDER = (*DP_METHODS, "gradmm@instruct-noise", "instruct-pool", "zero-shot", "random", "full-pool")
 TARGET_EPS, TARGET_N = 1.0, 1000
 
 
@@ -169,6 +171,18 @@ def controls(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[st
     return lines
 
 
+def pool_draws(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
+    """Every finished GRADMM row (any ε) against the uniform draw of its own candidate pool at the same n."""
+    lines = []
+    for method, eps, n in sorted(
+        (k for k in groups if k[0] in POOL_DRAW), key=lambda k: (k[2], k[1] is None, k[1] or 0)
+    ):
+        if margins := _margins(groups[(method, eps, n)], groups.get((POOL_DRAW[method], None, n), [])):
+            name = "ε none" if eps is None else f"ε = {eps:g}"
+            lines.append(f"- {method}, {name}, n = {n:,} − {POOL_DRAW[method]}: {margins} points")
+    return lines or ["- no GRADMM row has its pool draw's row at the same n yet"]
+
+
 def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
     """Every finished DP row against the same method at ε none at the same n (GRADMM: no clipping, no noise;
     dp-finetune-gen: the same DP-SGD run with σ = 0): what the noise costs the method."""
@@ -235,6 +249,11 @@ def main() -> None:
         "Every DP row against its control (seed means; the control without the private signal):",
         "",
         *controls(groups),
+        "",
+        "GRADMM's selection against a uniform draw of the same label-filtered public candidates (instruct-pool, "
+        "reads nothing private; the stronger public baseline, pool_reach.md):",
+        "",
+        *pool_draws(groups),
         "",
         "What the noise costs (each DP row against the same method at ε none, NOT private):",
         "",

@@ -30,9 +30,12 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # generator), one no-DP GRADMM set (seed 0: at n = 1,000 the eps = 4 and eps = 1 sets share 98 % of their texts,
 # so more no-DP seeds would re-evaluate nearly the same set), the n = 100 cells at eps 1 and 4, PE, the whole split;
 # last ("*") the other no-DP GRADMM seeds and the sigma = 0 dp-finetune-gen runs of seeds 1-2 (about 3 h a seed)
-queue+=("gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "dp-finetune-gen_n1000_*_eps4"
+# The random draw of GRADMM's own label-filtered pool (instruct-pool, public) comes before the eps = 4 DP generator:
+# pool_reach.py found it beats GRADMM's selection on the head-only reading, so the fine-tune must read it too.
+queue+=("gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "instruct-pool_n1000_*"
+        "dp-finetune-gen_n1000_*_eps4"
         "gradmm@instruct_n1000_seed0_epsnone"
-        "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "random_n100_*" "zero-shot_n100_*"
+        "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"
         "dp-finetune-gen_n100_*_eps[14]" "pe_*" "full-pool_*" "*")
 worker() { for cells in "${queue[@]}"; do run --cells "$cells"; done; }
 worker & worker & wait

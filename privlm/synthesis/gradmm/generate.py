@@ -116,6 +116,23 @@ def instructed_ids(
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
+def instructed_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Prompt,
+    label: int,
+    config: GradmmConfig,
+    seed: int,
+    public_dir: Path | None = None,
+) -> list[list[int]]:
+    """One batch of instructed answers for class ``label`` (:func:`instructed_ids` with the class's instruction),
+    kept in ``public_dir`` as ``class{label}_seed{seed}.json`` when given, and read from there if it exists:
+    cells that select from the same public candidates generate them once. Public: no release is read."""
+    path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
+    instruction = instructions_for(prompt, config)[label]
+    return json_once(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
+
+
 def instructed_pool(public_dir: Path, label: int) -> list[list[int]]:
     """The instructed public candidates of class ``label`` kept in ``public_dir`` by :func:`generate_batch`,
     batch by batch in seed order (token ids). Public: answers of the public LM to a public instruction."""
@@ -168,9 +185,7 @@ def generate_batch(
     target = release.targets[label].to(torch.float64)
     label_token = prompt.label_token_ids[label]
     if config.source == "instruct":
-        path = None if public_dir is None else public_dir / f"class{label}_seed{seed}.json"
-        instruction = instructions_for(prompt, config)[label]
-        ids = json_once(path, lambda: instructed_ids(model, tokenizer, instruction, config, seed))
+        ids = instructed_batch(model, tokenizer, prompt, label, config, seed, public_dir)
     else:
         proj = projector()
         sample = proj.sample(config.batch, config.length, torch.Generator().manual_seed(seed))

@@ -1,0 +1,120 @@
+"""``instruct-pool``: a seeded uniform draw of GRADMM's label-filtered instructed candidates — checked against
+Monte Carlo for uniformity, and against a GRADMM run's own candidates and label filter (the same pool, read
+from the shared folder, with no private data touched)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from privlm.resources.tiny import build_tiny_model
+from privlm.synthesis.gradmm import generate
+from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.method import public_candidates_dir
+from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.instruct_pool.method import draw, instruct_pool_rows
+from privlm.synthesis.registry import MethodContext
+
+PRIVATE = [("a warm and funny story", 1), ("slow, dull and far too long", 0)]
+NAMES, WORDS, TEMPLATE = ["negative", "positive"], ["bad", "great"], "{text} It was "
+POOL = {"preset": "instruct", "batch": 3, "oversample": 6.0, "pool_seed": 7}  # 12 candidates per class
+
+
+def _candidates() -> tuple[list[Candidate], list[int]]:
+    """Ten candidates per class; the label filter gives candidates 0, 3 and 6 of each class the other class."""
+    cands = [Candidate(ids=(k, i), text=f"{k}-{i}", label=k, match_loss=None) for i in range(10) for k in (0, 1)]
+    predicted = [1 - c.label if c.ids[1] % 3 == 0 and c.ids[1] < 7 else c.label for c in cands]
+    return cands, predicted
+
+
+def test_draw_keeps_the_eligible_candidates_only_and_its_prefixes_are_smaller_draws() -> None:
+    cands, predicted = _candidates()
+    chosen = draw(cands, predicted, 4, 2, seed=3)
+    assert [c.label for c in chosen] == [0] * 4 + [1] * 4
+    assert all(c.ids[1] not in (0, 3, 6) for c in chosen) and len(set(chosen)) == 8
+    assert draw(cands, predicted, 4, 2, seed=3) == chosen != draw(cands, predicted, 4, 2, seed=4)
+    everything = draw(cands, predicted, 100, 2, seed=3)  # capped by the fewest eligible (7 per class)
+    assert len(everything) == 14 and [c for c in everything if c.label == 0][:4] == chosen[:4]
+
+
+def test_draw_is_uniform_over_the_eligible_candidates() -> None:
+    """Monte Carlo over 4,000 seeds: each of the 7 eligible candidates of a class is kept with probability 2/7
+    (binomial sd about 0.007; 5 sd allowed)."""
+    cands, predicted = _candidates()
+    counts: dict[tuple[int, int], int] = {}
+    for seed in range(4000):
+        for c in draw(cands, predicted, 2, 2, seed):
+            counts[c.ids] = counts.get(c.ids, 0) + 1
+    assert len(counts) == 14
+    frequencies = np.array(list(counts.values())) / 4000
+    assert np.abs(frequencies - 2 / 7).max() < 5 * np.sqrt(2 / 7 * 5 / 7 / 4000)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=3)  # its label filter leaves 8 and 5 of these eligible
+    return model.requires_grad_(False), tokenizer
+
+
+class Poisoned(list):
+    def __iter__(self):
+        raise AssertionError("instruct-pool must not read the private pool")
+
+    def __len__(self) -> int:
+        raise AssertionError("instruct-pool must not read the private pool")
+
+
+@pytest.mark.parametrize("label_filter", [True, False])
+def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_path, monkeypatch, label_filter) -> None:
+    """A GRADMM cell makes the public pool; an ``instruct-pool`` cell of the same experiment reads the same
+    candidates (nothing is generated again) and keeps only those GRADMM's label filter leaves eligible."""
+    model, tokenizer = lm
+    config = replace(make_config(**POOL, seed=0), label_filter=label_filter, noise_only=True)
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
+    work = tmp_path / "work"
+    public = public_candidates_dir(work, model, config, prompt)
+    out = work / "gradmm" / "synthetic.jsonl"
+    out.parent.mkdir(parents=True)
+    run_gradmm(
+        model,
+        tokenizer,
+        prompt,
+        lambda: list(PRIVATE),
+        out=out,
+        per_class=2,
+        config=config,
+        dp=True,
+        epsilon=1.0,
+        delta=1e-5,
+        public_dir=public,
+    )
+    batches = sorted(GradmmPaths(out).batches.glob("*.json"))
+    pool = [c for b in batches for c in generate._load_batch(b)]
+    predicted = (
+        generate.public_labels(model, tokenizer, prompt, pool, public) if label_filter else [c.label for c in pool]
+    )
+    eligible = {(c.text, c.label) for c, p in zip(pool, predicted, strict=True) if c.label == p}
+    monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
+    ctx = MethodContext(
+        model=model,
+        tokenizer=tokenizer,
+        pool=Poisoned(),
+        label_names=NAMES,
+        template=TEMPLATE,
+        label_words=WORDS,
+        n_per_class=2,
+        seed=5,
+        epsilon=None,
+        delta=1e-5,
+        workdir=work / "instruct-pool",
+        pool_features=lambda: pytest.fail("instruct-pool must not read the private pool"),
+        params={**POOL, "label_filter": label_filter},
+    )
+    rows = instruct_pool_rows(ctx)
+    assert rows and {(r["text"], r["label"]) for r in rows} <= eligible
+    assert all(r["uses_private_data"] is False and r["label_name"] == NAMES[r["label"]] for r in rows)
+    assert instruct_pool_rows(replace(ctx, seed=5)) == rows
