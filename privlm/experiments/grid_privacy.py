@@ -24,8 +24,15 @@ field, one inside the cell's own folder — and a ledger outside ``DIR/work/priv
 cell only (two cells claiming one such ledger would hide a draw: a copied sidecar or run folder). A cell
 that fails (a set from an older privlm, a deleted run folder), an unreadable ledger or sidecar, or a ledger
 of seeded draws (``private_release`` false: noise a user seed reproduces, no guarantee) is named, and the
-grid's ε is then not stated at all rather than stated too small. Noise-only controls read no private data
-and no-DP cells are NOT private; neither enters the composition.
+grid's ε is then not stated from its ledgers rather than stated too small. Noise-only controls read no private
+data and no-DP cells are NOT private; neither enters the composition.
+
+Where only cells without a ledger stand in the way (their run folders lost with a machine before the runner kept
+copies) and their rows state their (ε, δ), the report gives a bound that rests on one more ASSUMPTION, said
+beside it: each such cell's set came from a single draw at its stated budget. The bound adds those budgets to
+the ledgers' PLD composition by basic composition (ε and δ add), never less than the truth when the
+assumption holds. A cell whose sidecar was lost with its folder counts this way even if it was a noise-only
+control: the sidecar that would say so is gone.
 """
 
 from __future__ import annotations
@@ -72,6 +79,19 @@ class GridPrivacy:
     seeded: int = 0
     unreadable: tuple[str, ...] = ()
     kept: int = 0
+    # the ledgers' PLD ε at ``delta`` (also when cells are unaccounted) and the stated (ε, δ) of each unaccounted
+    # cell, when every one of them states both: the parts of :meth:`bound`
+    ledger_epsilon: float | None = None
+    stated: tuple[tuple[float, float], ...] = ()
+
+    def bound(self) -> tuple[float, float] | None:
+        """``(ε, δ)`` of the sets published together when only ledger-less cells stand in the way: the ledgers'
+        PLD ε at ``delta`` plus each unaccounted cell's stated budget, by basic composition (module docstring:
+        it ASSUMES each such cell drew once at its stated budget). None when the ledgers state ``epsilon``
+        themselves, or when an unreadable file, seeded draws or a cell without a stated budget stand in the way."""
+        if self.epsilon is not None or self.ledger_epsilon is None or len(self.stated) != len(set(self.unaccounted)):
+            return None
+        return self.ledger_epsilon + sum(e for e, _ in self.stated), self.delta + sum(d for _, d in self.stated)
 
     def statement(self) -> str:
         """One sentence for the report."""
@@ -101,7 +121,17 @@ class GridPrivacy:
                 f"{self.seeded} ledgers hold seeded draws (noise reproducible from a user seed), "
                 "which carry no guarantee"
             )
-        return f"{each} Their composition is NOT stated: " + "; ".join(reasons) + "."
+        found = f"{each} Their composition is NOT stated from their ledgers: " + "; ".join(reasons) + "."
+        bound = self.bound()
+        if bound is None:
+            return found
+        return (
+            f"{found} Counting each of those {len(self.unaccounted)} cells as one draw at its stated (ε, δ), added by "
+            f"basic composition to the PLD composition of the {self.releases} noisy releases in the {self.ledgers} "
+            f"ledgers (ε = {self.ledger_epsilon:.2f} at δ = {self.delta:g}), published together they cost at most "
+            f"ε = {bound[0]:.2f} at δ = {bound[1]:.3g}. That bound ASSUMES each of those cells drew once at its "
+            "stated budget: their ledgers, which would show it, are gone."
+        )
 
     def _kept(self) -> str:
         if not self.kept:
@@ -289,9 +319,11 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     counted = [ledgers.read[key] for key in sorted(ledgers.counted)]  # only ledgers that were read are counted
     merged = Ledger([entry for ledger in counted if ledger is not None for entry in ledger])
     seeded = sum(ledger is not None and not ledger.private_release for ledger in counted)
-    stated = dp_cells and not (unaccounted or ledgers.unreadable or seeded)
+    composed = merged.epsilon(delta) if dp_cells and not (ledgers.unreadable or seeded) else None
+    budgets = {row["cell"]: (row.get("epsilon"), row.get("delta")) for row in rows}
+    stated = [budgets[cell] for cell in dict.fromkeys(unaccounted)]
     return GridPrivacy(
-        merged.epsilon(delta) if stated else None,
+        None if unaccounted else composed,
         delta,
         len(counted),
         merged.count,
@@ -300,6 +332,10 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         seeded,
         tuple(ledgers.unreadable),
         kept=sum(key.startswith(KEPT_KEY) for key in ledgers.counted),
+        ledger_epsilon=composed,
+        stated=tuple(
+            (float(e), float(d)) for e, d in stated if isinstance(e, (int, float)) and isinstance(d, (int, float))
+        ),
     )
 
 

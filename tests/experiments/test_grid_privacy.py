@@ -102,6 +102,26 @@ def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(t
     assert "NOT stated" in found.statement() and "gradmm_n5_seed1_eps1" in found.statement()
 
 
+def test_cells_whose_folders_were_lost_are_bounded_at_their_stated_budget_and_the_assumption_said(
+    tmp_path: Path,
+) -> None:
+    """A cell whose run folder and sidecar are gone (a lost machine) stops the ledgers' statement; where its row
+    states (ε, δ), the report adds that budget to the ledgers' PLD ε by basic composition and says what it assumes.
+    Without a stated δ on the row, nothing is stated."""
+    work = tmp_path / "work"
+    rows = _grid(work)
+    shutil.rmtree(work / "gradmm_n5_seed1_eps1")  # its release (3.0 in the ledgers above) is gone with the folder
+    lost = [{**row, "delta": 2e-5} if row["cell"] == "gradmm_n5_seed1_eps1" else row for row in rows]
+    found = grid_privacy(tmp_path, lost, DELTA)
+    rest = Ledger([LedgerEntry(RELEASE), LedgerEntry(STEP, 40)]).epsilon(DELTA)  # the ledgers still found
+    assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed1_eps1",)
+    assert found.ledger_epsilon == pytest.approx(rest) and found.bound() == pytest.approx((rest + 1.0, DELTA + 2e-5))
+    statement = found.statement()
+    assert f"at most ε = {rest + 1.0:.2f}" in statement and "ASSUMES each of those cells drew once" in statement
+    assert grid_privacy(tmp_path, rows, DELTA).bound() is None  # its row states no δ: no bound
+    assert "at most" not in grid_privacy(tmp_path, rows, DELTA).statement()
+
+
 def test_two_cells_claiming_one_ledger_outside_the_shared_cache_are_both_unaccounted(tmp_path: Path) -> None:
     """A copied sidecar pointing at another cell's ledger of the same event would hide one draw."""
     work = tmp_path / "work"
