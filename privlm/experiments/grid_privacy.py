@@ -38,6 +38,7 @@ control: the sidecar that would say so is gone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import posixpath
 from collections import defaultdict
@@ -68,7 +69,9 @@ class GridPrivacy:
     folders, for ``dp_cells`` finished DP cells. ``epsilon`` is None when ``unaccounted`` names cells whose
     draws could not be found, ``unreadable`` names files that could not be read, or ``seeded`` ledgers hold
     reproducible noise. ``kept``: how many of the ledgers were read from the copies in ``accounting.json``, their
-    run folders being gone."""
+    run folders being gone. ``ledger_epsilon``: the ledgers' PLD ε at ``delta``, also when cells are unaccounted
+    (None with unreadable files or seeded draws); ``stated``: per distinct unaccounted cell, the largest (ε, δ)
+    its row and sidecar state (None: none stated). Those two make :meth:`bound`."""
 
     epsilon: float | None
     delta: float
@@ -79,19 +82,18 @@ class GridPrivacy:
     seeded: int = 0
     unreadable: tuple[str, ...] = ()
     kept: int = 0
-    # the ledgers' PLD ε at ``delta`` (also when cells are unaccounted) and the stated (ε, δ) of each unaccounted
-    # cell, when every one of them states both: the parts of :meth:`bound`
     ledger_epsilon: float | None = None
-    stated: tuple[tuple[float, float], ...] = ()
+    stated: tuple[tuple[float, float] | None, ...] = ()
 
     def bound(self) -> tuple[float, float] | None:
         """``(ε, δ)`` of the sets published together when only ledger-less cells stand in the way: the ledgers'
         PLD ε at ``delta`` plus each unaccounted cell's stated budget, by basic composition (module docstring:
         it ASSUMES each such cell drew once at its stated budget). None when the ledgers state ``epsilon``
         themselves, or when an unreadable file, seeded draws or a cell without a stated budget stand in the way."""
-        if self.epsilon is not None or self.ledger_epsilon is None or len(self.stated) != len(set(self.unaccounted)):
+        budgets = [b for b in self.stated if b is not None]
+        if self.epsilon is not None or self.ledger_epsilon is None or not budgets or len(budgets) != len(self.stated):
             return None
-        return self.ledger_epsilon + sum(e for e, _ in self.stated), self.delta + sum(d for _, d in self.stated)
+        return self.ledger_epsilon + sum(e for e, _ in budgets), self.delta + sum(d for _, d in budgets)
 
     def statement(self) -> str:
         """One sentence for the report."""
@@ -121,16 +123,17 @@ class GridPrivacy:
                 f"{self.seeded} ledgers hold seeded draws (noise reproducible from a user seed), "
                 "which carry no guarantee"
             )
-        found = f"{each} Their composition is NOT stated from their ledgers: " + "; ".join(reasons) + "."
+        found = "Their composition is NOT stated from their ledgers alone: " + "; ".join(reasons) + "."
         bound = self.bound()
         if bound is None:
-            return found
+            return f"{each} {found}"
         return (
-            f"{found} Counting each of those {len(self.unaccounted)} cells as one draw at its stated (ε, δ), added by "
-            f"basic composition to the PLD composition of the {self.releases} noisy releases in the {self.ledgers} "
-            f"ledgers (ε = {self.ledger_epsilon:.2f} at δ = {self.delta:g}), published together they cost at most "
-            f"ε = {bound[0]:.2f} at δ = {bound[1]:.3g}. That bound ASSUMES each of those cells drew once at its "
-            "stated budget: their ledgers, which would show it, are gone."
+            f"{each} Published together they cost at most ε = {bound[0]:.2f} at δ = {bound[1]:.3g} IF each of the "
+            f"{len(self.stated)} cells without a ledger of their own drew once at its stated (ε, δ) (an ASSUMPTION: "
+            f"their ledgers, which would show it, are gone). {found} The bound adds their stated budgets by basic "
+            f"composition to the PLD composition of the {self.releases} noisy releases in the {self.ledgers} ledgers "
+            f"found (ε = {self.ledger_epsilon:.2f} at δ = {self.delta:g}). Draws lost with both their ledger and "
+            "their row (a run lost before any copy of its ledger was kept) are in neither part."
         )
 
     def _kept(self) -> str:
@@ -299,6 +302,7 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     ledgers.count_runs()
     claims: dict[str, list[str]] = defaultdict(list)
     dp_cells, unaccounted = 0, []
+    budgets: dict[str, tuple[float, float] | None] = {}
     for row in rows:
         if row.get("epsilon") is None:
             continue
@@ -307,6 +311,7 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         if sidecar is None or sidecar.get("noise_only"):
             continue
         dp_cells += 1
+        budgets[row["cell"]] = _stated_budget(row, sidecar)
         accounting = _accounting_ledger(cell, sidecar, ledgers)
         if accounting is None:
             unaccounted.append(row["cell"])
@@ -320,7 +325,6 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     merged = Ledger([entry for ledger in counted if ledger is not None for entry in ledger])
     seeded = sum(ledger is not None and not ledger.private_release for ledger in counted)
     composed = merged.epsilon(delta) if dp_cells and not (ledgers.unreadable or seeded) else None
-    budgets = {row["cell"]: (row.get("epsilon"), row.get("delta")) for row in rows}
     stated = [budgets[cell] for cell in dict.fromkeys(unaccounted)]
     return GridPrivacy(
         None if unaccounted else composed,
@@ -333,10 +337,21 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         tuple(ledgers.unreadable),
         kept=sum(key.startswith(KEPT_KEY) for key in ledgers.counted),
         ledger_epsilon=composed,
-        stated=tuple(
-            (float(e), float(d)) for e, d in stated if isinstance(e, (int, float)) and isinstance(d, (int, float))
-        ),
+        stated=tuple(stated),
     )
+
+
+def _stated_budget(row: dict[str, Any], sidecar: dict[str, Any]) -> tuple[float, float] | None:
+    """The largest (ε, δ) a DP cell's row and sidecar state for its set (the target ε, the ε spent, the sidecar's);
+    None when no finite, non-negative ε and δ are stated."""
+
+    def valid(values: list[Any]) -> list[float]:
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return [v for v in numbers if math.isfinite(v) and v >= 0]
+
+    epsilons = valid([row.get("epsilon"), row.get("epsilon_spent"), sidecar.get("epsilon")])
+    deltas = valid([row.get("delta"), sidecar.get("delta")])
+    return (max(epsilons), max(deltas)) if epsilons and deltas else None
 
 
 def _sidecar(ledgers: _Ledgers, rel: str) -> dict[str, Any] | None:

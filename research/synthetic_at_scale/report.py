@@ -178,7 +178,7 @@ def pool_draws(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[
         (k for k in groups if k[0] in POOL_DRAW), key=lambda k: (k[2], k[1] is None, k[1] or 0)
     ):
         if margins := _margins(groups[(method, eps, n)], groups.get((POOL_DRAW[method], None, n), [])):
-            name = "ε none" if eps is None else f"ε = {eps:g}"
+            name = "ε none (NOT private)" if eps is None else f"ε = {eps:g}"
             lines.append(f"- {method}, {name}, n = {n:,} − {POOL_DRAW[method]}: {margins} points")
     return lines or ["- no GRADMM row has its pool draw's row at the same n yet"]
 

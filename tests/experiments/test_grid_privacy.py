@@ -105,20 +105,30 @@ def test_a_dp_cell_whose_draw_is_not_ledgered_leaves_the_grid_epsilon_unstated(t
 def test_cells_whose_folders_were_lost_are_bounded_at_their_stated_budget_and_the_assumption_said(
     tmp_path: Path,
 ) -> None:
-    """A cell whose run folder and sidecar are gone (a lost machine) stops the ledgers' statement; where its row
-    states (ε, δ), the report adds that budget to the ledgers' PLD ε by basic composition and says what it assumes.
-    Without a stated δ on the row, nothing is stated."""
+    """Cells whose run folders and sidecars are gone (a lost machine) stop the ledgers' statement; where their rows
+    state (ε, δ), the report adds the largest stated budget (target or spent) to the ledgers' PLD ε by basic
+    composition, says what it assumes, and is never below the composition of every draw made. A lost noise-only
+    control counts too (the sidecar that would say so is gone). Without a stated δ, nothing is stated."""
     work = tmp_path / "work"
     rows = _grid(work)
-    shutil.rmtree(work / "gradmm_n5_seed1_eps1")  # its release (3.0 in the ledgers above) is gone with the folder
-    lost = [{**row, "delta": 2e-5} if row["cell"] == "gradmm_n5_seed1_eps1" else row for row in rows]
-    found = grid_privacy(tmp_path, lost, DELTA)
+    drawn = Ledger([LedgerEntry(RELEASE), LedgerEntry(RELEASE), LedgerEntry(STEP, 40)])  # every draw the grid made
+    one = Ledger([LedgerEntry(RELEASE)]).epsilon(2e-5)  # what the lost cell's one release costs at its stated δ
+    for cell in ("gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1"):
+        shutil.rmtree(work / cell)
+    stated = {
+        "gradmm_n5_seed1_eps1": {"epsilon": 1.0, "epsilon_spent": one, "delta": 2e-5},  # spent above its target
+        "gradmm@noise_n5_seed0_eps1": {"delta": 1e-5},  # stated ε 1.0: a control, but nothing left says so
+    }
+    found = grid_privacy(tmp_path, [{**row, **stated.get(row["cell"], {})} for row in rows], DELTA)
     rest = Ledger([LedgerEntry(RELEASE), LedgerEntry(STEP, 40)]).epsilon(DELTA)  # the ledgers still found
-    assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed1_eps1",)
-    assert found.ledger_epsilon == pytest.approx(rest) and found.bound() == pytest.approx((rest + 1.0, DELTA + 2e-5))
+    assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1")
+    assert found.ledger_epsilon == pytest.approx(rest)
+    assert found.bound() == pytest.approx((rest + one + 1.0, DELTA + 3e-5))
+    assert found.bound()[0] >= drawn.epsilon(found.bound()[1])  # a bound on every draw made, the lost one included
     statement = found.statement()
-    assert f"at most ε = {rest + 1.0:.2f}" in statement and "ASSUMES each of those cells drew once" in statement
-    assert grid_privacy(tmp_path, rows, DELTA).bound() is None  # its row states no δ: no bound
+    assert f"cost at most ε = {rest + one + 1.0:.2f}" in statement and "IF each of the 2 cells" in statement
+    assert "ASSUMPTION" in statement and "Draws lost with both their ledger and their row" in statement
+    assert grid_privacy(tmp_path, rows, DELTA).bound() is None  # their rows state no δ: no bound
     assert "at most" not in grid_privacy(tmp_path, rows, DELTA).statement()
 
 

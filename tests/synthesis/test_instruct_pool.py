@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
@@ -71,7 +72,8 @@ class Poisoned(list):
 @pytest.mark.parametrize("label_filter", [True, False])
 def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_path, monkeypatch, label_filter) -> None:
     """A GRADMM cell makes the public pool; an ``instruct-pool`` cell of the same experiment reads the same
-    candidates (nothing is generated again) and keeps only those GRADMM's label filter leaves eligible."""
+    candidates and label verdicts (nothing is generated or classified again, the private pool is never read) and
+    returns exactly the draw of GRADMM's own eligible candidates; another seed draws another subset."""
     model, tokenizer = lm
     config = replace(make_config(**POOL, seed=0), label_filter=label_filter, noise_only=True)
     prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
@@ -92,13 +94,19 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
         delta=1e-5,
         public_dir=public,
     )
-    batches = sorted(GradmmPaths(out).batches.glob("*.json"))
-    pool = [c for b in batches for c in generate._load_batch(b)]
+    batches = GradmmPaths(out).batches
+    pool = [
+        c
+        for k, j in generate.candidate_jobs(2, config, 2)
+        for c in generate._load_batch(batches / f"class{k}_batch{j}.json")
+    ]
     predicted = (
         generate.public_labels(model, tokenizer, prompt, pool, public) if label_filter else [c.label for c in pool]
     )
-    eligible = {(c.text, c.label) for c, p in zip(pool, predicted, strict=True) if c.label == p}
+    eligible = [c for c, p in zip(pool, predicted, strict=True) if c.label == p]
+    assert 0 < len(eligible) < len(pool) if label_filter else len(eligible) == len(pool) == 24
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
+    monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("the label verdicts must be reused"))
     ctx = MethodContext(
         model=model,
         tokenizer=tokenizer,
@@ -115,6 +123,28 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
         params={**POOL, "label_filter": label_filter},
     )
     rows = instruct_pool_rows(ctx)
-    assert rows and {(r["text"], r["label"]) for r in rows} <= eligible
+    expected = draw(pool, predicted, 2, 2, seed=5)
+    assert len(rows) == 4 and [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
     assert all(r["uses_private_data"] is False and r["label_name"] == NAMES[r["label"]] for r in rows)
-    assert instruct_pool_rows(replace(ctx, seed=5)) == rows
+    assert instruct_pool_rows(replace(ctx, seed=6)) != rows
+
+
+def test_a_pool_of_another_source_is_refused(lm, tmp_path) -> None:
+    model, tokenizer = lm
+    ctx = MethodContext(
+        model=model,
+        tokenizer=tokenizer,
+        pool=Poisoned(),
+        label_names=NAMES,
+        template=TEMPLATE,
+        label_words=WORDS,
+        n_per_class=2,
+        seed=0,
+        epsilon=None,
+        delta=1e-5,
+        workdir=tmp_path / "cell",
+        pool_features=lambda: None,
+        params={"preset": "demo"},
+    )
+    with pytest.raises(UserError, match="source 'instruct'"):
+        instruct_pool_rows(ctx)

@@ -55,6 +55,17 @@ def batches_per_class(per_class: int, config: GradmmConfig) -> int:
     return math.ceil(per_class * config.oversample / config.batch)
 
 
+def candidate_jobs(per_class: int, config: GradmmConfig, n_classes: int) -> list[tuple[int, int]]:
+    """The (class, batch index) of every candidate batch, in the order the selection reads the candidates (batch
+    by batch, class within batch): the order the public label filter's kept pieces depend on."""
+    return [(k, j) for j in range(batches_per_class(per_class, config)) for k in range(n_classes)]
+
+
+def unscored(tokenizer: PreTrainedTokenizerBase, ids: list[list[int]], label: int) -> list[Candidate]:
+    """Public candidates of class ``label`` from their token ids, not yet scored (``match_loss`` None)."""
+    return [Candidate(ids=tuple(i), text=tokenizer.decode(i).strip(), label=label, match_loss=None) for i in ids]
+
+
 def wrap_in_prompt(model: PreTrainedModel, prompt: Prompt, x: torch.Tensor) -> torch.Tensor:
     """``[prefix, x, suffix]`` as input embeddings (B × (P + L + S) × d) for synthetic embeddings ``x``."""
     embedding = model.get_input_embeddings().weight.detach()
@@ -203,7 +214,7 @@ def generate_batch(
             ).ids
         ids = sample.tolist()
     if config.optimizer == "select":  # scored with the selection's own factors, kept candidates only
-        return [Candidate(ids=tuple(i), text=tokenizer.decode(i).strip(), label=label, match_loss=None) for i in ids]
+        return unscored(tokenizer, ids, label)
     with torch.no_grad():
         hidden = last_hidden_from_ids(model, [[*prompt.prefix_ids, *i, *prompt.suffix_ids] for i in ids])
         losses = per_example_matching_loss(
@@ -262,7 +273,7 @@ def synthesize(
     batch_dir = Path(batch_dir)
     batch_dir.mkdir(parents=True, exist_ok=True)
     n_classes = len(release.prompt.label_token_ids)
-    jobs = [(k, j) for j in range(batches_per_class(per_class, config)) for k in range(n_classes)]
+    jobs = candidate_jobs(per_class, config, n_classes)
     distributed = dist.is_available() and dist.is_initialized()
     mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
     projectors: dict[int | None, Projector] = {}

@@ -20,7 +20,7 @@ import torch
 from privlm.errors import UserError
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import Candidate
-from privlm.synthesis.gradmm.generate import batch_seed, batches_per_class, instructed_batch, public_labels
+from privlm.synthesis.gradmm.generate import batch_seed, candidate_jobs, instructed_batch, public_labels, unscored
 from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.registry import MethodContext
@@ -50,16 +50,14 @@ def instruct_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     public_dir = public_candidates_dir(ctx.workdir.parent, ctx.model, config, prompt)
     public_dir.mkdir(parents=True, exist_ok=True)
     n_classes = len(ctx.label_names)
-    jobs = [(k, j) for j in range(batches_per_class(ctx.n_per_class, config)) for k in range(n_classes)]
+    jobs = candidate_jobs(ctx.n_per_class, config, n_classes)
     task = ctx.progress.task("public candidates (instructed answers)", total=len(jobs))
-    candidates = []
+    candidates: list[Candidate] = []
     for k, j in jobs:  # GRADMM's order, so the label filter's kept pieces are the same
         ids = instructed_batch(
             ctx.model, ctx.tokenizer, prompt, k, config, batch_seed(config.candidate_seed, k, j), public_dir
         )
-        candidates += [
-            Candidate(ids=tuple(i), text=ctx.tokenizer.decode(i).strip(), label=k, match_loss=None) for i in ids
-        ]
+        candidates += unscored(ctx.tokenizer, ids, k)
         task.advance()
     task.done()
     predicted = (
