@@ -11,7 +11,8 @@ script reads each without a new draw:
    summed, ``t`` picked on the 100 validation sentences (post-processing of the release: no privacy spent).
    The noise-only control's release (pure noise) is its control.
 2. **The pool.** The 20,000 public candidates, label-filtered as the grid's cells filter them:
-   ``pool random`` draws 1,000 eligible candidates per class uniformly (public: no private data, three seeds);
+   ``pool random`` draws 1,000 eligible candidates per class uniformly (public: no private data, three seeds;
+   exactly the ``instruct-pool`` method's draw, checked against its committed grid sets);
    ``pool oracle`` (NOT private, an upper reference like random real) keeps, per class, the eligible candidates
    that are the nearest neighbours (cosine, final hidden states in the matching layout) of the most real train
    sentences of the class: the best stand-in for the real rows this pool holds, by one natural rule.
@@ -46,6 +47,7 @@ from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.generate import public_labels
 from privlm.synthesis.gradmm.release import PrivateFactors, Release
 from privlm.synthesis.gradmm.select import candidate_factors, candidate_hidden
+from privlm.synthesis.instruct_pool.method import draw
 from privlm.training.head_probe import fit_rows
 
 WORK = HERE / "work"
@@ -157,15 +159,21 @@ def main() -> None:
         )
         print(cell, kind, {k: round(100 * v, 1) if k != "chosen_t" else v for k, v in step.items()}, flush=True)
     sets: list[tuple[str, str, float | None, int, list[list[int]]]] = []
-    for seed in SEEDS:
-        g = torch.Generator().manual_seed(seed)
+    everyone = [c for p in pool for c in p]
+    for seed in SEEDS:  # the instruct-pool method's own draw: its grid cell of this seed must hold the same set
+        drawn = draw(everyone, [c.label for c in everyone], PER_CLASS, len(pool), seed)
+        committed = HERE / "sets" / f"instruct-pool_n{PER_CLASS}_seed{seed}_epsnone.jsonl"
+        if committed.exists():
+            cell = [json.loads(line) for line in committed.read_text().splitlines() if line.strip()]
+            assert [(r["text"], r["label"]) for r in cell] == [(c.text, c.label) for c in drawn], committed.name
+        chosen = {id(c) for c in drawn}
         sets.append(
             (
-                "pool random",
+                "pool random (public)",
                 f"pool-random_seed{seed}",
                 None,
                 seed,
-                [torch.randperm(len(p), generator=g).tolist() for p in pool],
+                [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool],
             )
         )
     sets.append(("pool oracle (NOT private)", "pool-oracle", None, 0, oracle(study, found[first], pool, shared)))
@@ -175,7 +183,7 @@ def main() -> None:
         seed = int(re.search(r"seed(\d+)", cell).group(1))
         sets.append(
             (
-                "per-item",
+                "per-item" if release.dp else "per-item (NOT private: the no-DP release)",
                 f"per-item_{cell}",
                 release.epsilon if release.dp else None,
                 seed,
@@ -218,7 +226,11 @@ def write_table(out: dict) -> None:
         lines.append(f"| {method} | {'none' if epsilon is None else f'{epsilon:g}'} | {grid} | {conv} |")
     for (method, epsilon), fits in sorted(grid_rows.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         eps = "none" if epsilon is None else f"{epsilon:g}"
-        lines.append(f"| grid row: {method} | {eps} | {_mean_sd(fits['grid'])} | {_mean_sd(fits['converged'])} |")
+        private = method in ("random", "full-pool") or (
+            epsilon is None and method in ("gradmm@instruct", "dp-finetune-gen")
+        )
+        name = f"{method} (NOT private)" if private else method
+        lines.append(f"| grid row: {name} | {eps} | {_mean_sd(fits['grid'])} | {_mean_sd(fits['converged'])} |")
     lines += [
         "",
         f"DP training directly on the real split (head-only, ε = 1): {_mean_sd(direct()[1.0])}.",
