@@ -5,6 +5,7 @@ from the shared folder, with no private data touched)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,6 +70,26 @@ class Poisoned(list):
         raise AssertionError("instruct-pool must not read the private pool")
 
 
+def _context(lm, workdir: Path, seed: int, params: dict) -> MethodContext:
+    """An ``instruct-pool`` cell's context for 2 per class whose private pool and features fail when read."""
+    model, tokenizer = lm
+    return MethodContext(
+        model=model,
+        tokenizer=tokenizer,
+        pool=Poisoned(),
+        label_names=NAMES,
+        template=TEMPLATE,
+        label_words=WORDS,
+        n_per_class=2,
+        seed=seed,
+        epsilon=None,
+        delta=1e-5,
+        workdir=workdir,
+        pool_features=lambda: pytest.fail("instruct-pool must not read the private pool"),
+        params=params,
+    )
+
+
 @pytest.mark.parametrize("label_filter", [True, False])
 def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_path, monkeypatch, label_filter) -> None:
     """A GRADMM cell makes the public pool; an ``instruct-pool`` cell of the same experiment reads the same
@@ -107,21 +128,7 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
     assert 0 < len(eligible) < len(pool) if label_filter else len(eligible) == len(pool) == 24
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
     monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("the label verdicts must be reused"))
-    ctx = MethodContext(
-        model=model,
-        tokenizer=tokenizer,
-        pool=Poisoned(),
-        label_names=NAMES,
-        template=TEMPLATE,
-        label_words=WORDS,
-        n_per_class=2,
-        seed=5,
-        epsilon=None,
-        delta=1e-5,
-        workdir=work / "instruct-pool",
-        pool_features=lambda: pytest.fail("instruct-pool must not read the private pool"),
-        params={**POOL, "label_filter": label_filter},
-    )
+    ctx = _context(lm, work / "instruct-pool", 5, {**POOL, "label_filter": label_filter})
     rows = instruct_pool_rows(ctx)
     expected = draw(pool, predicted, 2, 2, seed=5)
     assert len(rows) == 4 and [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
@@ -130,21 +137,6 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
 
 
 def test_a_pool_of_another_source_is_refused(lm, tmp_path) -> None:
-    model, tokenizer = lm
-    ctx = MethodContext(
-        model=model,
-        tokenizer=tokenizer,
-        pool=Poisoned(),
-        label_names=NAMES,
-        template=TEMPLATE,
-        label_words=WORDS,
-        n_per_class=2,
-        seed=0,
-        epsilon=None,
-        delta=1e-5,
-        workdir=tmp_path / "cell",
-        pool_features=lambda: None,
-        params={"preset": "demo"},
-    )
+    ctx = _context(lm, tmp_path / "cell", 0, {"preset": "demo"})
     with pytest.raises(UserError, match="source 'instruct'"):
         instruct_pool_rows(ctx)
