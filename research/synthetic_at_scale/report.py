@@ -122,6 +122,14 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
                 f"{statistics.mean(reference):.1f} = {gap:+.1f} points (target ≥ −2): {verdict}"
                 + ("" if metric == "head_accuracy" else " (across recipes: the DP-direct reference is head-only)")
             )
+            pool = _mean(groups.get(("instruct-pool", None, TARGET_N), []), metric)
+            if pool is not None:
+                seeds_pool = len(groups[("instruct-pool", None, TARGET_N)])
+                lines.append(
+                    f"  - beside it, a uniform draw of the same public candidates (instruct-pool, reads nothing private, "
+                    f"{seeds_pool} seed(s)) scores {pool:.1f}: {pool - statistics.mean(reference):+.1f} against DP training "
+                    "directly"
+                )
             real = _mean(groups.get(("random", None, TARGET_N), []), metric)
             if real is not None:
                 within = real - statistics.mean(reference) >= -2
