@@ -155,25 +155,28 @@ def main() -> None:
 def converged(
     initial: torch.Tensor, train: tuple[torch.Tensor, torch.Tensor], scored: dict
 ) -> dict[float, dict[str, float]]:
-    """The grid's model class and starting point fitted to convergence: the label-word rows R from the zero-shot
-    rows R0, full-batch L-BFGS on mean cross-entropy + λ/2 ‖R − R0‖² (the pull towards the zero-shot classifier
-    replaces early stopping), for each λ; test and validation accuracy."""
+    """The grid's model class and starting point fitted to convergence (:func:`fit_converged`) for each λ; test
+    and validation accuracy."""
+    return {strength: accuracy(fit_converged(initial, train, strength), scored) for strength in STRENGTHS}
+
+
+def fit_converged(initial: torch.Tensor, train: tuple[torch.Tensor, torch.Tensor], strength: float) -> torch.Tensor:
+    """The label-word rows R (K, d) fitted from the zero-shot rows R0 by full-batch L-BFGS on mean cross-entropy
+    + λ/2 ‖R − R0‖² over ``train`` (features (n, d), classes (n,)): the pull towards the zero-shot classifier
+    replaces early stopping."""
     features, classes = train
     start = initial.detach().double()
-    out = {}
-    for strength in STRENGTHS:
-        rows = start.clone().requires_grad_(True)
-        optimizer = torch.optim.LBFGS([rows], max_iter=2000, tolerance_grad=1e-10, line_search_fn="strong_wolfe")
+    rows = start.clone().requires_grad_(True)
+    optimizer = torch.optim.LBFGS([rows], max_iter=2000, tolerance_grad=1e-10, line_search_fn="strong_wolfe")
 
-        def objective(rows: torch.Tensor = rows, strength: float = strength, optimizer=optimizer) -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(features @ rows.T, classes) + strength / 2 * (rows - start).pow(2).sum()
-            loss.backward()
-            return loss
+    def objective() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(features @ rows.T, classes) + strength / 2 * (rows - start).pow(2).sum()
+        loss.backward()
+        return loss
 
-        optimizer.step(objective)
-        out[strength] = accuracy(rows.detach(), scored)
-    return out
+    optimizer.step(objective)
+    return rows.detach()
 
 
 def validation_chosen(logistic: dict[float, dict[str, float]]) -> float:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 from head_sizes import _means
-from head_steps import HERE, Study, accuracy, converged, load_study, validation_chosen
+from head_steps import HERE, Study, accuracy, converged, fit_converged, load_study, validation_chosen
 from report import _mean_sd, direct
 
 from privlm.synthesis.gradmm.filtering import Candidate
@@ -112,6 +112,38 @@ def oracle(study: Study, release: Release, pool: list[list[Candidate]], shared: 
     return order
 
 
+def real_head_sets(
+    study: Study, everyone: list[Candidate], features: torch.Tensor
+) -> list[tuple[str, str, float | None, int, list[list[int]]]]:
+    """NOT private. Two more oracles from a head that knows the real data: the converged head-only classifier of
+    the random real n = 1,000 set of seed 0 (pull strength picked on validation) labels every eligible candidate
+    (``features``, in ``everyone``'s order); ``agreed``: uniform draws (three seeds) among the candidates it gives
+    their own class (a label filter that knows the real data); ``typical``: per class the candidates it gives
+    their class with the largest margin."""
+    row = next(r for r in study.rows if r["cell"] == f"random_n{PER_CLASS}_seed0_epsnone")
+    real = study.set_features(row)
+    rows = fit_converged(study.initial, real, validation_chosen(converged(study.initial, real, study.scored)))
+    logits = features @ rows.T
+    predicted = logits.argmax(dim=1).tolist()
+    sets = []
+    for seed in SEEDS:
+        chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, 2, seed)}
+        order = [[j for j, c in enumerate(p) if id(c) in chosen] for p in _by_class(everyone)]
+        sets.append(("pool agreed by a real head (NOT private)", f"pool-agreed_seed{seed}", None, seed, order))
+    margin = (logits[:, 1] - logits[:, 0]).tolist()
+    typical = []
+    for k, members in enumerate(_by_class(everyone)):
+        offset = sum(len(p) for p in _by_class(everyone)[:k])
+        sign = 1 if k == 1 else -1
+        typical.append(sorted(range(len(members)), key=lambda j: (-sign * margin[offset + j], j)))
+    sets.append(("pool typical for a real head (NOT private)", "pool-typical", None, 0, typical))
+    return sets
+
+
+def _by_class(everyone: list[Candidate]) -> list[list[Candidate]]:
+    return [[c for c in everyone if c.label == k] for k in range(2)]
+
+
 def score(study: Study, features: torch.Tensor, classes: torch.Tensor, seed: int) -> dict:
     """The grid's 40-epoch fit and the converged fit (validation-chosen pull) of one set: test accuracies."""
     grid = accuracy(fit_rows(study.initial, features, classes, study.probe, seed), study.scored)
@@ -120,13 +152,19 @@ def score(study: Study, features: torch.Tensor, classes: torch.Tensor, seed: int
     return {"grid": grid["test"], "converged": logistic[strength]["test"], "converged_c": strength}
 
 
-def release_step(study: Study, release: Release) -> dict:
-    """One step of the release's summed targets from the zero-shot rows, its length picked on validation."""
+def stepped(study: Study, release: Release, t: float) -> torch.Tensor:
+    """The label-word rows one step of length ``t·‖R0‖`` along the release's summed targets from the zero-shot rows."""
     tokens = tuple(int(t) for t in release.rows or ())
     assert tokens == tuple(release.prompt.label_token_ids), "the release's rows are not the label rows"
     start = study.initial.detach().double()
     direction = release.targets.double().sum(dim=0)
-    curve = {t: accuracy(start - t * start.norm() * direction / direction.norm(), study.scored) for t in STEPS}
+    return start - t * start.norm() * direction / direction.norm()
+
+
+def release_step(study: Study, release: Release) -> dict:
+    """One step of the release's summed targets from the zero-shot rows, its length picked on validation."""
+    start = study.initial.detach().double()
+    curve = {t: accuracy(stepped(study, release, t), study.scored) for t in STEPS}
     chosen = max(STEPS, key=lambda t: (curve[t]["validation"], -t))  # the shortest step on ties
     return {
         "zero_shot_rows": accuracy(start, study.scored)["test"],
@@ -194,6 +232,23 @@ def main() -> None:
     where = {kj: i for i, kj in enumerate(flat)}
     # public: the candidates of the public pool, with the class they were generated (and filtered) for
     features, classes = study.features("pool-eligible", [(pool[k][j].text, k) for k, j in flat])
+    sets += real_head_sets(study, everyone, features)
+    for step in out["release_steps"]:  # DP: the release's own one-step head as the label filter (post-processing)
+        release = found[step["cell"]]
+        if release.dp and not release.noise_only:
+            predicted = (features @ stepped(study, release, step["chosen_t"]).T).argmax(dim=1).tolist()
+            seed = int(re.search(r"seed(\d+)", step["cell"]).group(1))
+            chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, 2, seed)}
+            order = [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool]
+            sets.append(
+                (
+                    "pool agreed by the release's one-step head (DP)",
+                    f"release-agreed_{step['cell']}",
+                    release.epsilon,
+                    seed,
+                    order,
+                )
+            )
     for method, name, epsilon, seed, order in sets:
         keep = torch.tensor(sorted(where[k, j] for k, o in enumerate(order) for j in o[:PER_CLASS]))
         result = score(study, features[keep], classes[keep], seed)
