@@ -2,7 +2,7 @@
 greedy selection.
 
 The head-only target (within 2 points of DP training directly, 82.3 %) is missed by 9.2 at ε = 1, and
-``head_sizes.py`` shows the miss is neither the set's size nor the noise. That leaves three suspects, and this
+``head_sizes.py`` shows the miss is neither the set's size nor the noise. That leaves four suspects, and this
 script reads each without a new draw:
 
 1. **The release.** GRADMM's release is the DP sum, per class, of the clipped label-row gradients at the
@@ -20,6 +20,12 @@ script reads each without a new draw:
    gives a one-item set (own-class cosine minus other-class cosine, each times its target's norm) and keeps the
    top 1,000: the same release and objective, item by item instead of for the sum (post-processing of the
    release: a DP set at the release's ε). Run on every release still on this machine.
+
+4. **The labels.** Which candidates really say what their class's instruction asked for. ``pool agreed by a real
+   head`` (NOT private, an oracle) draws uniformly among the eligible candidates that the converged head of the
+   random real n = 1,000 set (seed 0) gives their class, and ``pool typical`` keeps those it is surest of;
+   ``pool agreed by the release's one-step head`` (DP at the release's ε: post-processing) draws among those the
+   release step of 1. gives their class.
 
 Every set is fitted with the grid's recipe (40 epochs) and converged (``head_steps.converged``, pull strength
 picked on validation), on the grid's features of the whole test split.
