@@ -260,8 +260,8 @@ def keep_accounting(out: Path) -> tuple[int, int]:
     beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
     calls this as soon as a cell's set is written (its evaluation releases nothing) and at the end of a run: draws
     still being made (a DP-SGD run in its steps) are kept by the next call, so a machine lost in the middle of
-    making a set loses those draws' ledger together with their outputs; call it by hand (``privlm experiment CONFIG --out DIR --keep-accounting``) before
-    a machine goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
+    making a set loses those draws' ledger together with their outputs; call it by hand
+    (``privlm experiment CONFIG --out DIR --keep-accounting``) before a machine goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
     out = Path(out)
     unreadable: list[str] = []
     ledgers, sidecars = _read_kept(out / KEPT, unreadable)

@@ -119,7 +119,7 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
     pool = [
         c
         for k, j in generate.candidate_jobs(2, config, 2)
-        for c in generate._load_batch(batches / f"class{k}_batch{j}.json")
+        for c in generate.load_batch(batches / f"class{k}_batch{j}.json")
     ]
     predicted = (
         generate.public_labels(model, tokenizer, prompt, pool, public) if label_filter else [c.label for c in pool]

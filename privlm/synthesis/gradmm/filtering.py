@@ -109,6 +109,14 @@ def few_shot_labels(
     return few_shot_scores(model, tokenizer, prompt, texts, batch_size).argmax(dim=1).tolist()
 
 
+def eligible_by_class(
+    candidates: Sequence[Candidate], predicted: Sequence[int], n_classes: int
+) -> list[list[Candidate]]:
+    """Per class, in candidate order, the candidates generated for it that the label filter (``predicted``, one
+    class per candidate) also gives it: what every selection from a pool chooses among."""
+    return [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
+
+
 def select(
     candidates: Sequence[Candidate], predicted: Sequence[int], per_class: int, n_classes: int
 ) -> list[Candidate]:
@@ -116,10 +124,7 @@ def select(
 
     Output order: class by class, lowest matching loss first (ties by text, so it is deterministic).
     """
-    by_class: list[list[Candidate]] = [[] for _ in range(n_classes)]
-    for cand, pred in zip(candidates, predicted, strict=True):
-        if pred == cand.label:
-            by_class[cand.label].append(cand)
+    by_class = eligible_by_class(candidates, predicted, n_classes)
     keep = min(per_class, min(len(c) for c in by_class))
     out: list[Candidate] = []
     for cands in by_class:

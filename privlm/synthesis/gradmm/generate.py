@@ -226,7 +226,8 @@ def generate_batch(
     ]
 
 
-def _load_batch(path: Path) -> list[Candidate]:
+def load_batch(path: Path) -> list[Candidate]:
+    """The candidates of one finished batch file (written by :func:`synthesize`)."""
     return [
         Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
         for c in json.loads(path.read_text())
@@ -304,7 +305,7 @@ def synthesize(
             on_batch(k, j)
     if distributed:
         dist.barrier()
-    candidates = [c for k, j in jobs for c in _load_batch(batch_dir / f"class{k}_batch{j}.json")]
+    candidates = [c for k, j in jobs for c in load_batch(batch_dir / f"class{k}_batch{j}.json")]
     shared = public_dir if config.source == "instruct" else None  # public candidates: caches shared by runs
     if config.label_filter:
         predicted = public_labels(model, tokenizer, release.prompt, candidates, shared)

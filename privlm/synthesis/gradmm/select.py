@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 
 from privlm.atomic import atomic_path
 from privlm.digest import digest
-from privlm.synthesis.gradmm.filtering import CHUNK, Candidate
+from privlm.synthesis.gradmm.filtering import CHUNK, Candidate, eligible_by_class
 from privlm.synthesis.gradmm.matching import cosine_loss, residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
@@ -165,7 +165,7 @@ def select_matching(
     each with its own matching loss ``1 − cos(S_k, g_j)`` (the candidates arrive unscored).
     ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
     n_classes = len(release.prompt.label_token_ids)
-    eligible = [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
+    eligible = eligible_by_class(candidates, predicted, n_classes)
     keep = min(per_class, min(len(e) for e in eligible))
     out: list[Candidate] = []
     for k, cands in enumerate(eligible):

@@ -19,7 +19,7 @@ import torch
 
 from privlm.errors import UserError
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class
 from privlm.synthesis.gradmm.generate import batch_seed, candidate_jobs, instructed_batch, public_labels, unscored
 from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
@@ -32,7 +32,7 @@ def draw(
     """Per class, ``min(per_class, fewest eligible)`` of the candidates generated for it and given it by the
     label filter (``predicted``), in a uniformly random order seeded by ``seed`` (so a prefix of a class is a
     smaller draw); class by class."""
-    eligible = [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
+    eligible = eligible_by_class(candidates, predicted, n_classes)
     keep = min(per_class, min(len(e) for e in eligible))
     generator = torch.Generator().manual_seed(seed)
     return [e[int(i)] for e in eligible for i in torch.randperm(len(e), generator=generator)[:keep]]
