@@ -49,8 +49,8 @@ from head_sizes import _means
 from head_steps import HERE, Study, accuracy, converged, fit_converged, load_study, validation_chosen
 from report import _mean_sd, direct
 
-from privlm.synthesis.gradmm.filtering import Candidate
-from privlm.synthesis.gradmm.generate import public_labels
+from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class
+from privlm.synthesis.gradmm.generate import load_batch, public_labels
 from privlm.synthesis.gradmm.release import PrivateFactors, Release
 from privlm.synthesis.gradmm.select import candidate_factors, candidate_hidden
 from privlm.synthesis.instruct_pool.method import draw
@@ -74,17 +74,13 @@ def candidates(cell: str) -> list[Candidate]:
     """A cell's candidates in the order its selection read them (batch by batch, class within batch)."""
     batches = WORK / cell / "synthetic.jsonl.gradmm" / "batches"
     order = sorted(batches.glob("class*_batch*.json"), key=lambda f: tuple(map(int, re.findall(r"\d+", f.stem)))[::-1])
-    return [
-        Candidate(ids=tuple(c["ids"]), text=c["text"], label=c["label"], match_loss=c["match_loss"])
-        for f in order
-        for c in json.loads(f.read_text())
-    ]
+    return [c for f in order for c in load_batch(f)]
 
 
 def eligible(study: Study, release: Release, cands: list[Candidate], shared: Path) -> list[list[Candidate]]:
     """Per class, the candidates generated for it that the public label filter also gives it (the grid's rule)."""
     predicted = public_labels(study.model, study.tokenizer, release.prompt, cands, shared)
-    return [[c for c, p in zip(cands, predicted, strict=True) if c.label == k == p] for k in range(2)]
+    return eligible_by_class(cands, predicted, 2)
 
 
 def per_item(study: Study, release: Release, pool: list[list[Candidate]], shared: Path) -> list[list[int]]:
@@ -118,12 +114,20 @@ def oracle(study: Study, release: Release, pool: list[list[Candidate]], shared: 
     return order
 
 
+def drawn_order(pool: list[list[Candidate]], predicted: list[int], seed: int) -> list[list[int]]:
+    """Per class, the indices in ``pool`` of the instruct-pool method's draw (:func:`draw`) among the candidates
+    that ``predicted`` (one class per candidate, in the pool's flat order) gives their class."""
+    everyone = [c for p in pool for c in p]
+    chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, len(pool), seed)}
+    return [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool]
+
+
 def real_head_sets(
-    study: Study, everyone: list[Candidate], features: torch.Tensor
+    study: Study, pool: list[list[Candidate]], features: torch.Tensor
 ) -> list[tuple[str, str, float | None, int, list[list[int]]]]:
     """NOT private. Two more oracles from a head that knows the real data: the converged head-only classifier of
     the random real n = 1,000 set of seed 0 (pull strength picked on validation) labels every eligible candidate
-    (``features``, in ``everyone``'s order); ``agreed``: uniform draws (three seeds) among the candidates it gives
+    (``features``, in the pool's flat order); ``agreed``: uniform draws (three seeds) among the candidates it gives
     their own class (a label filter that knows the real data); ``typical``: per class the candidates it gives
     their class with the largest margin."""
     row = next(r for r in study.rows if r["cell"] == f"random_n{PER_CLASS}_seed0_epsnone")
@@ -133,21 +137,16 @@ def real_head_sets(
     predicted = logits.argmax(dim=1).tolist()
     sets = []
     for seed in SEEDS:
-        chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, 2, seed)}
-        order = [[j for j, c in enumerate(p) if id(c) in chosen] for p in _by_class(everyone)]
+        order = drawn_order(pool, predicted, seed)
         sets.append(("pool agreed by a real head (NOT private)", f"pool-agreed_seed{seed}", None, seed, order))
     margin = (logits[:, 1] - logits[:, 0]).tolist()
-    typical = []
-    for k, members in enumerate(_by_class(everyone)):
-        offset = sum(len(p) for p in _by_class(everyone)[:k])
+    typical, offset = [], 0
+    for k, members in enumerate(pool):
         sign = 1 if k == 1 else -1
         typical.append(sorted(range(len(members)), key=lambda j: (-sign * margin[offset + j], j)))
+        offset += len(members)
     sets.append(("pool typical for a real head (NOT private)", "pool-typical", None, 0, typical))
     return sets
-
-
-def _by_class(everyone: list[Candidate]) -> list[list[Candidate]]:
-    return [[c for c in everyone if c.label == k] for k in range(2)]
 
 
 def score(study: Study, features: torch.Tensor, classes: torch.Tensor, seed: int) -> dict:
@@ -205,21 +204,13 @@ def main() -> None:
     sets: list[tuple[str, str, float | None, int, list[list[int]]]] = []
     everyone = [c for p in pool for c in p]
     for seed in SEEDS:  # the instruct-pool method's own draw: its grid cell of this seed must hold the same set
-        drawn = draw(everyone, [c.label for c in everyone], PER_CLASS, len(pool), seed)
+        order = drawn_order(pool, [c.label for c in everyone], seed)
         committed = HERE / "sets" / f"instruct-pool_n{PER_CLASS}_seed{seed}_epsnone.jsonl"
         if committed.exists():
             cell = [json.loads(line) for line in committed.read_text().splitlines() if line.strip()]
+            drawn = draw(everyone, [c.label for c in everyone], PER_CLASS, len(pool), seed)
             assert [(r["text"], r["label"]) for r in cell] == [(c.text, c.label) for c in drawn], committed.name
-        chosen = {id(c) for c in drawn}
-        sets.append(
-            (
-                "pool random (public)",
-                f"pool-random_seed{seed}",
-                None,
-                seed,
-                [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool],
-            )
-        )
+        sets.append(("pool random (public)", f"pool-random_seed{seed}", None, seed, order))
     sets.append(("pool oracle (NOT private)", "pool-oracle", None, 0, oracle(study, found[first], pool, shared)))
     for cell, release in found.items():
         if release.noise_only:
@@ -238,14 +229,13 @@ def main() -> None:
     where = {kj: i for i, kj in enumerate(flat)}
     # public: the candidates of the public pool, with the class they were generated (and filtered) for
     features, classes = study.features("pool-eligible", [(pool[k][j].text, k) for k, j in flat])
-    sets += real_head_sets(study, everyone, features)
+    sets += real_head_sets(study, pool, features)
     for step in out["release_steps"]:  # DP: the release's own one-step head as the label filter (post-processing)
         release = found[step["cell"]]
         if release.dp and not release.noise_only:
             predicted = (features @ stepped(study, release, step["chosen_t"]).T).argmax(dim=1).tolist()
             seed = int(re.search(r"seed(\d+)", step["cell"]).group(1))
-            chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, 2, seed)}
-            order = [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool]
+            order = drawn_order(pool, predicted, seed)
             sets.append(
                 (
                     "pool agreed by the release's one-step head (DP)",
