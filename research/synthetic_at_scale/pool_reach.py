@@ -49,11 +49,10 @@ from head_sizes import _means
 from head_steps import HERE, Study, accuracy, converged, fit_converged, load_study, validation_chosen
 from report import _mean_sd, direct
 
-from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class
+from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class, uniform_draw
 from privlm.synthesis.gradmm.generate import load_batch, public_labels
 from privlm.synthesis.gradmm.release import PrivateFactors, Release
 from privlm.synthesis.gradmm.select import candidate_factors, candidate_hidden
-from privlm.synthesis.instruct_pool.method import draw
 from privlm.training.head_probe import fit_rows
 
 WORK = HERE / "work"
@@ -118,7 +117,7 @@ def drawn_order(pool: list[list[Candidate]], predicted: list[int], seed: int) ->
     """Per class, the indices in ``pool`` of the instruct-pool method's draw (:func:`draw`) among the candidates
     that ``predicted`` (one class per candidate, in the pool's flat order) gives their class."""
     everyone = [c for p in pool for c in p]
-    chosen = {id(c) for c in draw(everyone, predicted, PER_CLASS, len(pool), seed)}
+    chosen = {id(c) for c in uniform_draw(everyone, predicted, PER_CLASS, len(pool), seed)}
     return [[j for j, c in enumerate(p) if id(c) in chosen] for p in pool]
 
 
@@ -208,7 +207,7 @@ def main() -> None:
         committed = HERE / "sets" / f"instruct-pool_n{PER_CLASS}_seed{seed}_epsnone.jsonl"
         if committed.exists():
             cell = [json.loads(line) for line in committed.read_text().splitlines() if line.strip()]
-            drawn = draw(everyone, [c.label for c in everyone], PER_CLASS, len(pool), seed)
+            drawn = uniform_draw(everyone, [c.label for c in everyone], PER_CLASS, len(pool), seed)
             assert [(r["text"], r["label"]) for r in cell] == [(c.text, c.label) for c in drawn], committed.name
         sets.append(("pool random (public)", f"pool-random_seed{seed}", None, seed, order))
     sets.append(("pool oracle (NOT private)", "pool-oracle", None, 0, oracle(study, found[first], pool, shared)))

@@ -32,7 +32,11 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # last ("*") the other no-DP GRADMM seeds and the sigma = 0 dp-finetune-gen runs of seeds 1-2 (about 3 h a seed)
 # The random draw of GRADMM's own label-filtered pool (instruct-pool, public) comes before the eps = 4 DP generator:
 # pool_reach.py found it beats GRADMM's selection on the head-only reading, so the fine-tune must read it too.
-queue+=("gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "instruct-pool_n1000_*"
+# GRADMM's release as a label filter (selection "filter", added after pool_reach.py: its one-step head, used to
+# filter the pool, beat the greedy match by 6 points head-only) comes first at eps = 1, with its noise-only control.
+queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1"
+        "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "instruct-pool_n1000_*"
+        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
         "dp-finetune-gen_n1000_*_eps4"
         "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"

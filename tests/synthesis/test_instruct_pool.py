@@ -1,59 +1,28 @@
-"""``instruct-pool``: a seeded uniform draw of GRADMM's label-filtered instructed candidates — checked against
-Monte Carlo for uniformity, and against a GRADMM run's own candidates and label filter (the same pool, read
-from the shared folder, with no private data touched)."""
+"""``instruct-pool``: a seeded uniform draw of GRADMM's label-filtered instructed candidates — checked against a
+GRADMM run's own candidates and label filter (the same pool, read from the shared folder, with no private data
+touched); the draw itself is tested in ``tests/synthesis/gradmm/test_filtering.py``."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.filtering import Candidate
+from privlm.synthesis.gradmm.filtering import uniform_draw
 from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
-from privlm.synthesis.instruct_pool.method import draw, instruct_pool_rows
+from privlm.synthesis.instruct_pool.method import instruct_pool_rows
 from privlm.synthesis.registry import MethodContext
 
 PRIVATE = [("a warm and funny story", 1), ("slow, dull and far too long", 0)]
 NAMES, WORDS, TEMPLATE = ["negative", "positive"], ["bad", "great"], "{text} It was "
 POOL = {"preset": "instruct", "batch": 3, "oversample": 6.0, "pool_seed": 7}  # 12 candidates per class
-
-
-def _candidates() -> tuple[list[Candidate], list[int]]:
-    """Ten candidates per class; the label filter gives candidates 0, 3 and 6 of each class the other class."""
-    cands = [Candidate(ids=(k, i), text=f"{k}-{i}", label=k, match_loss=None) for i in range(10) for k in (0, 1)]
-    predicted = [1 - c.label if c.ids[1] % 3 == 0 and c.ids[1] < 7 else c.label for c in cands]
-    return cands, predicted
-
-
-def test_draw_keeps_the_eligible_candidates_only_and_its_prefixes_are_smaller_draws() -> None:
-    cands, predicted = _candidates()
-    chosen = draw(cands, predicted, 4, 2, seed=3)
-    assert [c.label for c in chosen] == [0] * 4 + [1] * 4
-    assert all(c.ids[1] not in (0, 3, 6) for c in chosen) and len(set(chosen)) == 8
-    assert draw(cands, predicted, 4, 2, seed=3) == chosen != draw(cands, predicted, 4, 2, seed=4)
-    everything = draw(cands, predicted, 100, 2, seed=3)  # capped by the fewest eligible (7 per class)
-    assert len(everything) == 14 and [c for c in everything if c.label == 0][:4] == chosen[:4]
-
-
-def test_draw_is_uniform_over_the_eligible_candidates() -> None:
-    """Monte Carlo over 4,000 seeds: each of the 7 eligible candidates of a class is kept with probability 2/7
-    (binomial sd about 0.007; 5 sd allowed)."""
-    cands, predicted = _candidates()
-    counts: dict[tuple[int, int], int] = {}
-    for seed in range(4000):
-        for c in draw(cands, predicted, 2, 2, seed):
-            counts[c.ids] = counts.get(c.ids, 0) + 1
-    assert len(counts) == 14
-    frequencies = np.array(list(counts.values())) / 4000
-    assert np.abs(frequencies - 2 / 7).max() < 5 * np.sqrt(2 / 7 * 5 / 7 / 4000)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +99,7 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
     monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("the label verdicts must be reused"))
     ctx = _context(lm, work / "instruct-pool", 5, {**POOL, "label_filter": label_filter})
     rows = instruct_pool_rows(ctx)
-    expected = draw(pool, predicted, 2, 2, seed=5)
+    expected = uniform_draw(pool, predicted, 2, 2, seed=5)
     assert len(rows) == 4 and [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
     assert all(r["uses_private_data"] is False and r["label_name"] == NAMES[r["label"]] for r in rows)
     assert instruct_pool_rows(replace(ctx, seed=6)) != rows

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from privlm.synthesis.command import SynthOption, SynthOutcome, SynthRequest, private_examples, public_label_names
-from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SOURCES
+from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SELECTIONS, SOURCES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -40,6 +40,13 @@ OPTIONS = (
     ),
     SynthOption(
         "--contrastive/--no-contrastive", "contrastive", bool, "select: own class's match minus the best other class's"
+    ),
+    SynthOption(
+        "--selection",
+        "selection",
+        str,
+        f"select's rule: {' or '.join(SELECTIONS)} (greedy gradient matching, the default; or a uniform draw among "
+        "the candidates the release's one-step head also gives their class)",
     ),
     SynthOption("--oversample", "oversample", float, "candidates per kept example"),
     SynthOption("--length", "length", int, "synthetic tokens per example (public)"),

@@ -15,6 +15,7 @@ from privlm.resources.verbalizers import check_instruction
 RELEASES = ("label-rows", "full")
 OPTIMIZERS = ("admm", "select")
 SOURCES = ("sample", "instruct")
+SELECTIONS = ("match", "filter")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class GradmmConfig:
     # generation uses; user data: GENERIC_INSTRUCTION); None: zero-shot's default. Dropped where unused (another
     # source, or an `instruction` given), so a run's settings name only what shaped its candidates.
     instructions: tuple[str, ...] | None = None
+    # select's rule among the label-filtered candidates: "match" (greedy gradient matching, select.select_matching)
+    # or "filter" (the release's one-step head as a second label filter, then a seeded uniform draw:
+    # privlm.synthesis.gradmm.release_filter)
+    selection: str = "match"
 
     def __post_init__(self) -> None:
         unused = self.source != "instruct" or self.instruction is not None
@@ -84,11 +89,16 @@ class GradmmConfig:
             raise UserError(f"--private-per-class must be >= 1 (got {self.private_per_class})")
         if not self.oversample >= 1:
             raise UserError(f"oversample must be >= 1 (got {self.oversample})")
-        for name, choices in (("release", RELEASES), ("optimizer", OPTIMIZERS), ("source", SOURCES)):
+        named = (("release", RELEASES), ("optimizer", OPTIMIZERS), ("source", SOURCES), ("selection", SELECTIONS))
+        for name, choices in named:
             if getattr(self, name) not in choices:
                 raise UserError(f"--{name} {getattr(self, name)!r} is not one of {', '.join(choices)}")
         if self.source == "instruct" and self.optimizer != "select":
             raise UserError("--source instruct needs --optimizer select (ADMM optimizes fixed-length token batches)")
+        if self.selection != "match" and self.optimizer != "select":
+            raise UserError(
+                f"--selection {self.selection} needs --optimizer select (it chooses among public candidates)"
+            )
         if self.instruction is not None:
             check_instruction(self.instruction)
         return self

@@ -117,6 +117,18 @@ def eligible_by_class(
     return [[c for c, p in zip(candidates, predicted, strict=True) if c.label == k == p] for k in range(n_classes)]
 
 
+def uniform_draw(
+    candidates: Sequence[Candidate], predicted: Sequence[int], per_class: int, n_classes: int, seed: int
+) -> list[Candidate]:
+    """Per class, ``min(per_class, fewest eligible)`` of the candidates generated for it and given it by the
+    label filter (``predicted``), in a uniformly random order seeded by ``seed`` (so a prefix of a class is a
+    smaller draw); class by class. A public, reproducible draw (``torch.Generator``): no privacy claim rests on it."""
+    eligible = eligible_by_class(candidates, predicted, n_classes)
+    keep = min(per_class, min(len(e) for e in eligible))
+    generator = torch.Generator().manual_seed(seed)
+    return [e[int(i)] for e in eligible for i in torch.randperm(len(e), generator=generator)[:keep]]
+
+
 def select(
     candidates: Sequence[Candidate], predicted: Sequence[int], per_class: int, n_classes: int
 ) -> list[Candidate]:

@@ -40,9 +40,11 @@ from privlm.synthesis.gradmm.prompt import (
     last_hidden_from_ids,
 )
 from privlm.synthesis.gradmm.release import Release, model_fingerprint
+from privlm.synthesis.gradmm.release_filter import filter_select
 from privlm.synthesis.gradmm.select import select_matching
 
 StepCallback = Callable[[int, int, float], None]
+FILTER_STEP = "filter-step.json"  # in the batch folder: the step length the ``filter`` selection chose
 
 
 def batch_seed(seed: int, label: int, index: int) -> int:
@@ -253,6 +255,10 @@ def synthesize(
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
     ``on_batch(label, index)`` is called after each batch. ``public_dir``: where instructed public
     candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
+    Generate–select chooses by gradient matching (``selection = "match"``) or draws among the candidates the
+    release's one-step head agrees with (``"filter"``,
+    :func:`~privlm.synthesis.gradmm.release_filter.filter_select`; the step it chose goes to
+    ``batch_dir/filter-step.json``).
 
     Args:
         model, tokenizer: the public LM the release was drawn with (checked by fingerprint).
@@ -311,6 +317,10 @@ def synthesize(
         predicted = public_labels(model, tokenizer, release.prompt, candidates, shared)
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
+    if config.optimizer == "select" and config.selection == "filter":
+        chosen, step = filter_select(model, release, candidates, predicted, per_class, config.seed, shared)
+        write_text_atomic(batch_dir / FILTER_STEP, json.dumps({"step": step}))  # public: the release's post-processing
+        return chosen
     if config.optimizer == "select":
         return select_matching(model, release, candidates, predicted, per_class, config.contrastive, shared)
     return select(candidates, predicted, per_class, n_classes)

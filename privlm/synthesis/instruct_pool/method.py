@@ -15,27 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from privlm.errors import UserError
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class
+from privlm.synthesis.gradmm.filtering import Candidate, uniform_draw
 from privlm.synthesis.gradmm.generate import batch_seed, candidate_jobs, instructed_batch, public_labels, unscored
 from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.registry import MethodContext
-
-
-def draw(
-    candidates: list[Candidate], predicted: list[int], per_class: int, n_classes: int, seed: int
-) -> list[Candidate]:
-    """Per class, ``min(per_class, fewest eligible)`` of the candidates generated for it and given it by the
-    label filter (``predicted``), in a uniformly random order seeded by ``seed`` (so a prefix of a class is a
-    smaller draw); class by class."""
-    eligible = eligible_by_class(candidates, predicted, n_classes)
-    keep = min(per_class, min(len(e) for e in eligible))
-    generator = torch.Generator().manual_seed(seed)
-    return [e[int(i)] for e in eligible for i in torch.randperm(len(e), generator=generator)[:keep]]
 
 
 def instruct_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -73,5 +59,5 @@ def instruct_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
             "method": "instruct-pool",
             "uses_private_data": False,
         }
-        for c in draw(candidates, predicted, ctx.n_per_class, n_classes, ctx.seed)
+        for c in uniform_draw(candidates, predicted, ctx.n_per_class, n_classes, ctx.seed)
     ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import privlm.synthesis.gradmm.generate as generate
@@ -15,6 +16,7 @@ from privlm.synthesis.gradmm.filtering import (
     few_shot_labels,
     few_shot_scores,
     select,
+    uniform_draw,
 )
 from privlm.synthesis.gradmm.pipeline import run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
@@ -154,3 +156,33 @@ def test_few_shot_scores_equal_the_full_prompt_pass(name: str) -> None:
     assert len(context) > 30  # the demonstrations are there, and shared
     torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
     assert few_shot_labels(model, tokenizer, prompt, texts, batch_size=3) == got.argmax(1).tolist()
+
+
+def _draw_candidates() -> tuple[list[Candidate], list[int]]:
+    """Ten candidates per class; the label filter gives candidates 0, 3 and 6 of each class the other class."""
+    cands = [Candidate(ids=(k, i), text=f"{k}-{i}", label=k, match_loss=None) for i in range(10) for k in (0, 1)]
+    predicted = [1 - c.label if c.ids[1] % 3 == 0 and c.ids[1] < 7 else c.label for c in cands]
+    return cands, predicted
+
+
+def test_uniform_draw_keeps_the_eligible_candidates_only_and_its_prefixes_are_smaller_draws() -> None:
+    cands, predicted = _draw_candidates()
+    chosen = uniform_draw(cands, predicted, 4, 2, seed=3)
+    assert [c.label for c in chosen] == [0] * 4 + [1] * 4
+    assert all(c.ids[1] not in (0, 3, 6) for c in chosen) and len(set(chosen)) == 8
+    assert uniform_draw(cands, predicted, 4, 2, seed=3) == chosen != uniform_draw(cands, predicted, 4, 2, seed=4)
+    everything = uniform_draw(cands, predicted, 100, 2, seed=3)  # capped by the fewest eligible (7 per class)
+    assert len(everything) == 14 and [c for c in everything if c.label == 0][:4] == chosen[:4]
+
+
+def test_uniform_draw_is_uniform_over_the_eligible_candidates() -> None:
+    """Monte Carlo over 4,000 seeds: each of the 7 eligible candidates of a class is kept with probability 2/7
+    (binomial sd about 0.007; 5 sd allowed)."""
+    cands, predicted = _draw_candidates()
+    counts: dict[tuple[int, int], int] = {}
+    for seed in range(4000):
+        for c in uniform_draw(cands, predicted, 2, 2, seed):
+            counts[c.ids] = counts.get(c.ids, 0) + 1
+    assert len(counts) == 14
+    frequencies = np.array(list(counts.values())) / 4000
+    assert np.abs(frequencies - 2 / 7).max() < 5 * np.sqrt(2 / 7 * 5 / 7 / 4000)
