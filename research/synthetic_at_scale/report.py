@@ -7,8 +7,9 @@ finished seeds, and the mean seconds to make a set. Then the targets at ε = 1, 
 synthetic set within 2 points of DP training directly on the real data, and at least its noise-only
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
 evaluation lets a set of that size go). Then every DP row against its control and against the same method at ε
-none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, and how many texts the sets of two seeds (two DP draws) share, and each set with
-its control's. Reads committed files only.
+none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, the release as a
+label filter against the greedy match, and how many texts the sets of two seeds (two DP draws) share, and each set
+with its control's. Reads committed files only.
 
     python research/synthetic_at_scale/report.py      # writes research/synthetic_at_scale/summary.md
 """
@@ -24,14 +25,30 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DIRECT = HERE.parent / "dp_finetune_rotten_tomatoes"
 SIZES = (1000, 100)
-DP_METHODS = ("gradmm@instruct", "dp-finetune-gen", "pe")  # the DP synthetic-text methods
+# the DP synthetic-text methods (gradmm@filter: the same release as a label filter, selection "filter")
+DP_METHODS = ("gradmm@instruct", "gradmm@filter", "dp-finetune-gen", "pe")
 # Each DP method's control: the same pipeline without the private signal (GRADMM: the same candidates and a
 # release of pure noise; dp-finetune-gen and PE: the public model's answers to the same prompts, untrained).
-CONTROL = {"gradmm@instruct": "gradmm@instruct-noise", "dp-finetune-gen": "zero-shot", "pe": "zero-shot"}
+CONTROL = {
+    "gradmm@instruct": "gradmm@instruct-noise",
+    "gradmm@filter": "gradmm@filter-noise",
+    "dp-finetune-gen": "zero-shot",
+    "pe": "zero-shot",
+}
 METRICS = (("head_accuracy", "head-only"), ("accuracy", "fine-tune"))
 # GRADMM's selection against a uniform draw of the same label-filtered candidates (public; pool_reach.py)
-POOL_DRAW = {"gradmm@instruct": "instruct-pool"}
-ORDER = (*DP_METHODS, "gradmm@instruct-noise", "instruct-pool", "zero-shot", "random", "full-pool")
+POOL_DRAW = {"gradmm@instruct": "instruct-pool", "gradmm@filter": "instruct-pool"}
+# the filter rule against the greedy match from releases of the same ε (each cell draws its own release)
+RULES = {"gradmm@filter": "gradmm@instruct"}
+ORDER = (
+    *DP_METHODS,
+    "gradmm@instruct-noise",
+    "gradmm@filter-noise",
+    "instruct-pool",
+    "zero-shot",
+    "random",
+    "full-pool",
+)
 TARGET_EPS, TARGET_N = 1.0, 1000
 
 
@@ -191,6 +208,15 @@ def pool_draws(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[
     return lines or ["- no GRADMM row has its pool draw's row at the same n yet"]
 
 
+def rules(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
+    """Every finished row of a selection rule against the other rule at the same ε and n (seed means)."""
+    lines = []
+    for method, eps, n in sorted(k for k in groups if k[0] in RULES and k[1] is not None):
+        if margins := _margins(groups[(method, eps, n)], groups.get((RULES[method], eps, n), [])):
+            lines.append(f"- {method}, ε = {eps:g}, n = {n:,} − {RULES[method]}: {margins} points")
+    return lines or ["- no filter row has a match row at the same ε and n yet"]
+
+
 def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
     """Every finished DP row against the same method at ε none at the same n (GRADMM: no clipping, no noise;
     dp-finetune-gen: the same DP-SGD run with σ = 0): what the noise costs the method."""
@@ -262,6 +288,10 @@ def main() -> None:
         "reads nothing private; the stronger public baseline, pool_reach.md):",
         "",
         *pool_draws(groups),
+        "",
+        "The release as a label filter (gradmm@filter) against the greedy match (gradmm@instruct), same ε and n:",
+        "",
+        *rules(groups),
         "",
         "What the noise costs (each DP row against the same method at ε none, NOT private):",
         "",

@@ -18,7 +18,7 @@ register_method(
         "noise_only: public control, reads no private data",
         takes_epsilon=True,
         params=config_params(GradmmConfig, "preset"),
-        summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select)",
+        summary="GRADMM: text whose last-layer gradient matches one DP release of the private data's (ADMM or generate-select; or drawn among candidates the release's one-step head agrees with)",
         synth="gradmm",
         command=SynthCommand(
             OPTIONS,
