@@ -10,6 +10,8 @@ pass): a reporter shows its description and elapsed time, never its count or tot
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class Task:
     """One stage of work; the base class ignores every update."""
@@ -38,3 +40,17 @@ class Progress:
 
 
 SILENT = Progress()
+
+
+def shown_steps(
+    progress: Progress, epsilon: float | None
+) -> tuple[Task, Callable[[int, int, float | None, float | None], None]]:
+    """A "DP-SGD steps" task on ``progress`` ("clipped SGD steps (σ = 0, NOT private)" for the run without
+    noise, ``epsilon`` None) and the ``on_progress`` callback of :func:`privlm.training.loop.train_loop` that advances it (the
+    step count and total are public: the run's settings fix them)."""
+    task = progress.task("DP-SGD steps" if epsilon is not None else "clipped SGD steps (σ = 0, NOT private)")
+
+    def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
+        task.update(completed=step, total=total)
+
+    return task, on_progress

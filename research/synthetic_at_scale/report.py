@@ -26,20 +26,23 @@ HERE = Path(__file__).resolve().parent
 DIRECT = HERE.parent / "dp_finetune_rotten_tomatoes"
 SIZES = (1000, 100)
 # the DP synthetic-text methods (gradmm@filter: the same release as a label filter, selection "filter")
-DP_METHODS = ("gradmm@instruct", "gradmm@filter", "dp-finetune-gen", "pe")
+# (dp-head-pool: the same candidates drawn among those a DP-SGD-trained head-only classifier gives their class)
+DP_METHODS = ("gradmm@instruct", "gradmm@filter", "dp-head-pool", "dp-finetune-gen", "pe")
 # Each DP method's control: the same pipeline without the private signal (GRADMM: the same candidates and a
 # release of pure noise; dp-finetune-gen and PE: the public model's answers to the same prompts, untrained).
 CONTROL = {
     "gradmm@instruct": "gradmm@instruct-noise",
     "gradmm@filter": "gradmm@filter-noise",
+    "dp-head-pool": "instruct-pool",  # the same pool without a labeller
     "dp-finetune-gen": "zero-shot",
     "pe": "zero-shot",
 }
 METRICS = (("head_accuracy", "head-only"), ("accuracy", "fine-tune"))
 # GRADMM's selection against a uniform draw of the same label-filtered candidates (public; pool_reach.py)
 POOL_DRAW = {"gradmm@instruct": "instruct-pool", "gradmm@filter": "instruct-pool"}
-# the filter rule against the greedy match from releases of the same ε (each cell draws its own release)
-RULES = {"gradmm@filter": "gradmm@instruct"}
+# selection rules against each other at the same ε (each cell draws its own release): the release as a label
+# filter against the greedy match, and a labeller DP-SGD trained for many steps against the release's one step
+RULES = {"gradmm@filter": "gradmm@instruct", "dp-head-pool": "gradmm@filter"}
 ORDER = (
     *DP_METHODS,
     "gradmm@instruct-noise",
@@ -214,7 +217,7 @@ def rules(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
     for method, eps, n in sorted(k for k in groups if k[0] in RULES and k[1] is not None):
         if margins := _margins(groups[(method, eps, n)], groups.get((RULES[method], eps, n), [])):
             lines.append(f"- {method}, ε = {eps:g}, n = {n:,} − {RULES[method]}: {margins} points")
-    return lines or ["- no filter row has a match row at the same ε and n yet"]
+    return lines or ["- no selection rule has its comparison's row at the same ε and n yet"]
 
 
 def noise_costs(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
@@ -289,7 +292,8 @@ def main() -> None:
         "",
         *pool_draws(groups),
         "",
-        "The release as a label filter (gradmm@filter) against the greedy match (gradmm@instruct), same ε and n:",
+        "Selection rules against each other, same ε and n (the release as a label filter against the greedy match; "
+        "the DP-SGD-trained labeller against the release's one-step head):",
         "",
         *rules(groups),
         "",

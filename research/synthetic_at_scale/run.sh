@@ -34,9 +34,11 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # pool_reach.py found it beats GRADMM's selection on the head-only reading, so the fine-tune must read it too.
 # GRADMM's release as a label filter (selection "filter", added after pool_reach.py: its one-step head, used to
 # filter the pool, beat the greedy match by 6 points head-only) comes first at eps = 1, with its noise-only control.
-queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1"
+# Then a labeller DP-SGD trained for many steps in its place (dp-head-pool, the DP-direct head-only recipe).
+queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_seed0_eps1"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "instruct-pool_n1000_*"
-        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
+        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "dp-head-pool_n1000_*_eps1"
+        "gradmm@filter_n1000_*_eps4" "dp-head-pool_n1000_*_eps4"
         "dp-finetune-gen_n1000_*_eps4"
         "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"

@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from privlm.errors import UserError
-from privlm.progress import Progress, Task
+from privlm.progress import Progress, Task, shown_steps
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, shown_steps, training_rows
+from privlm.synthesis.dp_finetune.mechanism import PREFIX_CACHE, run_dp_finetune, training_rows
 from privlm.training.checkpoint import FINISHED
 from privlm.training.run import CACHE_BUILD
 

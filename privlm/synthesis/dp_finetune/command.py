@@ -24,8 +24,9 @@ OPTIONS = (
 def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase, Progress], SynthOutcome]:
     """Check a DP fine-tune-then-generate run before any model is loaded or anything written; the run."""
     from privlm.errors import UserError
+    from privlm.progress import shown_steps
     from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-    from privlm.synthesis.dp_finetune.mechanism import DPFinetunePaths, run_dp_finetune, shown_steps
+    from privlm.synthesis.dp_finetune.mechanism import DPFinetunePaths, run_dp_finetune
 
     request.check_output()
     if request.epsilon is None or request.delta is None:

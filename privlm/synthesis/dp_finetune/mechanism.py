@@ -63,7 +63,7 @@ from privlm.lm.generation import chat_prompt, class_instructions
 from privlm.lm.prompts import EncodedOption, pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.privacy.ledger import Ledger
-from privlm.progress import SILENT, Progress, Task
+from privlm.progress import SILENT, Progress
 from privlm.runfolder import (
     LEDGER,
     LOCK,
@@ -222,20 +222,6 @@ def _start(run_dir: Path, settings: dict[str, Any]) -> None:
             f"{run_dir} holds a run without {MANIFEST} (an older privlm): its settings cannot be checked; remove it"
         )
     check_or_write_settings(manifest, settings)
-
-
-def shown_steps(
-    progress: Progress, epsilon: float | None
-) -> tuple[Task, Callable[[int, int, float | None, float | None], None]]:
-    """A "DP-SGD steps" task on ``progress`` ("clipped SGD steps (σ = 0, NOT private)" for the run without
-    noise, ``epsilon`` None) and the ``on_progress`` callback of :func:`run_dp_finetune` that advances it (the
-    step count and total are public: the run's settings fix them)."""
-    task = progress.task("DP-SGD steps" if epsilon is not None else "clipped SGD steps (σ = 0, NOT private)")
-
-    def on_progress(step: int, total: int, loss: float | None, eps: float | None) -> None:
-        task.update(completed=step, total=total)
-
-    return task, on_progress
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.digest import digest
+from privlm.progress import shown_steps
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
-from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune, shown_steps
+from privlm.synthesis.dp_finetune.mechanism import run_dp_finetune
 from privlm.synthesis.registry import MethodContext
 
 

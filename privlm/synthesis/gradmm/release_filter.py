@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 
 from privlm.errors import UserError
 from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class, uniform_draw
-from privlm.synthesis.gradmm.prompt import head_weight
+from privlm.synthesis.gradmm.prompt import Prompt, head_weight
 from privlm.synthesis.gradmm.release import Release
 from privlm.synthesis.gradmm.select import candidate_hidden
 
@@ -78,6 +78,51 @@ def chosen_step(start: torch.Tensor, direction: torch.Tensor, hidden: torch.Tens
     return STEPS[max(range(len(STEPS)), key=lambda i: (scores[i], -i))]
 
 
+def eligible_hidden(
+    model: PreTrainedModel,
+    prompt: Prompt,
+    candidates: Sequence[Candidate],
+    predicted: Sequence[int],
+    public_dir: Path | None = None,
+) -> tuple[list[list[Candidate]], list[torch.Tensor]]:
+    """Per class, the candidates generated for it that the public label filter (``predicted``) gives it, and
+    their final hidden states in the matching layout (M_k × d, float64; kept in ``public_dir`` when given)."""
+    pool = eligible_by_class(candidates, predicted, len(prompt.label_token_ids))
+    d = head_weight(model).shape[1]
+    hidden = [
+        candidate_hidden(model, prompt, cands, public_dir=public_dir).to(torch.float64)
+        if cands
+        else torch.zeros(0, d, dtype=torch.float64)
+        for cands in pool
+    ]
+    return pool, hidden
+
+
+def head_draw(
+    rows: torch.Tensor,
+    pool: Sequence[Sequence[Candidate]],
+    hidden: Sequence[torch.Tensor],
+    per_class: int,
+    seed: int,
+    prompt: Prompt,
+    head: str,
+) -> list[Candidate]:
+    """Per class, ``min(per_class, fewest agreed)`` of the candidates of ``pool`` (per class, with their ``hidden``
+    states) that the head ``rows`` (K × d: logit_k = R_k·h) gives their class, drawn uniformly (``seed``); class
+    by class. A class the head gives none of its candidates is a :class:`UserError` naming ``head`` (an empty set
+    helps no one)."""
+    agreed = [
+        c for cands, h in zip(pool, hidden) for c, p in zip(cands, (h @ rows.T).argmax(dim=1).tolist()) if p == c.label
+    ]
+    empty = [k for k in range(len(pool)) if not any(c.label == k for c in agreed)]
+    if empty:
+        raise UserError(
+            f"{head} gives class {prompt.label_names[empty[0]]!r} to none of its {len(pool[empty[0]])} "
+            "label-filtered candidates: generate more candidates (--oversample)"
+        )
+    return uniform_draw(agreed, [c.label for c in agreed], per_class, len(pool), seed)
+
+
 def filter_select(
     model: PreTrainedModel,
     release: Release,
@@ -89,29 +134,12 @@ def filter_select(
 ) -> tuple[list[Candidate], float]:
     """Per class, ``min(per_class, fewest eligible)`` candidates drawn uniformly (``seed``) among those generated
     for it that the public label filter (``predicted``) and the release's one-step head ``R(t)`` both give it;
-    class by class, unscored (``match_loss`` None), and the step ``t`` chosen (module docstring). A class the
-    head gives none of its candidates is a :class:`UserError` (an empty set helps no one).
+    class by class, unscored (``match_loss`` None), and the step ``t`` chosen (module docstring); a class the
+    head gives none of its candidates is refused (:func:`head_draw`).
     ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
-    n_classes = len(release.prompt.label_token_ids)
-    pool = eligible_by_class(candidates, predicted, n_classes)
+    pool, hidden = eligible_hidden(model, release.prompt, candidates, predicted, public_dir)
     start, direction = label_rows_and_direction(model, release)
-    hidden = [
-        candidate_hidden(model, release.prompt, cands, public_dir=public_dir).to(torch.float64)
-        if cands
-        else start.new_zeros(0, start.shape[1])
-        for cands in pool
-    ]
     labels = torch.tensor([k for k, cands in enumerate(pool) for _ in cands], dtype=torch.long)
     t = chosen_step(start, direction, torch.cat(hidden), labels)
-    rows = stepped_rows(start, direction, t)
-    agreed = [
-        c for cands, h in zip(pool, hidden) for c, p in zip(cands, (h @ rows.T).argmax(dim=1).tolist()) if p == c.label
-    ]
-    empty = [k for k in range(n_classes) if not any(c.label == k for c in agreed)]
-    if empty:
-        raise UserError(
-            f"the release's one-step head (step {t:g}, the best agreement) gives class "
-            f"{release.prompt.label_names[empty[0]]!r} to none of its {len(pool[empty[0]])} label-filtered candidates: "
-            "generate more candidates (--oversample) or choose with --selection match"
-        )
-    return uniform_draw(agreed, [c.label for c in agreed], per_class, n_classes, seed), t
+    head = f"the release's one-step head (step {t:g}, the best agreement; or choose with --selection match)"
+    return head_draw(stepped_rows(start, direction, t), pool, hidden, per_class, seed, release.prompt, head), t

@@ -1,0 +1,121 @@
+"""The DP labeller: the K-way head-only classifier (the LM head's label-token rows) trained with DP-SGD on the
+private examples' last hidden states, in GRADMM's matching layout (``prefix + text + suffix``,
+:class:`~privlm.synthesis.gradmm.release.PrivateFactors`), so that it labels public candidates in that same layout
+(:func:`~privlm.synthesis.gradmm.select.candidate_hidden`).
+
+**Guarantee**: the trained rows are the DP-SGD run's (ε, δ)-DP release under add/remove-one adjacency (privlm's
+engine and training loop: Poisson sampling, per-sample clipping, the PLD accountant, the write-ahead ledger,
+checkpoints and exact resume, noise keys from the OS); whatever is computed from them and public inputs is
+post-processing. The run's public settings (``run.json``: ε, δ, the recipe, the model's fingerprint and the
+prompt) are checked on resume; a run whose rows are saved is reused, never retrained.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from privlm.atomic import atomic_path
+from privlm.dpsgd.sampling import physical_batches
+from privlm.errors import UserError
+from privlm.privacy.ledger import Ledger
+from privlm.runfolder import LEDGER, MANIFEST, check_or_write_settings, hold
+from privlm.synthesis.gradmm.prompt import Prompt
+from privlm.synthesis.gradmm.release import PrivateFactors, model_fingerprint
+from privlm.training.checkpoint import FINISHED, retire_checkpoints
+from privlm.training.head import LabelWordHead, head_losses
+from privlm.training.loop import TrainConfig, prepare, train_loop
+from privlm.training.prefix_cache import cached_rows, collate_cached
+
+ROWS = "labeller.pt"  # in the run folder: the trained K × d rows (the DP release)
+
+
+@dataclass(frozen=True)
+class LabellerConfig:
+    """The DP-SGD recipe of the labeller: the head-only recipe of DP training directly on Rotten Tomatoes
+    (``research/dp_finetune_rotten_tomatoes``: 40 epochs, expected batch 512, AdamW lr 0.01, clip 1), chosen there
+    before this method existed and not tuned on its sets. All public."""
+
+    epochs: float = 40.0
+    batch_size: int = 512
+    lr: float = 0.01
+    max_grad_norm: float = 1.0
+    norm_mode: str = "mixed"
+    # the sampling and noise seed: None (the default) draws them from the OS; a seed makes the run reproducible
+    # and its ledger says it is no private release (``private_release`` false: tests only)
+    noise_seed: int | None = None
+
+    def train_config(self, epsilon: float, delta: float) -> TrainConfig:
+        """The DP-SGD settings (validated by :class:`TrainConfig`); the noise keys come from the OS."""
+        return TrainConfig(
+            task="classify",
+            head_only=True,
+            epsilon=epsilon,
+            delta=delta,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            lr=self.lr,
+            max_grad_norm=self.max_grad_norm,
+            norm_mode=self.norm_mode,
+            checkpoint_every=50,
+            log_every=10,
+            seed=self.noise_seed,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def train_labeller(
+    model: PreTrainedModel,
+    prompt: Prompt,
+    load_factors: Callable[[], PrivateFactors],
+    *,
+    epsilon: float,
+    delta: float,
+    config: LabellerConfig,
+    run_dir: Path,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
+) -> tuple[torch.Tensor, Ledger]:
+    """The label-token rows (K × d, float64) DP-SGD trained from the zero-shot rows on the private factors
+    (``load_factors``, read only when the run has not finished) and the run's ledger; trained in ``run_dir``
+    (resumed from its last checkpoint, locked while in use: another process waits) or reloaded from it."""
+    if epsilon is None:
+        raise UserError("the DP labeller needs an ε (it is a DP-SGD run)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with hold(run_dir, wait=True):
+        settings = {
+            "epsilon": epsilon,
+            "delta": delta,
+            "labeller": config.to_dict(),
+            "model_fingerprint": model_fingerprint(model),
+            "prompt": prompt.to_dict(),
+        }
+        check_or_write_settings(run_dir / MANIFEST, settings)
+        saved = run_dir / ROWS
+        if (run_dir / FINISHED).exists() and saved.exists():
+            return torch.load(saved, weights_only=True), Ledger.load(run_dir / LEDGER)
+        head = LabelWordHead(copy.deepcopy(model), list(prompt.label_token_ids))
+        factors = load_factors()
+        rows = cached_rows(factors.hidden.to(head.rows.weight.dtype), factors.labels.tolist())
+        run = prepare(
+            head,
+            rows,
+            collate_cached,
+            config.train_config(epsilon, delta),
+            loss_fn=head_losses,
+            micro_batches=physical_batches,
+        )
+        train_loop(run, run_dir, resume=True, on_progress=on_progress)
+        trained = head.rows.weight.detach().to(torch.float64).clone()
+        with atomic_path(saved) as tmp:
+            torch.save(trained, tmp)
+        retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
+        return trained, Ledger.load(run_dir / LEDGER)

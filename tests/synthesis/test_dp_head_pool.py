@@ -1,0 +1,165 @@
+"""``dp-head-pool``: a DP-SGD-trained head-only labeller chooses among GRADMM's public candidates — its set checked
+against forward passes of a model whose LM head holds the trained rows, its run reused without reading the private
+pool again, its sidecar against its ledger."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from privlm.errors import UserError
+from privlm.privacy.ledger import Ledger
+from privlm.resources.tiny import build_tiny_model
+from privlm.runfolder import LEDGER, sidecar_path
+from privlm.synthesis.dp_head_pool.labeller import ROWS, LabellerConfig, train_labeller
+from privlm.synthesis.dp_head_pool.method import dp_head_pool_rows
+from privlm.synthesis.gradmm import generate
+from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
+from privlm.synthesis.gradmm.method import public_candidates_dir
+from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.release import private_factors
+from privlm.synthesis.registry import MethodContext
+
+PRIVATE = [
+    ("a warm and funny story", 1),
+    ("slow, dull and far too long", 0),
+    ("I loved every minute of it", 1),
+    ("one of the worst films of the year", 0),
+    ("a delight from start to finish", 1),
+    ("the acting is wooden", 0),
+    ("moving and beautiful", 1),
+    ("boring and clumsy", 0),
+]
+NAMES, WORDS, TEMPLATE = ["negative", "positive"], ["bad", "great"], "{text} It was "
+POOL = {"preset": "instruct", "batch": 3, "oversample": 6.0, "pool_seed": 7}  # 12 candidates per class at n = 2
+RECIPE = {"epochs": 5.0, "batch_size": 4, "lr": 0.01, "noise_seed": 0}  # seeded noise: reproducible, no private release
+EPS = 30.0  # little enough noise that the tiny labeller moves with the data
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model, tokenizer = build_tiny_model("tiny-llama", seed=4, dtype=torch.float64)
+    return model.requires_grad_(False), tokenizer
+
+
+class Poisoned(list):
+    def __iter__(self):
+        raise AssertionError("the private pool must not be read again")
+
+    def __len__(self) -> int:
+        raise AssertionError("the private pool must not be read again")
+
+
+def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed: int = 0) -> MethodContext:
+    model, tokenizer = lm
+    return MethodContext(
+        model=model,
+        tokenizer=tokenizer,
+        pool=pool,
+        label_names=NAMES,
+        template=TEMPLATE,
+        label_words=WORDS,
+        n_per_class=2,
+        seed=seed,
+        epsilon=epsilon,
+        delta=1e-5,
+        workdir=work / cell,
+        pool_features=lambda: pytest.fail("dp-head-pool reads the pool through its labeller only"),
+        params={**POOL, **RECIPE},
+        private_cache=work / "private-cache",
+    )
+
+
+def _predictions(lm, rows: torch.Tensor, cands) -> list[int]:
+    """The class a copy of the model whose LM head's label rows are ``rows`` predicts for each candidate, one
+    forward pass of ``prefix + ids + suffix`` each (embeddings untied and unchanged)."""
+    model, tokenizer = lm
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
+    stepped = copy.deepcopy(model)
+    weight = stepped.get_output_embeddings().weight.detach().clone()
+    weight[list(prompt.label_token_ids)] = rows.to(weight.dtype)
+    stepped.get_output_embeddings().weight = torch.nn.Parameter(weight, requires_grad=False)
+    out = []
+    for c in cands:
+        ids = torch.tensor([[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]])
+        out.append(int(stepped(input_ids=ids).logits[0, -1, list(prompt.label_token_ids)].argmax()))
+    return out
+
+
+def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(lm, tmp_path) -> None:
+    model, tokenizer = lm
+    work = tmp_path / "work"
+    ctx = _context(lm, work, "dp-head-pool_n2_seed0_eps4", list(PRIVATE))
+    rows = dp_head_pool_rows(ctx)
+    # the labeller's run: one DP-SGD release, accounted within the target, its rows saved
+    (run_dir,) = (work / "private-cache").glob("dphead-*")
+    ledger = Ledger.load(run_dir / LEDGER)
+    privacy = json.loads(sidecar_path(ctx.out).read_text())
+    assert privacy["dp"] and privacy["epsilon"] == EPS and ledger.epsilon(1e-5) <= EPS
+    assert (sidecar_path(ctx.out).parent / privacy["ledger_file"]).resolve() == (run_dir / LEDGER).resolve()
+    assert all(r["epsilon_spent"] == EPS and r["method"] == "dp-head-pool" for r in rows)
+    # the set: a uniform draw among the label-filtered candidates that the trained head gives their class
+    config = make_config(**POOL, seed=0)
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
+    public = public_candidates_dir(work, model, config, prompt)
+    cands = [
+        c
+        for k, j in generate.candidate_jobs(2, config, 2)
+        for c in generate.unscored(
+            tokenizer,
+            generate.instructed_batch(
+                model, tokenizer, prompt, k, config, generate.batch_seed(config.candidate_seed, k, j), public
+            ),
+            k,
+        )
+    ]
+    predicted = generate.public_labels(model, tokenizer, prompt, cands, public)
+    eligible = [c for p in eligible_by_class(cands, predicted, 2) for c in p]
+    trained = torch.load(run_dir / ROWS, weights_only=True)
+    start = model.get_output_embeddings().weight[list(prompt.label_token_ids)].double()
+    assert trained.shape == start.shape and not torch.equal(trained, start)  # it trained
+    votes = _predictions(lm, trained, eligible)
+    agreed = [c for c, v in zip(eligible, votes) if v == c.label]
+    assert 0 < len(agreed) <= len(eligible)
+    expected = uniform_draw(agreed, [c.label for c in agreed], 2, 2, seed=0)
+    assert [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
+    assert len(rows) == 2 * min(2, *(sum(c.label == k for c in agreed) for k in (0, 1))) > 0
+
+
+def test_another_cell_of_the_same_run_reuses_it_and_the_private_pool_is_read_once(lm, tmp_path, monkeypatch) -> None:
+    work = tmp_path / "work"
+    first = dp_head_pool_rows(_context(lm, work, "a", list(PRIVATE)))
+    monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
+    again = dp_head_pool_rows(_context(lm, work, "b", Poisoned()))
+    assert again == first and len(list((work / "private-cache").glob("dphead-*"))) == 1
+    # another seed is another DP run (its own draw, its own ledger), on the factors already cached
+    dp_head_pool_rows(_context(lm, work, "c", Poisoned(), seed=1))
+    assert len(list((work / "private-cache").glob("dphead-*/" + LEDGER))) == 2
+
+
+def test_a_run_of_other_settings_in_the_same_folder_is_refused(lm, tmp_path) -> None:
+    model, tokenizer = lm
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
+
+    def factors():
+        return private_factors(model, tokenizer, PRIVATE, prompt, max_tokens=16)
+
+    config = LabellerConfig(**RECIPE)
+    train_labeller(model, prompt, factors, epsilon=4.0, delta=1e-5, config=config, run_dir=tmp_path / "run")
+    with pytest.raises(UserError, match="epsilon"):
+        train_labeller(model, prompt, factors, epsilon=1.0, delta=1e-5, config=config, run_dir=tmp_path / "run")
+    with pytest.raises(UserError, match="labeller"):
+        train_labeller(
+            model, prompt, factors, epsilon=4.0, delta=1e-5, config=replace(config, lr=0.1), run_dir=tmp_path / "run"
+        )
+
+
+def test_a_cell_without_epsilon_is_refused(lm, tmp_path) -> None:
+    with pytest.raises(UserError, match="DP method"):
+        dp_head_pool_rows(_context(lm, tmp_path, "none", list(PRIVATE), epsilon=None))
