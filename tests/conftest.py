@@ -7,6 +7,7 @@ intra-op thread and restores the previous setting afterwards.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 
@@ -37,3 +38,25 @@ def seeded_os_keys(monkeypatch):
     monkeypatch.setattr(
         SecureRandom, "from_os", classmethod(lambda cls: SecureRandom.from_seed(next(counter), "audit-test"))
     )
+
+
+@pytest.fixture
+def head_votes():
+    """``votes(model, prompt, rows, candidates)``: the class a copy of ``model`` whose LM head's label-token rows
+    are ``rows`` (K × d) predicts for each candidate, one forward pass of ``prefix + ids + suffix`` each (the
+    embeddings untied and unchanged): an independent reference for a head applied to cached hidden states."""
+
+    def votes(model, prompt, rows, candidates) -> list[int]:
+        copied = copy.deepcopy(model)
+        labels = list(prompt.label_token_ids)
+        weight = copied.get_output_embeddings().weight.detach().clone()
+        weight[labels] = rows.to(weight.dtype)
+        copied.get_output_embeddings().weight = torch.nn.Parameter(weight, requires_grad=False)
+        assert copied.get_output_embeddings().weight is not copied.get_input_embeddings().weight
+        out = []
+        for c in candidates:
+            ids = torch.tensor([[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]])
+            out.append(int(copied(input_ids=ids).logits[0, -1, labels].argmax()))
+        return out
+
+    return votes

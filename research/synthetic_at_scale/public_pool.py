@@ -43,7 +43,7 @@ from privlm.synthesis.gradmm.generate import (
     instructions_for,
     public_labels,
 )
-from privlm.synthesis.gradmm.method import public_candidates_dir
+from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
 from privlm.synthesis.gradmm.select import candidate_hidden
 

@@ -4,7 +4,6 @@ pool again, its sidecar against its ledger."""
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from privlm.synthesis.dp_head_pool.method import dp_head_pool_rows
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
-from privlm.synthesis.gradmm.method import public_candidates_dir
+from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import private_factors
 from privlm.synthesis.registry import MethodContext
@@ -38,8 +37,17 @@ PRIVATE = [
 ]
 NAMES, WORDS, TEMPLATE = ["negative", "positive"], ["bad", "great"], "{text} It was "
 POOL = {"preset": "instruct", "batch": 3, "oversample": 6.0, "pool_seed": 7}  # 12 candidates per class at n = 2
-RECIPE = {"epochs": 5.0, "batch_size": 4, "lr": 0.01, "noise_seed": 0}  # seeded noise: reproducible, no private release
+RECIPE = {"epochs": 5.0, "batch_size": 4, "lr": 0.01}
 EPS = 30.0  # little enough noise that the tiny labeller moves with the data
+
+
+@pytest.fixture
+def seeded_training(monkeypatch):
+    """The labeller's DP-SGD run with seed 0 (sampling and noise): deterministic. On the tiny model a head trained
+    under most noise draws gives every candidate one class (its hidden states share one large direction); this
+    seed's does not, so the draw has something to choose."""
+    made = LabellerConfig.train_config
+    monkeypatch.setattr(LabellerConfig, "train_config", lambda self, *a: replace(made(self, *a), seed=0))
 
 
 @pytest.fixture(scope="module")
@@ -76,23 +84,9 @@ def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed:
     )
 
 
-def _predictions(lm, rows: torch.Tensor, cands) -> list[int]:
-    """The class a copy of the model whose LM head's label rows are ``rows`` predicts for each candidate, one
-    forward pass of ``prefix + ids + suffix`` each (embeddings untied and unchanged)."""
-    model, tokenizer = lm
-    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
-    stepped = copy.deepcopy(model)
-    weight = stepped.get_output_embeddings().weight.detach().clone()
-    weight[list(prompt.label_token_ids)] = rows.to(weight.dtype)
-    stepped.get_output_embeddings().weight = torch.nn.Parameter(weight, requires_grad=False)
-    out = []
-    for c in cands:
-        ids = torch.tensor([[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]])
-        out.append(int(stepped(input_ids=ids).logits[0, -1, list(prompt.label_token_ids)].argmax()))
-    return out
-
-
-def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(lm, tmp_path) -> None:
+def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(
+    lm, tmp_path, seeded_training, head_votes
+) -> None:
     model, tokenizer = lm
     work = tmp_path / "work"
     ctx = _context(lm, work, "dp-head-pool_n2_seed0_eps4", list(PRIVATE))
@@ -124,15 +118,17 @@ def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(lm, tmp_p
     trained = torch.load(run_dir / ROWS, weights_only=True)
     start = model.get_output_embeddings().weight[list(prompt.label_token_ids)].double()
     assert trained.shape == start.shape and not torch.equal(trained, start)  # it trained
-    votes = _predictions(lm, trained, eligible)
+    votes = head_votes(model, prompt, trained, eligible)
     agreed = [c for c, v in zip(eligible, votes) if v == c.label]
-    assert 0 < len(agreed) <= len(eligible)
+    assert 0 < len(agreed) < len(eligible)  # the labeller drops candidates the public filter kept
     expected = uniform_draw(agreed, [c.label for c in agreed], 2, 2, seed=0)
     assert [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
     assert len(rows) == 2 * min(2, *(sum(c.label == k for c in agreed) for k in (0, 1))) > 0
 
 
-def test_another_cell_of_the_same_run_reuses_it_and_the_private_pool_is_read_once(lm, tmp_path, monkeypatch) -> None:
+def test_another_cell_of_the_same_run_reuses_it_and_the_private_pool_is_read_once(
+    lm, tmp_path, monkeypatch, seeded_training
+) -> None:
     work = tmp_path / "work"
     first = dp_head_pool_rows(_context(lm, work, "a", list(PRIVATE)))
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
@@ -143,7 +139,7 @@ def test_another_cell_of_the_same_run_reuses_it_and_the_private_pool_is_read_onc
     assert len(list((work / "private-cache").glob("dphead-*/" + LEDGER))) == 2
 
 
-def test_a_run_of_other_settings_in_the_same_folder_is_refused(lm, tmp_path) -> None:
+def test_a_run_of_other_settings_in_the_same_folder_is_refused(lm, tmp_path, seeded_training) -> None:
     model, tokenizer = lm
     prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
 
@@ -151,13 +147,15 @@ def test_a_run_of_other_settings_in_the_same_folder_is_refused(lm, tmp_path) -> 
         return private_factors(model, tokenizer, PRIVATE, prompt, max_tokens=16)
 
     config = LabellerConfig(**RECIPE)
-    train_labeller(model, prompt, factors, epsilon=4.0, delta=1e-5, config=config, run_dir=tmp_path / "run")
-    with pytest.raises(UserError, match="epsilon"):
-        train_labeller(model, prompt, factors, epsilon=1.0, delta=1e-5, config=config, run_dir=tmp_path / "run")
-    with pytest.raises(UserError, match="labeller"):
-        train_labeller(
-            model, prompt, factors, epsilon=4.0, delta=1e-5, config=replace(config, lr=0.1), run_dir=tmp_path / "run"
-        )
+    run = {"delta": 1e-5, "run_dir": tmp_path / "run"}
+    train_labeller(model, prompt, factors, epsilon=4.0, config=config, max_tokens=16, **run)
+    for changed, name in (
+        ({"epsilon": 1.0, "config": config, "max_tokens": 16}, "epsilon"),
+        ({"epsilon": 4.0, "config": replace(config, lr=0.1), "max_tokens": 16}, "labeller"),
+        ({"epsilon": 4.0, "config": config, "max_tokens": 32}, "max_tokens"),
+    ):
+        with pytest.raises(UserError, match=name):
+            train_labeller(model, prompt, factors, **changed, **run)
 
 
 def test_a_cell_without_epsilon_is_refused(lm, tmp_path) -> None:

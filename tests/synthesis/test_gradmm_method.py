@@ -173,7 +173,7 @@ def test_instructed_cells_share_one_public_candidates_dir_that_public_candidates
     from privlm.resources.models import load_model
     from privlm.synthesis.gradmm import generate
     from privlm.synthesis.gradmm.config import make_config
-    from privlm.synthesis.gradmm.method import public_candidates_dir
+    from privlm.synthesis.gradmm.pool import public_candidates_dir
     from privlm.synthesis.gradmm.prompt import build_prompt
 
     monkeypatch.setattr(

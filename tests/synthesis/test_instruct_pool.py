@@ -14,8 +14,8 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import uniform_draw
-from privlm.synthesis.gradmm.method import public_candidates_dir
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
+from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.instruct_pool.method import instruct_pool_rows
 from privlm.synthesis.registry import MethodContext

@@ -15,7 +15,7 @@ register_method(
         takes_epsilon=True,
         params=frozenset(
             {"preset", "pool_seed", "batch", "oversample", "label_filter", "instruction", "instructions"}
-            | {"epochs", "batch_size", "lr", "max_grad_norm", "norm_mode", "noise_seed"}
+            | {"epochs", "batch_size", "lr", "max_grad_norm", "norm_mode"}
         ),
         summary="n of GRADMM's label-filtered public candidates per class, drawn among those a DP-SGD-trained "
         "head-only classifier also gives their class",

@@ -12,7 +12,6 @@ prompt) are checked on resume; a run whose rows are saved is reused, never retra
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,9 +46,6 @@ class LabellerConfig:
     lr: float = 0.01
     max_grad_norm: float = 1.0
     norm_mode: str = "mixed"
-    # the sampling and noise seed: None (the default) draws them from the OS; a seed makes the run reproducible
-    # and its ledger says it is no private release (``private_release`` false: tests only)
-    noise_seed: int | None = None
 
     def train_config(self, epsilon: float, delta: float) -> TrainConfig:
         """The DP-SGD settings (validated by :class:`TrainConfig`); the noise keys come from the OS."""
@@ -65,7 +61,6 @@ class LabellerConfig:
             norm_mode=self.norm_mode,
             checkpoint_every=50,
             log_every=10,
-            seed=self.noise_seed,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,12 +76,15 @@ def train_labeller(
     epsilon: float,
     delta: float,
     config: LabellerConfig,
+    max_tokens: int,
     run_dir: Path,
     on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
 ) -> tuple[torch.Tensor, Ledger]:
     """The label-token rows (K × d, float64) DP-SGD trained from the zero-shot rows on the private factors
-    (``load_factors``, read only when the run has not finished) and the run's ledger; trained in ``run_dir``
-    (resumed from its last checkpoint, locked while in use: another process waits) or reloaded from it."""
+    (``load_factors``, read only when the run has not finished; ``max_tokens``: the truncation they were computed
+    with, part of the run's settings) and the run's ledger; trained in ``run_dir`` (resumed from its last
+    checkpoint, locked while in use: another process waits) or reloaded from it. ``model`` is frozen in place (its
+    gradients turned off): only the K label-token rows are trained, on the cached features."""
     if epsilon is None:
         raise UserError("the DP labeller needs an ε (it is a DP-SGD run)")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,12 +95,13 @@ def train_labeller(
             "labeller": config.to_dict(),
             "model_fingerprint": model_fingerprint(model),
             "prompt": prompt.to_dict(),
+            "max_tokens": max_tokens,
         }
         check_or_write_settings(run_dir / MANIFEST, settings)
         saved = run_dir / ROWS
         if (run_dir / FINISHED).exists() and saved.exists():
             return torch.load(saved, weights_only=True), Ledger.load(run_dir / LEDGER)
-        head = LabelWordHead(copy.deepcopy(model), list(prompt.label_token_ids))
+        head = LabelWordHead(model, list(prompt.label_token_ids))
         factors = load_factors()
         rows = cached_rows(factors.hidden.to(head.rows.weight.dtype), factors.labels.tolist())
         run = prepare(

@@ -2,13 +2,13 @@
 
 1. The labeller (:mod:`.labeller`): the head-only classifier (the LM head's label-token rows) DP-SGD trained on
    the private pool's last hidden states in GRADMM's matching layout, at the cell's (ε, δ). Its run depends on
-   ε and the recipe, not on n or on the cell's seed beyond its own noise, and is kept in ``ctx.private_cache``
-   (keyed by ε, δ, the recipe and the cell's seed: each seed is its own draw); the factors are GRADMM's own cache
+   ε, the recipe, the factors' truncation and the cell's seed (each seed is its own draw), not on n: the cells
+   that differ only in n share it (one release), kept in ``ctx.private_cache``; the factors are GRADMM's own cache
    file, computed once per experiment.
 2. The public pool: the instructed candidates and public label-filter verdicts that a GRADMM cell with the same
    ``preset`` and ``pool_seed`` reads (:func:`~privlm.synthesis.gradmm.method.public_pool`).
 3. Per class, ``n`` candidates drawn uniformly (the cell's seed) among those the label filter and the DP labeller
-   both give their class (:func:`~privlm.synthesis.gradmm.release_filter.head_draw`).
+   both give their class (:func:`~privlm.synthesis.gradmm.head_select.head_draw`).
 
 **Guarantee**: the set is post-processing of the labeller's DP-SGD release and public inputs, so it is
 (ε, δ)-DP at the run's ε (its sidecar, ``synthetic.privacy.json``, names the run's ledger). Why: the release's
@@ -34,10 +34,10 @@ from privlm.progress import shown_steps
 from privlm.runfolder import LEDGER, epsilon_statement, sidecar_path
 from privlm.synthesis.dp_head_pool.labeller import LabellerConfig, train_labeller
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.method import factor_cache, public_pool
+from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
 from privlm.synthesis.gradmm.pipeline import load_factors
+from privlm.synthesis.gradmm.pool import factor_cache, public_pool
 from privlm.synthesis.gradmm.prompt import build_prompt
-from privlm.synthesis.gradmm.release_filter import eligible_hidden, head_draw
 from privlm.synthesis.registry import MethodContext
 
 MECHANISM = (
@@ -60,7 +60,13 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     candidates, predicted, public_dir = public_pool(ctx, config, prompt)
     model = copy.deepcopy(ctx.model).requires_grad_(False)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
-    key = {"epsilon": ctx.epsilon, "delta": ctx.delta, "labeller": labeller.to_dict(), "seed": ctx.seed}
+    key = {
+        "epsilon": ctx.epsilon,
+        "delta": ctx.delta,
+        "labeller": labeller.to_dict(),
+        "max_tokens": config.max_private_tokens,
+        "seed": ctx.seed,
+    }
     run_dir = (ctx.private_cache or ctx.workdir) / f"dphead-{digest(key)}"
     training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
     rows, ledger = train_labeller(
@@ -77,6 +83,7 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         epsilon=ctx.epsilon,
         delta=ctx.delta,
         config=labeller,
+        max_tokens=config.max_private_tokens,
         run_dir=run_dir,
         on_progress=on_progress,
     )

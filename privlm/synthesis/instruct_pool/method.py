@@ -17,7 +17,7 @@ from typing import Any
 
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import uniform_draw
-from privlm.synthesis.gradmm.method import public_pool
+from privlm.synthesis.gradmm.pool import public_pool
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.registry import MethodContext
 

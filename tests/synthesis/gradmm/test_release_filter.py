@@ -4,7 +4,6 @@ its step against the agreement of every step computed the same independent way."
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 
@@ -13,7 +12,7 @@ import torch
 
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
-from privlm.synthesis.gradmm import release_filter
+from privlm.synthesis.gradmm import head_select
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import Candidate, uniform_draw
 from privlm.synthesis.gradmm.generate import FILTER_STEP, load_batch
@@ -64,23 +63,6 @@ def _candidates(lm) -> list[Candidate]:
     ]
 
 
-def _reference_predictions(lm, rows: torch.Tensor, cands: list[Candidate]) -> list[int]:
-    """The class a copy of the model whose LM head's label rows are ``rows`` predicts for each candidate, one
-    forward pass of ``prefix + ids + suffix`` per candidate (the embeddings untied and left as they were)."""
-    model, _, prompt = lm
-    stepped = copy.deepcopy(model)
-    weight = stepped.get_output_embeddings().weight.detach().clone()
-    weight[list(prompt.label_token_ids)] = rows
-    stepped.get_output_embeddings().weight = torch.nn.Parameter(weight, requires_grad=False)
-    assert stepped.get_output_embeddings().weight is not stepped.get_input_embeddings().weight
-    out = []
-    for c in cands:
-        ids = torch.tensor([[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids]])
-        logits = stepped(input_ids=ids).logits[0, -1, list(prompt.label_token_ids)]
-        out.append(int(logits.argmax()))
-    return out
-
-
 def test_the_direction_is_the_summed_targets_on_the_label_rows_of_either_release(lm) -> None:
     model, _, prompt = lm
     start, direction = label_rows_and_direction(model, _release(lm))
@@ -113,7 +95,7 @@ def test_the_step_is_the_shortest_of_those_that_agree_best() -> None:
     assert chosen_step(start, torch.zeros_like(direction), hidden, labels) == 0.0  # nothing to gain: no step
 
 
-def test_filter_select_draws_among_the_candidates_a_head_with_the_stepped_rows_agrees_with(lm) -> None:
+def test_filter_select_draws_among_the_candidates_a_head_with_the_stepped_rows_agrees_with(lm, head_votes) -> None:
     model, _, prompt = lm
     release = _release(lm)
     cands = _candidates(lm)
@@ -124,10 +106,10 @@ def test_filter_select_draws_among_the_candidates_a_head_with_the_stepped_rows_a
     labels = torch.tensor([c.label for c in eligible])
     agreements = []
     for s in STEPS:  # the step, read off independent forward passes
-        votes = torch.tensor(_reference_predictions(lm, stepped_rows(start, direction, s), eligible))
+        votes = torch.tensor(head_votes(model, prompt, stepped_rows(start, direction, s), eligible))
         agreements.append(float(torch.stack([(votes[labels == k] == k).double().mean() for k in (0, 1)]).mean()))
     assert t == STEPS[max(range(len(STEPS)), key=lambda i: (agreements[i], -i))]
-    votes = _reference_predictions(lm, stepped_rows(start, direction, t), eligible)
+    votes = head_votes(model, prompt, stepped_rows(start, direction, t), eligible)
     agreed = [c for c, v in zip(eligible, votes) if v == c.label]
     assert 0 < len(agreed) < len(eligible)  # the head drops candidates the public filter kept
     expected = uniform_draw(agreed, [c.label for c in agreed], 3, 2, seed=7)
@@ -169,7 +151,7 @@ def test_a_class_the_head_gives_no_candidate_is_refused(lm, monkeypatch) -> None
     release = _release(lm)
     cands = _candidates(lm)
     same = torch.ones(model.config.hidden_size, dtype=torch.float64)
-    monkeypatch.setattr(release_filter, "candidate_hidden", lambda m, p, c, **k: same.expand(len(c), -1).clone())
+    monkeypatch.setattr(head_select, "candidate_hidden", lambda m, p, c, **k: same.expand(len(c), -1).clone())
     with pytest.raises(
         UserError, match="gives class .(negative|positive). to none of its 10 label-filtered candidates"
     ):
@@ -210,3 +192,12 @@ def test_a_filter_run_is_a_function_of_its_release_and_records_its_step(lm, tmp_
         shutil.copy(paths.workdir / name, again.workdir / name)
     second = run(tmp_path / "b.jsonl", lambda: pytest.fail("the release must be reused"))
     assert second.reused_release and (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+
+
+def test_a_class_the_public_filter_leaves_empty_is_named_as_such(lm) -> None:
+    _, _, prompt = lm
+    cands = _candidates(lm)
+    pool = [[c for c in cands if c.label == 0], []]
+    hidden = [torch.zeros(len(pool[0]), 4, dtype=torch.float64), torch.zeros(0, 4, dtype=torch.float64)]
+    with pytest.raises(UserError, match="the public label filter keeps no candidate of class 'positive'"):
+        head_select.head_draw(torch.eye(2, 4, dtype=torch.float64), pool, hidden, 2, 0, prompt, "a head")
