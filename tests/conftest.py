@@ -60,3 +60,19 @@ def head_votes():
         return out
 
     return votes
+
+
+class _PoisonedPool(list):
+    """A private pool that fails the test as soon as it is read (iterated or measured)."""
+
+    def __iter__(self):
+        pytest.fail("the private pool was read")
+
+    def __len__(self) -> int:
+        pytest.fail("the private pool was read")
+
+
+@pytest.fixture
+def poisoned_pool() -> list:
+    """A private pool that must not be read: a method that reads it fails the test."""
+    return _PoisonedPool()

@@ -28,9 +28,10 @@ from privlm.experiments.sampling import subsample
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.prompt import build_prompt, head_weight
+from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import Release, private_factors
 from privlm.synthesis.gradmm.release_filter import label_rows_and_direction, stepped_rows
+from privlm.training.head import label_word_rows
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
@@ -78,7 +79,7 @@ def main() -> None:
     def accuracy(rows: torch.Tensor) -> float:
         return 100 * float(((hidden @ rows.T).argmax(dim=1) == classes).double().mean())
 
-    start = head_weight(model).detach()[list(prompt.label_token_ids)]
+    start = label_word_rows(model, prompt.label_token_ids)
     out = {"zero_shot_rows": accuracy(start.to(torch.float64)), "test_sentences": len(test), "labellers": []}
     for cell, rows in labellers(model).items():
         out["labellers"].append(

@@ -52,6 +52,7 @@ from report import _mean_sd, direct
 from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class, uniform_draw
 from privlm.synthesis.gradmm.generate import load_batch, public_labels
 from privlm.synthesis.gradmm.release import PrivateFactors, Release
+from privlm.synthesis.gradmm.release_filter import label_rows_and_direction, stepped_rows
 from privlm.synthesis.gradmm.select import candidate_factors, candidate_hidden
 from privlm.training.head_probe import fit_rows
 
@@ -157,12 +158,11 @@ def score(study: Study, features: torch.Tensor, classes: torch.Tensor, seed: int
 
 
 def stepped(study: Study, release: Release, t: float) -> torch.Tensor:
-    """The label-word rows one step of length ``t·‖R0‖`` along the release's summed targets from the zero-shot rows."""
+    """The label-word rows one step of length ``t·‖R0‖`` along the release's summed targets from the zero-shot rows
+    (the ``filter`` selection's own step, :mod:`privlm.synthesis.gradmm.release_filter`)."""
     tokens = tuple(int(t) for t in release.rows or ())
     assert tokens == tuple(release.prompt.label_token_ids), "the release's rows are not the label rows"
-    start = study.initial.detach().double()
-    direction = release.targets.double().sum(dim=0)
-    return start - t * start.norm() * direction / direction.norm()
+    return stepped_rows(*label_rows_and_direction(study.model, release), t)
 
 
 def release_step(study: Study, release: Release) -> dict:

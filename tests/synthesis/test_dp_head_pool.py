@@ -56,14 +56,6 @@ def lm():
     return model.requires_grad_(False), tokenizer
 
 
-class Poisoned(list):
-    def __iter__(self):
-        raise AssertionError("the private pool must not be read again")
-
-    def __len__(self) -> int:
-        raise AssertionError("the private pool must not be read again")
-
-
 def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed: int = 0) -> MethodContext:
     model, tokenizer = lm
     return MethodContext(
@@ -127,15 +119,15 @@ def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(
 
 
 def test_another_cell_of_the_same_run_reuses_it_and_the_private_pool_is_read_once(
-    lm, tmp_path, monkeypatch, seeded_training
+    lm, tmp_path, monkeypatch, seeded_training, poisoned_pool
 ) -> None:
     work = tmp_path / "work"
     first = dp_head_pool_rows(_context(lm, work, "a", list(PRIVATE)))
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
-    again = dp_head_pool_rows(_context(lm, work, "b", Poisoned()))
+    again = dp_head_pool_rows(_context(lm, work, "b", poisoned_pool))
     assert again == first and len(list((work / "private-cache").glob("dphead-*"))) == 1
     # another seed is another DP run (its own draw, its own ledger), on the factors already cached
-    dp_head_pool_rows(_context(lm, work, "c", Poisoned(), seed=1))
+    dp_head_pool_rows(_context(lm, work, "c", poisoned_pool, seed=1))
     assert len(list((work / "private-cache").glob("dphead-*/" + LEDGER))) == 2
 
 

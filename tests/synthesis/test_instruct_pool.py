@@ -31,21 +31,13 @@ def lm():
     return model.requires_grad_(False), tokenizer
 
 
-class Poisoned(list):
-    def __iter__(self):
-        raise AssertionError("instruct-pool must not read the private pool")
-
-    def __len__(self) -> int:
-        raise AssertionError("instruct-pool must not read the private pool")
-
-
-def _context(lm, workdir: Path, seed: int, params: dict) -> MethodContext:
+def _context(lm, workdir: Path, seed: int, params: dict, pool: list) -> MethodContext:
     """An ``instruct-pool`` cell's context for 2 per class whose private pool and features fail when read."""
     model, tokenizer = lm
     return MethodContext(
         model=model,
         tokenizer=tokenizer,
-        pool=Poisoned(),
+        pool=pool,
         label_names=NAMES,
         template=TEMPLATE,
         label_words=WORDS,
@@ -60,7 +52,9 @@ def _context(lm, workdir: Path, seed: int, params: dict) -> MethodContext:
 
 
 @pytest.mark.parametrize("label_filter", [True, False])
-def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_path, monkeypatch, label_filter) -> None:
+def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(
+    lm, tmp_path, monkeypatch, label_filter, poisoned_pool
+) -> None:
     """A GRADMM cell makes the public pool; an ``instruct-pool`` cell of the same experiment reads the same
     candidates and label verdicts (nothing is generated or classified again, the private pool is never read) and
     returns exactly the draw of GRADMM's own eligible candidates; another seed draws another subset."""
@@ -97,7 +91,7 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
     assert 0 < len(eligible) < len(pool) if label_filter else len(eligible) == len(pool) == 24
     monkeypatch.setattr(generate, "sample_texts", lambda *a, **k: pytest.fail("the public pool must be reused"))
     monkeypatch.setattr(generate, "few_shot_labels", lambda *a, **k: pytest.fail("the label verdicts must be reused"))
-    ctx = _context(lm, work / "instruct-pool", 5, {**POOL, "label_filter": label_filter})
+    ctx = _context(lm, work / "instruct-pool", 5, {**POOL, "label_filter": label_filter}, poisoned_pool)
     rows = instruct_pool_rows(ctx)
     expected = uniform_draw(pool, predicted, 2, 2, seed=5)
     assert len(rows) == 4 and [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]
@@ -105,7 +99,7 @@ def test_a_cell_draws_from_the_gradmm_cells_pool_without_private_data(lm, tmp_pa
     assert instruct_pool_rows(replace(ctx, seed=6)) != rows
 
 
-def test_a_pool_of_another_source_is_refused(lm, tmp_path) -> None:
-    ctx = _context(lm, tmp_path / "cell", 0, {"preset": "demo"})
+def test_a_pool_of_another_source_is_refused(lm, tmp_path, poisoned_pool) -> None:
+    ctx = _context(lm, tmp_path / "cell", 0, {"preset": "demo"}, poisoned_pool)
     with pytest.raises(UserError, match="source 'instruct'"):
         instruct_pool_rows(ctx)

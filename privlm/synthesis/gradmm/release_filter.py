@@ -39,19 +39,20 @@ from transformers import PreTrainedModel
 
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
-from privlm.synthesis.gradmm.prompt import head_weight
 from privlm.synthesis.gradmm.release import Release
+from privlm.training.head import label_word_rows
 
 # step lengths t, relative to ‖R0‖, searched by the public agreement rule (0 first: the zero-shot rows)
 STEPS: tuple[float, ...] = (0.0, *(float(t) for t in torch.logspace(-3, 1, 25, dtype=torch.float64)))
 
 
 def label_rows_and_direction(model: PreTrainedModel, release: Release) -> tuple[torch.Tensor, torch.Tensor]:
-    """The zero-shot label rows ``R0`` (K × d, float64: the LM head's rows of the label tokens) and the release's
+    """The zero-shot label rows ``R0`` (K × d, float64: the LM head's rows of the label tokens,
+    :func:`~privlm.training.head.label_word_rows`, which refuses an output layer with a bias) and the release's
     summed targets on those rows, ``D`` (K × d, float64): the DP gradient of the label word's LM loss with respect
     to those rows at ``R0`` (module docstring). Only the label rows are read and widened (a full release holds V of them)."""
     tokens = list(release.prompt.label_token_ids)
-    start = head_weight(model).detach()[tokens].to(torch.float64)
+    start = label_word_rows(model, tokens).to(torch.float64)
     released = list(range(release.targets.shape[1])) if release.rows is None else list(release.rows)
     picked = release.targets[:, [released.index(t) for t in tokens]]  # K × K × d: the label rows only
     return start, picked.to(torch.float64).sum(dim=0)
