@@ -35,9 +35,12 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # GRADMM's release as a label filter (selection "filter", added after pool_reach.py: its one-step head, used to
 # filter the pool, beat the greedy match by 6 points head-only) comes first at eps = 1, with its noise-only control.
 # Then a labeller DP-SGD trained for many steps in its place (dp-head-pool, the DP-direct head-only recipe).
-queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_seed0_eps1"
-        "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4" "instruct-pool_n1000_*"
-        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "dp-head-pool_n1000_*_eps1"
+# The head-only readings of the labellers' sets at eps = 1 came in first (three seeds each); their fine-tunes
+# then go in this order: dp-head-pool (the set nearest the target), the filter and its control (their first
+# fine-tune disagreed with the head-only reading), the pool's draw (the control of both).
+queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
+        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "instruct-pool_n1000_*"
+        "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
         "gradmm@filter_n1000_*_eps4" "dp-head-pool_n1000_*_eps4"
         "dp-finetune-gen_n1000_*_eps4"
         "gradmm@instruct_n1000_seed0_epsnone"
