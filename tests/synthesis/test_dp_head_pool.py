@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from privlm.dpsgd.optimizer import DPOptimizer
 from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LEDGER, sidecar_path
 from privlm.synthesis.dp_head_pool.labeller import ROWS, LabellerConfig, train_labeller
-from privlm.synthesis.dp_head_pool.method import dp_head_pool_rows
+from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, dp_head_pool_rows
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
@@ -46,8 +47,7 @@ def seeded_training(monkeypatch):
     """The labeller's DP-SGD run with seed 0 (sampling and noise): deterministic. On the tiny model a head trained
     under most noise draws gives every candidate one class (its hidden states share one large direction); this
     seed's does not, so the draw has something to choose."""
-    made = LabellerConfig.train_config
-    monkeypatch.setattr(LabellerConfig, "train_config", lambda self, *a: replace(made(self, *a), seed=0))
+    _seed_noise(monkeypatch, 0)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def lm():
     return model.requires_grad_(False), tokenizer
 
 
-def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed: int = 0) -> MethodContext:
+def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed: int = 0, **params) -> MethodContext:
     model, tokenizer = lm
     return MethodContext(
         model=model,
@@ -71,7 +71,7 @@ def _context(lm, work: Path, cell: str, pool, epsilon: float | None = EPS, seed:
         delta=1e-5,
         workdir=work / cell,
         pool_features=lambda: pytest.fail("dp-head-pool reads the pool through its labeller only"),
-        params={**POOL, **RECIPE},
+        params={**POOL, **RECIPE, **params},
         private_cache=work / "private-cache",
     )
 
@@ -91,6 +91,75 @@ def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(
     assert (sidecar_path(ctx.out).parent / privacy["ledger_file"]).resolve() == (run_dir / LEDGER).resolve()
     assert all(r["epsilon_spent"] == EPS and r["method"] == "dp-head-pool" for r in rows)
     # the set: a uniform draw among the label-filtered candidates that the trained head gives their class
+    eligible = _eligible(lm, work)
+    trained = torch.load(run_dir / ROWS, weights_only=True)
+    _assert_drawn_among_agreed(lm, rows, trained, eligible, head_votes)
+
+
+def _seed_noise(monkeypatch, seed: int) -> None:
+    made = LabellerConfig.train_config
+    monkeypatch.setattr(LabellerConfig, "train_config", lambda self, *a: replace(made(self, *a), seed=seed))
+
+
+def test_the_noise_only_control_reads_only_the_pool_size_and_spends_nothing(
+    lm, tmp_path, monkeypatch, head_votes
+) -> None:
+    # seed 1: of seeds 0-11 the only noise-only run whose head leaves the tiny pool's classes non-empty (a
+    # pure-noise labeller is a random head: the next test)
+    _seed_noise(monkeypatch, 1)
+    sums: list[torch.Tensor] = []
+    add_noise = DPOptimizer._add_noise
+
+    def recorded(self, summed, std):
+        assert std > 0  # the noise of the DP run at the cell's ε
+        sums.extend(t.clone() for t in summed.values())
+        return add_noise(self, summed, std)
+
+    monkeypatch.setattr(DPOptimizer, "_add_noise", recorded)
+    work = tmp_path / "work"
+    ctx = _context(lm, work, "dp-head-pool@noise_n2_seed0_eps30", _SizeOnly(len(PRIVATE)), noise_only=True)
+    rows = dp_head_pool_rows(ctx)
+    # every step's clipped sum is exactly zero: the update is the Gaussian noise alone
+    assert len(sums) > 5 and not any(s.any() for s in sums)
+    privacy = json.loads(sidecar_path(ctx.out).read_text())
+    assert privacy["noise_only"] and privacy["epsilon"] == 0.0 and privacy["delta"] == 0.0
+    assert all(r["epsilon_spent"] == 0.0 and r["noise_only"] for r in rows)
+    # nothing for a grid to count, nothing private cached: no ledger, no factors, no labeller run
+    assert not list(work.rglob(LEDGER)) and not list(work.rglob("*factors*")) and not list(work.rglob("dphead-*"))
+    noise = torch.load(ctx.workdir / NOISE_ROWS, weights_only=True)
+    _assert_drawn_among_agreed(lm, rows, noise, _eligible(lm, work), head_votes)
+
+
+def test_a_noise_only_labeller_that_gives_a_class_nothing_is_refused_and_names_itself(
+    lm, tmp_path, monkeypatch
+) -> None:
+    _seed_noise(monkeypatch, 0)
+    ctx = _context(lm, tmp_path, "dp-head-pool@noise_n2_seed0_eps30", _SizeOnly(len(PRIVATE)), noise_only=True)
+    with pytest.raises(UserError, match="the noise-only labeller gives class 'negative' to none"):
+        dp_head_pool_rows(ctx)
+    assert not sidecar_path(ctx.out).exists()  # nothing half-written
+
+
+class _SizeOnly(list):
+    """A private pool of which only the size may be read."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        pytest.fail("the noise-only control read the private pool")
+
+    def __getitem__(self, index):
+        pytest.fail("the noise-only control read the private pool")
+
+
+def _eligible(lm, work: Path) -> list:
+    """The public candidates of the tiny pool that the label filter gives their class, rebuilt independently."""
+    model, tokenizer = lm
     config = make_config(**POOL, seed=0)
     prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
     public = public_candidates_dir(work, model, config, prompt)
@@ -106,12 +175,18 @@ def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(
         )
     ]
     predicted = generate.public_labels(model, tokenizer, prompt, cands, public)
-    eligible = [c for p in eligible_by_class(cands, predicted, 2) for c in p]
-    trained = torch.load(run_dir / ROWS, weights_only=True)
+    return [c for p in eligible_by_class(cands, predicted, 2) for c in p]
+
+
+def _assert_drawn_among_agreed(lm, rows: list[dict], labeller: torch.Tensor, eligible: list, head_votes) -> None:
+    """``rows`` are the uniform draw (seed 0, n = 2) among the ``eligible`` candidates that a model copy whose LM
+    head holds the ``labeller`` rows gives their class, and the labeller moved from the zero-shot rows."""
+    model, tokenizer = lm
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
     start = model.get_output_embeddings().weight[list(prompt.label_token_ids)].double()
-    assert trained.shape == start.shape and not torch.equal(trained, start)  # it trained
-    votes = head_votes(model, prompt, trained, eligible)
-    agreed = [c for c, v in zip(eligible, votes) if v == c.label]
+    assert labeller.shape == start.shape and not torch.equal(labeller, start)  # it trained
+    votes = head_votes(model, prompt, labeller, eligible)
+    agreed = [c for c, v in zip(eligible, votes, strict=True) if v == c.label]
     assert 0 < len(agreed) < len(eligible)  # the labeller drops candidates the public filter kept
     expected = uniform_draw(agreed, [c.label for c in agreed], 2, 2, seed=0)
     assert [(r["text"], r["label"]) for r in rows] == [(c.text, c.label) for c in expected]

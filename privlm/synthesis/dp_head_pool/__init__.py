@@ -11,11 +11,11 @@ register_method(
     Method(
         "privlm.synthesis.dp_head_pool.method:dp_head_pool_rows",
         "(ε, δ)-DP: public candidates chosen by a head-only classifier DP-SGD trained at the cell's ε "
-        "(post-processing of that release)",
+        "(post-processing of that release); noise_only: public control, reads no private data",
         takes_epsilon=True,
         params=frozenset(
             {"preset", "pool_seed", "batch", "oversample", "label_filter", "instruction", "instructions"}
-            | {"epochs", "batch_size", "lr", "max_grad_norm", "norm_mode"}
+            | {"epochs", "batch_size", "lr", "max_grad_norm", "norm_mode", "noise_only"}
         ),
         summary="n of GRADMM's label-filtered public candidates per class, drawn among those a DP-SGD-trained "
         "head-only classifier also gives their class",

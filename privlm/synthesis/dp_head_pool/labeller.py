@@ -12,6 +12,7 @@ prompt) are checked on resume; a run whose rows are saved is reused, never retra
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,20 +102,66 @@ def train_labeller(
         saved = run_dir / ROWS
         if (run_dir / FINISHED).exists() and saved.exists():
             return torch.load(saved, weights_only=True), Ledger.load(run_dir / LEDGER)
-        head = LabelWordHead(model, list(prompt.label_token_ids))
         factors = load_factors()
-        rows = cached_rows(factors.hidden.to(head.rows.weight.dtype), factors.labels.tolist())
-        run = prepare(
-            head,
-            rows,
-            collate_cached,
-            config.train_config(epsilon, delta),
-            loss_fn=head_losses,
-            micro_batches=physical_batches,
+        trained = _fit(
+            model, prompt, factors.hidden, factors.labels.tolist(), epsilon, delta, config, run_dir, on_progress
         )
-        train_loop(run, run_dir, resume=True, on_progress=on_progress)
-        trained = head.rows.weight.detach().to(torch.float64).clone()
         with atomic_path(saved) as tmp:
             torch.save(trained, tmp)
         retire_checkpoints(run_dir)  # they hold the noise keys: never beside the release
         return trained, Ledger.load(run_dir / LEDGER)
+
+
+def noise_labeller(
+    model: PreTrainedModel,
+    prompt: Prompt,
+    size: int,
+    *,
+    epsilon: float,
+    delta: float,
+    config: LabellerConfig,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
+) -> torch.Tensor:
+    """The labeller's noise-only control (K × d rows, float64): the same DP-SGD run as :func:`train_labeller` (the
+    recipe, the σ of (ε, δ), Poisson sampling over ``size`` examples, AdamW from the zero-shot rows) on ``size``
+    examples whose hidden states are zero. A zero hidden state gives logits 0 and a K-way loss gradient
+    (p − y)·hᵀ = 0 in the label-token rows (they have no bias: :func:`~privlm.training.head.label_word_rows`), so
+    every clipped per-sample gradient is zero and each step's update is the engine's Gaussian noise alone.
+
+    It reads no private data, only ``size`` (the pool's length), which any DP-SGD run publishes through its
+    sampling rate q = B/N in its ledger. So it spends no privacy: it is trained in a temporary folder that is
+    removed with its ledger (a grid composes every ledger it finds, and must not count this one)."""
+    if epsilon is None:
+        raise UserError("the noise-only labeller needs an ε (its noise is that of a DP-SGD run at (ε, δ))")
+    width = model.get_output_embeddings().weight.shape[1]
+    with tempfile.TemporaryDirectory(prefix="noise-labeller-") as run_dir:
+        return _fit(
+            model, prompt, torch.zeros(size, width), [0] * size, epsilon, delta, config, Path(run_dir), on_progress
+        )
+
+
+def _fit(
+    model: PreTrainedModel,
+    prompt: Prompt,
+    hidden: torch.Tensor,
+    labels: list[int],
+    epsilon: float,
+    delta: float,
+    config: LabellerConfig,
+    run_dir: Path,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None,
+) -> torch.Tensor:
+    """The label-token rows DP-SGD trained (privlm's engine, resumed in ``run_dir``) on cached hidden states
+    ``hidden`` (N × d) with classes ``labels``; returned as float64."""
+    head = LabelWordHead(model, list(prompt.label_token_ids))
+    rows = cached_rows(hidden.to(head.rows.weight.dtype), labels)
+    run = prepare(
+        head,
+        rows,
+        collate_cached,
+        config.train_config(epsilon, delta),
+        loss_fn=head_losses,
+        micro_batches=physical_batches,
+    )
+    train_loop(run, run_dir, resume=True, on_progress=on_progress)
+    return head.rows.weight.detach().to(torch.float64).clone()

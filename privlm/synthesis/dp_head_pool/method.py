@@ -15,29 +15,37 @@
 one-step head, used the same way, beat GRADMM's gradient match (``research/synthetic_at_scale/pool_reach.md``); a
 labeller trained for many DP-SGD steps is the stronger DP classifier (DP training directly scores 82.3 head-only
 at ε = 1 on Rotten Tomatoes, the release's one step 75–76 at ε = 4).
+``noise_only = true`` (e.g. ``[methods."dp-head-pool@noise"]``) is its noise-only control: the labeller's run at
+the cell's σ on zero hidden states, pure noise that reads no private data (only the pool's size) and spends
+nothing (:func:`~privlm.synthesis.dp_head_pool.labeller.noise_labeller`; its rows are kept, public, in the cell's
+workdir as ``noise-labeller.pt``).
 Parameters (TOML ``[methods.dp-head-pool]``): the GRADMM settings that shape the pool (``preset``, ``pool_seed``,
-``batch``, ``oversample``, ``label_filter``, ``instruction``) and the labeller's recipe
-(:class:`~privlm.synthesis.dp_head_pool.labeller.LabellerConfig` fields).
+``batch``, ``oversample``, ``label_filter``, ``instruction``), the labeller's recipe
+(:class:`~privlm.synthesis.dp_head_pool.labeller.LabellerConfig` fields) and ``noise_only``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from privlm.atomic import write_text_atomic
+import torch
+from transformers import PreTrainedModel
+
+from privlm.atomic import atomic_path, write_text_atomic
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.progress import shown_steps
 from privlm.runfolder import LEDGER, epsilon_statement, sidecar_path
-from privlm.synthesis.dp_head_pool.labeller import LabellerConfig, train_labeller
-from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.dp_head_pool.labeller import LabellerConfig, noise_labeller, train_labeller
+from privlm.synthesis.gradmm.config import GradmmConfig, make_config
 from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
 from privlm.synthesis.gradmm.pipeline import load_factors
 from privlm.synthesis.gradmm.pool import factor_cache, public_pool
-from privlm.synthesis.gradmm.prompt import build_prompt
+from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
 from privlm.synthesis.registry import MethodContext
 
 MECHANISM = (
@@ -45,6 +53,11 @@ MECHANISM = (
     "on the private examples' last hidden states; then a uniform draw among the public instructed candidates that "
     "the public label filter and the trained classifier both give their class (post-processing)"
 )
+NOISE_MECHANISM = (
+    "noise-only control: the labeller's DP-SGD run (same recipe, σ and sampling) on zero hidden states, so every "
+    "step is Gaussian noise alone; no private data was read (only the pool's size), so it spends no privacy"
+)
+NOISE_ROWS = "noise-labeller.pt"  # in the cell's workdir: the noise-only labeller's rows (public: they read no data)
 
 
 def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -53,6 +66,7 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     if ctx.epsilon is None:
         raise UserError("dp-head-pool is a DP method: give it an ε (its labeller is a DP-SGD run)")
     params = dict(ctx.params)
+    noise_only = bool(params.pop("noise_only", False))
     recipe = {f.name: params.pop(f.name) for f in fields(LabellerConfig) if f.name in params}
     labeller = LabellerConfig(**recipe)
     config = make_config(params.pop("preset", "instruct"), **params, seed=ctx.seed)
@@ -60,6 +74,51 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     candidates, predicted, public_dir = public_pool(ctx, config, prompt)
     model = copy.deepcopy(ctx.model).requires_grad_(False)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
+    training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
+    if noise_only:
+        rows = noise_labeller(
+            model, prompt, len(ctx.pool), epsilon=ctx.epsilon, delta=ctx.delta, config=labeller, on_progress=on_progress
+        )
+        with atomic_path(ctx.workdir / NOISE_ROWS) as tmp:
+            torch.save(rows, tmp)
+        privacy: dict[str, Any] = {
+            "dp": True,
+            "noise_only": True,
+            "epsilon": 0.0,
+            "delta": 0.0,
+            "mechanism": NOISE_MECHANISM,
+        }
+    else:
+        rows, privacy = _dp_labeller(ctx, model, prompt, config, labeller, on_progress)
+    training.done()
+    pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir)
+    who = "the noise-only labeller" if noise_only else "the DP labeller"
+    chosen = head_draw(rows, pool, hidden, ctx.n_per_class, ctx.seed, prompt, who)
+    privacy = {**privacy, "labeller": labeller.to_dict()}
+    write_text_atomic(sidecar_path(ctx.out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
+    return [
+        {
+            "text": c.text,
+            "label": c.label,
+            "label_name": ctx.label_names[c.label],
+            "method": "dp-head-pool",
+            "epsilon_spent": privacy["epsilon"],
+            **({"noise_only": True} if noise_only else {}),
+        }
+        for c in chosen
+    ]
+
+
+def _dp_labeller(
+    ctx: MethodContext,
+    model: PreTrainedModel,
+    prompt: Prompt,
+    config: GradmmConfig,
+    labeller: LabellerConfig,
+    on_progress: Callable[[int, int, float | None, float | None], None] | None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The DP labeller's rows (its run, shared by the cells that differ only in n, in ``ctx.private_cache``) and
+    the privacy statement of its ledger."""
     key = {
         "epsilon": ctx.epsilon,
         "delta": ctx.delta,
@@ -68,7 +127,6 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         "seed": ctx.seed,
     }
     run_dir = (ctx.private_cache or ctx.workdir) / f"dphead-{digest(key)}"
-    training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
     rows, ledger = train_labeller(
         model,
         prompt,
@@ -87,25 +145,10 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         run_dir=run_dir,
         on_progress=on_progress,
     )
-    training.done()
-    pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir)
-    chosen = head_draw(rows, pool, hidden, ctx.n_per_class, ctx.seed, prompt, "the DP labeller")
-    privacy = {
+    return rows, {
         **epsilon_statement(
             ledger, ctx.epsilon, ctx.delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(ctx.out)
         ),
         "private_release": ledger.private_release,
         "mechanism": MECHANISM,
-        "labeller": labeller.to_dict(),
     }
-    write_text_atomic(sidecar_path(ctx.out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
-    return [
-        {
-            "text": c.text,
-            "label": c.label,
-            "label_name": ctx.label_names[c.label],
-            "method": "dp-head-pool",
-            "epsilon_spent": privacy["epsilon"],
-        }
-        for c in chosen
-    ]
