@@ -89,7 +89,7 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
             "mechanism": NOISE_MECHANISM,
         }
     else:
-        rows, privacy = _dp_labeller(ctx, model, prompt, config, labeller, on_progress)
+        rows, privacy = _dp_labeller(ctx, ctx.epsilon, model, prompt, config, labeller, on_progress)
     training.done()
     pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir)
     who = "the noise-only labeller" if noise_only else "the DP labeller"
@@ -111,16 +111,17 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
 
 def _dp_labeller(
     ctx: MethodContext,
+    epsilon: float,
     model: PreTrainedModel,
     prompt: Prompt,
     config: GradmmConfig,
     labeller: LabellerConfig,
     on_progress: Callable[[int, int, float | None, float | None], None] | None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The DP labeller's rows (its run, shared by the cells that differ only in n, in ``ctx.private_cache``) and
+    """The DP labeller's rows at ``epsilon`` (the cell's) (its run, shared by the cells that differ only in n, in ``ctx.private_cache``) and
     the privacy statement of its ledger."""
     key = {
-        "epsilon": ctx.epsilon,
+        "epsilon": epsilon,
         "delta": ctx.delta,
         "labeller": labeller.to_dict(),
         "max_tokens": config.max_private_tokens,
@@ -138,7 +139,7 @@ def _dp_labeller(
             config.max_private_tokens,
             factor_cache(ctx.private_cache, prompt, config),
         ),
-        epsilon=ctx.epsilon,
+        epsilon=epsilon,
         delta=ctx.delta,
         config=labeller,
         max_tokens=config.max_private_tokens,
@@ -146,9 +147,7 @@ def _dp_labeller(
         on_progress=on_progress,
     )
     return rows, {
-        **epsilon_statement(
-            ledger, ctx.epsilon, ctx.delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(ctx.out)
-        ),
+        **epsilon_statement(ledger, epsilon, ctx.delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(ctx.out)),
         "private_release": ledger.private_release,
         "mechanism": MECHANISM,
     }
