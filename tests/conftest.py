@@ -63,16 +63,32 @@ def head_votes():
 
 
 class _PoisonedPool(list):
-    """A private pool that fails the test as soon as it is read (iterated or measured)."""
+    """A private pool that fails the test as soon as it is read (iterated, indexed or, unless ``size`` is given,
+    measured)."""
+
+    def __init__(self, size: int | None = None) -> None:
+        super().__init__()
+        self.size = size
 
     def __iter__(self):
         pytest.fail("the private pool was read")
 
-    def __len__(self) -> int:
+    def __getitem__(self, index):
         pytest.fail("the private pool was read")
+
+    def __len__(self) -> int:
+        if self.size is None:
+            pytest.fail("the private pool was read")
+        return self.size
 
 
 @pytest.fixture
 def poisoned_pool() -> list:
     """A private pool that must not be read: a method that reads it fails the test."""
     return _PoisonedPool()
+
+
+@pytest.fixture
+def size_only_pool():
+    """``size_only_pool(n)``: a private pool of which only the size (``n``) may be read."""
+    return _PoisonedPool

@@ -1,10 +1,11 @@
 """``dp-head-pool``: a DP-SGD-trained head-only labeller chooses among GRADMM's public candidates — its set checked
 against forward passes of a model whose LM head holds the trained rows, its run reused without reading the private
-pool again, its sidecar against its ledger."""
+pool again, its sidecar against its ledger; its noise-only control against the engine's own clipped sums."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LEDGER, sidecar_path
+from privlm.synthesis.dp_head_pool import method
 from privlm.synthesis.dp_head_pool.labeller import ROWS, LabellerConfig, train_labeller
 from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, dp_head_pool_rows
 from privlm.synthesis.gradmm import generate
@@ -102,59 +104,65 @@ def _seed_noise(monkeypatch, seed: int) -> None:
 
 
 def test_the_noise_only_control_reads_only_the_pool_size_and_spends_nothing(
-    lm, tmp_path, monkeypatch, head_votes
+    lm, tmp_path, monkeypatch, head_votes, size_only_pool
 ) -> None:
     # seed 1: of seeds 0-11 the only noise-only run whose head leaves the tiny pool's classes non-empty (a
     # pure-noise labeller is a random head: the next test)
     _seed_noise(monkeypatch, 1)
-    sums: list[torch.Tensor] = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # a temporary run folder would show here
+    calls: dict[str, list] = {"sums": [], "std": []}
     add_noise = DPOptimizer._add_noise
 
     def recorded(self, summed, std):
-        assert std > 0  # the noise of the DP run at the cell's ε
-        sums.extend(t.clone() for t in summed.values())
+        calls["std"].append(std)
+        calls["sums"].append([t.clone() for t in summed.values()])
         return add_noise(self, summed, std)
 
     monkeypatch.setattr(DPOptimizer, "_add_noise", recorded)
     work = tmp_path / "work"
-    ctx = _context(lm, work, "dp-head-pool@noise_n2_seed0_eps30", _SizeOnly(len(PRIVATE)), noise_only=True)
+    ctx = _context(lm, work, "dp-head-pool@noise_n2_seed0_eps30", size_only_pool(len(PRIVATE)), noise_only=True)
     rows = dp_head_pool_rows(ctx)
-    # every step's clipped sum is exactly zero: the update is the Gaussian noise alone
-    assert len(sums) > 5 and not any(s.any() for s in sums)
+    noise_sums, noise_std = calls["sums"], calls["std"]
+    # every step's clipped sum is exactly zero: the noised gradient is the Gaussian noise alone ...
+    assert noise_sums and not any(t.any() for step in noise_sums for t in step)
+    # ... at the σ·C and for the steps of the DP labeller's run on the real pool of the same size and ε
+    calls["sums"], calls["std"] = [], []
+    model, tokenizer = lm
+    prompt = build_prompt(tokenizer, TEMPLATE, WORDS, NAMES)
+    train_labeller(
+        model,
+        prompt,
+        lambda: private_factors(model, tokenizer, PRIVATE, prompt, max_tokens=16),
+        epsilon=EPS,
+        delta=1e-5,
+        config=LabellerConfig(**RECIPE),
+        max_tokens=16,
+        run_dir=tmp_path / "dp",
+    )
+    assert noise_std == calls["std"] and len(noise_sums) == len(calls["sums"])
+    assert any(t.any() for step in calls["sums"] for t in step)  # the real run's sums are not zero
     privacy = json.loads(sidecar_path(ctx.out).read_text())
     assert privacy["noise_only"] and privacy["epsilon"] == 0.0 and privacy["delta"] == 0.0
+    assert "public" in privacy["assumption"] and privacy["noise_labeller"]["steps"] == len(noise_sums)
+    assert privacy["noise_labeller"]["noise_multiplier"] * privacy["noise_labeller"]["clip"] == noise_std[0]
     assert all(r["epsilon_spent"] == 0.0 and r["noise_only"] for r in rows)
-    # nothing for a grid to count, nothing private cached: no ledger, no factors, no labeller run
-    assert not list(work.rglob(LEDGER)) and not list(work.rglob("*factors*")) and not list(work.rglob("dphead-*"))
+    # nothing for a grid to count from the control: the only ledger is the DP run's, no temporary folder is left
+    assert list(tmp_path.rglob(LEDGER)) == [tmp_path / "dp" / LEDGER]
+    assert not any((tmp_path / "tmp").glob("*"))
     noise = torch.load(ctx.workdir / NOISE_ROWS, weights_only=True)
     _assert_drawn_among_agreed(lm, rows, noise, _eligible(lm, work), head_votes)
 
 
 def test_a_noise_only_labeller_that_gives_a_class_nothing_is_refused_and_names_itself(
-    lm, tmp_path, monkeypatch
+    lm, tmp_path, monkeypatch, size_only_pool
 ) -> None:
     _seed_noise(monkeypatch, 0)
-    ctx = _context(lm, tmp_path, "dp-head-pool@noise_n2_seed0_eps30", _SizeOnly(len(PRIVATE)), noise_only=True)
-    with pytest.raises(UserError, match="the noise-only labeller gives class 'negative' to none"):
-        dp_head_pool_rows(ctx)
-    assert not sidecar_path(ctx.out).exists()  # nothing half-written
-
-
-class _SizeOnly(list):
-    """A private pool of which only the size may be read."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        pytest.fail("the noise-only control read the private pool")
-
-    def __getitem__(self, index):
-        pytest.fail("the noise-only control read the private pool")
+    ctx = _context(lm, tmp_path, "dp-head-pool@noise_n2_seed0_eps30", size_only_pool(len(PRIVATE)), noise_only=True)
+    for _ in range(2):  # the second time from the kept rows: the control is drawn once, never redrawn until it fits
+        with pytest.raises(UserError, match="the noise-only labeller gives class 'negative' to none"):
+            dp_head_pool_rows(ctx)
+        assert not sidecar_path(ctx.out).exists()  # no set, no statement
+        monkeypatch.setattr(method, "noise_labeller", lambda *a, **k: pytest.fail("the control was drawn again"))
 
 
 def _eligible(lm, work: Path) -> list:

@@ -11,7 +11,7 @@ register_method(
     Method(
         "privlm.synthesis.dp_head_pool.method:dp_head_pool_rows",
         "(ε, δ)-DP: public candidates chosen by a head-only classifier DP-SGD trained at the cell's ε "
-        "(post-processing of that release); noise_only: public control, reads no private data",
+        "(post-processing of that release); noise_only: control, reads only the pool's size (public, as in any DP-SGD run)",
         takes_epsilon=True,
         params=frozenset(
             {"preset", "pool_seed", "batch", "oversample", "label_filter", "instruction", "instructions"}

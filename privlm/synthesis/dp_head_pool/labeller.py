@@ -12,7 +12,6 @@ prompt) are checked on resume; a run whose rows are saved is reused, never retra
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from privlm.training.loop import TrainConfig, prepare, train_loop
 from privlm.training.prefix_cache import cached_rows, collate_cached
 
 ROWS = "labeller.pt"  # in the run folder: the trained K × d rows (the DP release)
+OnProgress = Callable[[int, int, float | None, float | None], None]  # train_loop's on_progress(step, total, loss, ε)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def train_labeller(
     config: LabellerConfig,
     max_tokens: int,
     run_dir: Path,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
+    on_progress: OnProgress | None = None,
 ) -> tuple[torch.Tensor, Ledger]:
     """The label-token rows (K × d, float64) DP-SGD trained from the zero-shot rows on the private factors
     (``load_factors``, read only when the run has not finished; ``max_tokens``: the truncation they were computed
@@ -103,8 +103,16 @@ def train_labeller(
         if (run_dir / FINISHED).exists() and saved.exists():
             return torch.load(saved, weights_only=True), Ledger.load(run_dir / LEDGER)
         factors = load_factors()
-        trained = _fit(
-            model, prompt, factors.hidden, factors.labels.tolist(), epsilon, delta, config, run_dir, on_progress
+        trained, _, _ = _fit(
+            model,
+            prompt,
+            factors.hidden,
+            factors.labels.tolist(),
+            epsilon=epsilon,
+            delta=delta,
+            config=config,
+            run_dir=run_dir,
+            on_progress=on_progress,
         )
         with atomic_path(saved) as tmp:
             torch.save(trained, tmp)
@@ -120,24 +128,33 @@ def noise_labeller(
     epsilon: float,
     delta: float,
     config: LabellerConfig,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None = None,
-) -> torch.Tensor:
-    """The labeller's noise-only control (K × d rows, float64): the same DP-SGD run as :func:`train_labeller` (the
-    recipe, the σ of (ε, δ), Poisson sampling over ``size`` examples, AdamW from the zero-shot rows) on ``size``
-    examples whose hidden states are zero. A zero hidden state gives logits 0 and a K-way loss gradient
-    (p − y)·hᵀ = 0 in the label-token rows (they have no bias: :func:`~privlm.training.head.label_word_rows`), so
-    every clipped per-sample gradient is zero and each step's update is the engine's Gaussian noise alone.
+    on_progress: OnProgress | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The labeller's noise-only control: K × d rows (float64) and the run's public settings (``noise_multiplier``,
+    ``clip``, ``steps``, ``examples``). It is the same DP-SGD run as :func:`train_labeller` (the recipe, the σ of
+    (ε, δ), Poisson sampling over ``size`` examples, AdamW from the zero-shot rows) on ``size`` examples whose
+    hidden states are zero. A zero hidden state gives logits 0 and a K-way loss gradient (p − y)·hᵀ = 0 in the
+    label-token rows (they have no bias: :func:`~privlm.training.head.label_word_rows`), so every clipped
+    per-sample gradient is zero and each step's noised gradient is the engine's Gaussian noise alone (the update
+    is AdamW's, weight decay included: data-independent).
 
-    It reads no private data, only ``size`` (the pool's length), which any DP-SGD run publishes through its
-    sampling rate q = B/N in its ledger. So it spends no privacy: it is trained in a temporary folder that is
-    removed with its ledger (a grid composes every ledger it finds, and must not count this one)."""
-    if epsilon is None:
-        raise UserError("the noise-only labeller needs an ε (its noise is that of a DP-SGD run at (ε, δ))")
+    It reads no private data but ``size``, the pool's length. **Assumption**: N is public, as in every DP-SGD
+    run of privlm (the ledger's sampling rate q = B/N states it; ``docs/accounting.md``). Under that assumption it
+    spends no privacy. It runs without a run folder (no ledger, no checkpoint): a grid composes every ledger it
+    finds, and must not count this one."""
     width = model.get_output_embeddings().weight.shape[1]
-    with tempfile.TemporaryDirectory(prefix="noise-labeller-") as run_dir:
-        return _fit(
-            model, prompt, torch.zeros(size, width), [0] * size, epsilon, delta, config, Path(run_dir), on_progress
-        )
+    rows, steps, sigma = _fit(
+        model,
+        prompt,
+        torch.zeros(size, width),
+        [0] * size,
+        epsilon=epsilon,
+        delta=delta,
+        config=config,
+        run_dir=None,
+        on_progress=on_progress,
+    )
+    return rows, {"noise_multiplier": sigma, "clip": config.max_grad_norm, "steps": steps, "examples": size}
 
 
 def _fit(
@@ -145,14 +162,15 @@ def _fit(
     prompt: Prompt,
     hidden: torch.Tensor,
     labels: list[int],
+    *,
     epsilon: float,
     delta: float,
     config: LabellerConfig,
-    run_dir: Path,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None,
-) -> torch.Tensor:
-    """The label-token rows DP-SGD trained (privlm's engine, resumed in ``run_dir``) on cached hidden states
-    ``hidden`` (N × d) with classes ``labels``; returned as float64."""
+    run_dir: Path | None,
+    on_progress: OnProgress | None,
+) -> tuple[torch.Tensor, int, float | None]:
+    """The label-token rows (float64) DP-SGD trained by privlm's engine on cached hidden states ``hidden`` (N × d)
+    with classes ``labels`` (resumed in ``run_dir``; without one, nothing is written), the steps taken and σ."""
     head = LabelWordHead(model, list(prompt.label_token_ids))
     rows = cached_rows(hidden.to(head.rows.weight.dtype), labels)
     run = prepare(
@@ -163,5 +181,5 @@ def _fit(
         loss_fn=head_losses,
         micro_batches=physical_batches,
     )
-    train_loop(run, run_dir, resume=True, on_progress=on_progress)
-    return head.rows.weight.detach().to(torch.float64).clone()
+    result = train_loop(run, run_dir, resume=run_dir is not None, on_progress=on_progress)
+    return head.rows.weight.detach().to(torch.float64).clone(), result.steps, run.noise_multiplier

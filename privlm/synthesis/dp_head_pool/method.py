@@ -16,9 +16,11 @@ one-step head, used the same way, beat GRADMM's gradient match (``research/synth
 labeller trained for many DP-SGD steps is the stronger DP classifier (DP training directly scores 82.3 head-only
 at ε = 1 on Rotten Tomatoes, the release's one step 75–76 at ε = 4).
 ``noise_only = true`` (e.g. ``[methods."dp-head-pool@noise"]``) is its noise-only control: the labeller's run at
-the cell's σ on zero hidden states, pure noise that reads no private data (only the pool's size) and spends
-nothing (:func:`~privlm.synthesis.dp_head_pool.labeller.noise_labeller`; its rows are kept, public, in the cell's
-workdir as ``noise-labeller.pt``).
+the cell's σ on zero hidden states, pure noise that reads no private data but the pool's size, and spends
+nothing under the assumption that the pool's size is public, as in every DP-SGD run
+(:func:`~privlm.synthesis.dp_head_pool.labeller.noise_labeller`; its rows are drawn once per cell and kept,
+public, in the cell's workdir as ``noise-labeller.pt``). It is a degenerate control (a random head: see
+``docs/synthesis.md``); ``instruct-pool``, the pool without a labeller, is the informative one.
 Parameters (TOML ``[methods.dp-head-pool]``): the GRADMM settings that shape the pool (``preset``, ``pool_seed``,
 ``batch``, ``oversample``, ``label_filter``, ``instruction``), the labeller's recipe
 (:class:`~privlm.synthesis.dp_head_pool.labeller.LabellerConfig` fields) and ``noise_only``.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -40,7 +41,7 @@ from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.progress import shown_steps
 from privlm.runfolder import LEDGER, epsilon_statement, sidecar_path
-from privlm.synthesis.dp_head_pool.labeller import LabellerConfig, noise_labeller, train_labeller
+from privlm.synthesis.dp_head_pool.labeller import LabellerConfig, OnProgress, noise_labeller, train_labeller
 from privlm.synthesis.gradmm.config import GradmmConfig, make_config
 from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
 from privlm.synthesis.gradmm.pipeline import load_factors
@@ -55,9 +56,11 @@ MECHANISM = (
 )
 NOISE_MECHANISM = (
     "noise-only control: the labeller's DP-SGD run (same recipe, σ and sampling) on zero hidden states, so every "
-    "step is Gaussian noise alone; no private data was read (only the pool's size), so it spends no privacy"
+    "step's noised gradient is Gaussian noise alone; it read only the pool's size, so it spends no privacy"
 )
-NOISE_ROWS = "noise-labeller.pt"  # in the cell's workdir: the noise-only labeller's rows (public: they read no data)
+NOISE_ASSUMPTION = "the pool's size N is public, as in every DP-SGD run (its ledger's sampling rate q = B/N states it)"
+NOISE_ROWS = "noise-labeller.pt"  # in the cell's workdir: the noise-only labeller's rows (public: only N was read)
+NOISE_SETTINGS = "noise-labeller.json"  # beside them: σ, clip, steps, examples, and the (ε, δ) σ was set for
 
 
 def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
@@ -76,18 +79,7 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
     if noise_only:
-        rows = noise_labeller(
-            model, prompt, len(ctx.pool), epsilon=ctx.epsilon, delta=ctx.delta, config=labeller, on_progress=on_progress
-        )
-        with atomic_path(ctx.workdir / NOISE_ROWS) as tmp:
-            torch.save(rows, tmp)
-        privacy: dict[str, Any] = {
-            "dp": True,
-            "noise_only": True,
-            "epsilon": 0.0,
-            "delta": 0.0,
-            "mechanism": NOISE_MECHANISM,
-        }
+        rows, privacy = _noise_labeller(ctx, ctx.epsilon, model, prompt, labeller, on_progress)
     else:
         rows, privacy = _dp_labeller(ctx, ctx.epsilon, model, prompt, config, labeller, on_progress)
     training.done()
@@ -109,6 +101,38 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     ]
 
 
+def _noise_labeller(
+    ctx: MethodContext,
+    epsilon: float,
+    model: PreTrainedModel,
+    prompt: Prompt,
+    labeller: LabellerConfig,
+    on_progress: OnProgress | None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The noise-only labeller's rows and the control's statement: drawn once per cell and kept, public, in its
+    workdir (``NOISE_ROWS`` and its settings beside it), so a rerun reads the same control, never a new draw."""
+    saved, settings_file = ctx.workdir / NOISE_ROWS, ctx.workdir / NOISE_SETTINGS
+    if saved.exists() and settings_file.exists():
+        rows, settings = torch.load(saved, weights_only=True), json.loads(settings_file.read_text())
+    else:
+        rows, settings = noise_labeller(
+            model, prompt, len(ctx.pool), epsilon=epsilon, delta=ctx.delta, config=labeller, on_progress=on_progress
+        )
+        settings = {**settings, "epsilon_of_the_noise": epsilon, "delta_of_the_noise": ctx.delta}
+        write_text_atomic(settings_file, json.dumps(settings, indent=2, sort_keys=True) + "\n")
+        with atomic_path(saved) as tmp:
+            torch.save(rows, tmp)
+    return rows, {
+        "dp": True,
+        "noise_only": True,
+        "epsilon": 0.0,
+        "delta": 0.0,
+        "mechanism": NOISE_MECHANISM,
+        "assumption": NOISE_ASSUMPTION,
+        "noise_labeller": {**settings, "rows_sha256": digest(rows.tolist())},
+    }
+
+
 def _dp_labeller(
     ctx: MethodContext,
     epsilon: float,
@@ -116,10 +140,10 @@ def _dp_labeller(
     prompt: Prompt,
     config: GradmmConfig,
     labeller: LabellerConfig,
-    on_progress: Callable[[int, int, float | None, float | None], None] | None,
+    on_progress: OnProgress | None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The DP labeller's rows at ``epsilon`` (the cell's) (its run, shared by the cells that differ only in n, in ``ctx.private_cache``) and
-    the privacy statement of its ledger."""
+    """The DP labeller's rows at the cell's ``epsilon`` and the privacy statement of its ledger; its run is shared
+    by the cells that differ only in n, in ``ctx.private_cache``."""
     key = {
         "epsilon": epsilon,
         "delta": ctx.delta,
