@@ -80,7 +80,7 @@ def main() -> None:
         "labellers": [measure("zero-shot rows", start)],
     }
     for draw in range(DRAWS):
-        rows = noise_labeller(model, prompt, size, epsilon=EPSILON, delta=config.delta, config=LabellerConfig())
+        rows, _ = noise_labeller(model, prompt, size, epsilon=EPSILON, delta=config.delta, config=LabellerConfig())
         out["labellers"].append(measure(f"noise-only draw {draw}", rows))
     (HERE / "noise_labeller.json").write_text(json.dumps(out, indent=1) + "\n")
     write_table(out)
