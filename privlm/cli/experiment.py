@@ -88,7 +88,10 @@ def experiment_command(
             current.clear()
             cells.update(completed=done, description=f"cells (now: {key})")
 
-        hooks = Hooks(cell=cell, phase=phase, steps=steps, step=step, progress=progress)
+        def warn(text: str) -> None:
+            err_console.print(f"[yellow]warning:[/] {text}")
+
+        hooks = Hooks(cell=cell, phase=phase, steps=steps, step=step, warn=warn, progress=progress)
         rows = run_experiment(
             config,
             out,

@@ -38,7 +38,8 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,11 +71,13 @@ from privlm.training.head_probe import head_probe, prompt_features
 @dataclass
 class Hooks:
     """Progress callbacks: ``cell(done, total, key)`` before each cell, ``phase(text)`` within it,
-    ``steps(total)`` when fine-tuning starts and ``step(step, loss)`` after each optimizer step; ``progress``:
-    where a method shows its own bars (:attr:`privlm.synthesis.registry.MethodContext.progress`)."""
+    ``steps(total)`` when fine-tuning starts and ``step(step, loss)`` after each optimizer step; ``warn(text)``
+    for what a user must not miss (a set smaller than asked); ``progress``: where a method shows its own bars
+    (:attr:`privlm.synthesis.registry.MethodContext.progress`)."""
 
     cell: Callable[[int, int, str], None] = lambda done, total, key: None
     phase: Callable[[str], None] = lambda text: None
+    warn: Callable[[str], None] = lambda text: None
     steps: Callable[[int], None] = lambda total: None
     step: Callable[[int, float], None] = lambda step, loss: None
     progress: Progress = SILENT
@@ -92,6 +95,13 @@ def check_methods(config: ExperimentConfig) -> None:
             raise UserError(
                 f"methods.{spec.name}: unknown parameter(s) {unknown}; accepted: {sorted(method.params) or 'none'}"
             )
+
+
+def _short_classes(train_set: Sequence[tuple[str, int]], label_names: Sequence[str], cell: Cell) -> str:
+    """The classes of a cell's set with fewer than ``cell.n_per_class`` examples, as "name: count, …" ("" when
+    none is short; a whole-split cell, n = 0, never is). Public: the counts of a set already made."""
+    counts = Counter(label for _, label in train_set)
+    return ", ".join(f"{name}: {counts[k]:,}" for k, name in enumerate(label_names) if counts[k] < cell.n_per_class)
 
 
 def _saved_configs(out: Path) -> dict[str, dict[str, Any]]:
@@ -272,6 +282,11 @@ def run_experiment(
         # the time the set took when it was made, by this process or an earlier one (None: not kept)
         generation_s = json.loads(set_time.read_text())["set_s"] if set_time.exists() else None
         train_set = read_training_set(set_path, train.label_names, allow_empty=True)
+        if short := _short_classes(train_set, train.label_names, cell):
+            hooks.warn(
+                f"{cell.key}: the set holds {short}, fewer than the {cell.n_per_class:,} per class asked (the method "
+                "found no more it accepts); it is evaluated as it is, and its row's n_train says its size"
+            )
         evaluation = out / "work" / cell.key / "evaluation"  # private; deleted once the row is written
         head: dict[str, float] = {}
         if probe is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -306,6 +307,27 @@ def test_a_method_variant_runs_as_its_method_and_is_compared_with_baselines_only
     toml.write_text(toml.read_text() + '[methods."magic@x"]\n')
     with pytest.raises(UserError, match="unknown method 'magic'"):
         run_experiment(load_config(toml), tmp_path / "out2")
+
+
+def test_a_set_smaller_than_asked_is_warned_about_and_evaluated_as_it_is(tmp_path: Path) -> None:
+    register_method("one-each", Method(lambda ctx: _first_of_each_class(replace(ctx, n_per_class=1)), "test method"))
+    try:
+        data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+        write_dataset(data)
+        toml.write_text(
+            f'model = "tiny-llama"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 4\n'
+            'n_per_class = [1, 2]\nseeds = [0]\ntest_size = 8\n[finetune]\npreset = "tiny"\nepochs = 1\n'
+            "[methods.one-each]\n[methods.full-pool]\n"
+        )
+        warned: list[str] = []
+        rows = run_experiment(load_config(toml), tmp_path / "out", hooks=experiment.Hooks(warn=warned.append))
+    finally:
+        del METHODS["one-each"]
+    assert [r["n_train"] for r in rows] == [2, 2, 8]
+    assert warned == [
+        "one-each_n2_seed0_epsnone: the set holds bad: 1, good: 1, fewer than the 2 per class asked (the method "
+        "found no more it accepts); it is evaluated as it is, and its row's n_train says its size"
+    ]
 
 
 def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> None:
