@@ -35,11 +35,11 @@ Where the events come from:
   σ/√T ≥ σ(ε, δ), the exact analytic multiplier (:func:`privlm.privacy.gaussian_noise_multiplier`). The rebuilt
   event carries the release's snapped coordinates (for GRADMM's label-row release, the count in the demo
   sidecar of the same release; for a PE histogram, K·M bins at clamp 2¹⁶), so the snapping slack is counted
-  as well. A dp-finetune-gen cell's DP-SGD run (σ is no closed-form function of (ε, δ)) is read from the
+  as well. A dp-finetune-gen or dp-head-pool cell's DP-SGD run (σ is no closed-form function of (ε, δ)) is read from the
   ledger of its set's sidecar as the grid's committed ``accounting.json`` keeps it (``work/<cell>/
   synthetic.privacy.json``), and must give its accounted ε again; a grid without that copy (run before
   ``accounting.json`` existed: its ledgers were in the ignored ``work/``) enters at its stated ε.
-  dp-finetune-gen trains once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of
+  Both train once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of
   one run are one release, and their kept ledgers must be the same (else the script stops: two runs).
 
 Checks, all towards counting more: a DP-SGD run's events must give its stated ε again, else it is not
@@ -102,6 +102,11 @@ LABEL_ROW_SIDECAR = Path("research/demo_output/instruct/synthetic.privacy.json")
 UNSNAPPED_GRIDS = {
     "synthetic_pool50": "its GRADMM releases were drawn before privlm snapped any (its README: 'not snapped'), "
     "so their ledgers and stated ε carry no snapping slack",
+}
+# the grid methods whose set comes from one DP-SGD run per (ε, seed), shared by every n (read from its kept ledger)
+DP_SGD_SETS = {
+    "dp-finetune-gen": "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model",
+    "dp-head-pool": "dp-head-pool: DP-SGD of the head-only labeller, then a draw of the public candidates it accepts",
 }
 REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
 DPFT_NOT_REBUILT = (  # a DP-SGD run's σ is no closed-form function of (ε, δ): it needs the run's ledger
@@ -314,7 +319,7 @@ def read_experiment_grids(scan: Scan) -> None:
                 continue
             kind = row["method"].split("@")[0]
             epsilon = max(row["epsilon"], row.get("epsilon_spent") or 0.0)
-            if kind == "dp-finetune-gen":
+            if kind in DP_SGD_SETS:
                 key = (row["method"], row["method_hash"], row["epsilon"], row["seed"])
                 entries, source = _dpft_entries(scan, folder, row)
                 if key in shared:  # the same training run serves every n of an (ε, seed)
@@ -330,7 +335,7 @@ def read_experiment_grids(scan: Scan) -> None:
                     study,
                     f"{row['method']}_seed{row['seed']}_eps{row['epsilon']:g} (one training run)",
                     config,
-                    "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model",
+                    DP_SGD_SETS[kind],
                     epsilon,
                     row["delta"],
                     [name],
@@ -655,7 +660,7 @@ def _pe_entries(
 
 
 def _dpft_entries(scan: Scan, folder: str, row: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
-    """The DP-SGD steps of a dp-finetune-gen row: the ledger of its set's sidecar as ``folder``'s
+    """The DP-SGD steps of a dp-finetune-gen or dp-head-pool row: the ledger of its set's sidecar as ``folder``'s
     ``accounting.json`` keeps it, if that gives the sidecar's accounted ε again (module docstring)."""
     path, kept = f"{folder}/{ACCOUNTING}", f"work/{row['cell']}/synthetic.privacy.json"
     if path not in scan.files:
