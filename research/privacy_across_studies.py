@@ -374,8 +374,8 @@ CELL_KEY = re.compile(r"^(?P<method>.+)_n\d+_seed(?P<seed>\d+)_eps(?P<eps>[0-9.]
 def read_unfinished_draws(scan: Scan) -> None:
     """Draws a grid's committed ``accounting.json`` keeps whose cell has no results row yet (drawn, the cell
     still running when the ledgers were copied): each DP sidecar ``work/<cell>/synthetic.privacy.json`` of a
-    cell without a row is a release at its own ledger, except a dp-finetune-gen training that a finished row of
-    the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing. So is each
+    cell without a row is a release at its own ledger, except a DP-SGD run (dp-finetune-gen, dp-head-pool) that a
+    finished row of the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing. So is each
     kept ledger that no cell's sidecar names (``ledger_file``): a run whose set is not written yet (a
     dp-finetune-gen training in progress, a release drawn just before the machine was lost) or a ledger
     displaced by a new run at the same path (``#displaced-``), at the ε its events give at the grid's δ."""

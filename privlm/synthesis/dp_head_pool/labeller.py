@@ -25,7 +25,7 @@ from privlm.dpsgd.sampling import physical_batches
 from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import LEDGER, MANIFEST, check_or_write_settings, hold
-from privlm.synthesis.gradmm.prompt import Prompt
+from privlm.synthesis.gradmm.prompt import Prompt, head_weight
 from privlm.synthesis.gradmm.release import PrivateFactors, model_fingerprint
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.head import LabelWordHead, head_losses
@@ -142,7 +142,7 @@ def noise_labeller(
     run of privlm (the ledger's sampling rate q = B/N states it; ``docs/accounting.md``). Under that assumption it
     spends no privacy. It runs without a run folder (no ledger, no checkpoint): a grid composes every ledger it
     finds, and must not count this one."""
-    width = model.get_output_embeddings().weight.shape[1]
+    width = head_weight(model).shape[1]
     rows, steps, sigma = _fit(
         model,
         prompt,
