@@ -36,10 +36,11 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # filter the pool, beat the greedy match by 6 points head-only) comes first at eps = 1, with its noise-only control.
 # Then a labeller DP-SGD trained for many steps in its place (dp-head-pool, the DP-direct head-only recipe).
 # The head-only readings of the labellers' sets at eps = 1 came in first (three seeds each); their fine-tunes
-# then go in this order: dp-head-pool (the set nearest the target), the filter and its control (their first
-# fine-tune disagreed with the head-only reading), the pool's draw (the control of both).
+# then go in this order: dp-head-pool (the set nearest the target), the pool's draw (the control of both
+# labellers, read against for the "+3" target), the filter and its control (their first fine-tune disagreed
+# with the head-only reading).
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
-        "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "instruct-pool_n1000_*"
+        "instruct-pool_n1000_*" "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
         "gradmm@filter_n1000_*_eps4" "dp-head-pool_n1000_*_eps4"
         "dp-finetune-gen_n1000_*_eps4"
