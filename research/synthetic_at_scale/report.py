@@ -6,7 +6,8 @@ Per (method, ε) and n: the fine-tune's and the head-only classifier's test accu
 finished seeds, and the mean seconds to make a set. Then the targets at ε = 1, n = 1,000: the best DP
 synthetic set within 2 points of DP training directly on the real data, and at least its noise-only
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
-evaluation lets a set of that size go). Then every DP row against its control and against the same method at ε
+evaluation lets a set of that size go), with the gap's 95 % Welch interval over seeds where both sides have two
+or more (does the instrument resolve the verdict?). Then every DP row against its control and against the same method at ε
 none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, the release as a
 label filter against the greedy match, and how many texts the sets of two seeds (two DP draws) share, and each set
 with its control's. Reads committed files only.
@@ -18,9 +19,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+from scipy import stats
 
 HERE = Path(__file__).resolve().parent
 DIRECT = HERE.parent / "dp_finetune_rotten_tomatoes"
@@ -122,6 +126,32 @@ def _mean(rows: list[dict], metric: str) -> float | None:
     return statistics.mean(100 * r[metric] for r in rows) if rows and all(metric in r for r in rows) else None
 
 
+def _values(rows: list[dict], metric: str) -> list[float]:
+    return [100 * r[metric] for r in rows if metric in r]
+
+
+def resolution(values: list[float], reference: list[float], threshold: float) -> str:
+    """Whether the seeds resolve the gap mean(values) − mean(reference) against ``threshold``: its 95 % Welch
+    interval over seeds (each seed its own DP draw, set and downstream fit; the fixed test split's own sampling
+    error is not in it), and whether the interval lies on one side of the threshold. Empty with fewer than two
+    seeds on either side (no spread to read)."""
+    if len(values) < 2 or len(reference) < 2:
+        return ""
+    low, high = stats.ttest_ind(values, reference, equal_var=False).confidence_interval(0.95)
+    if math.isnan(low) or math.isnan(high):
+        return ""
+    side = (
+        "above it: resolved"
+        if low >= threshold
+        else "below it: resolved"
+        if high < threshold
+        else "across it: the seeds cannot tell met from missed"
+    )
+    return (
+        f" (95 % interval of the gap over {len(values)} and {len(reference)} seeds [{low:+.1f}, {high:+.1f}], {side})"
+    )
+
+
 def targets(groups: dict[tuple[str, float | None, int], list[dict]], references: dict) -> list[str]:
     """The two targets at ε = 1, n = 1,000, read on each evaluation."""
     lines = []
@@ -137,6 +167,8 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
         if reference:
             gap = scored[best] - statistics.mean(reference)
             verdict = "met" if gap >= -2 else f"missed by {-2 - gap:.1f}"
+            if metric == "head_accuracy":  # like for like: the same head fit on the set and on the real split
+                verdict += resolution(_values(groups[(best, TARGET_EPS, TARGET_N)], metric), reference, -2)
             lines.append(
                 f"- {label}: best DP set {best} {scored[best]:.1f} ({seeds} seed(s)) − DP training directly "
                 f"{statistics.mean(reference):.1f} = {gap:+.1f} points (target ≥ −2): {verdict}"
@@ -161,9 +193,11 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
                         else "real data misses it too with this head fit (head_steps.md: it moves with the fit length)"
                     )
                 )
-        margin = _margin(scored[best], _control_rows(groups, best, TARGET_EPS, TARGET_N), metric)
+        control = _control_rows(groups, best, TARGET_EPS, TARGET_N)
+        margin = _margin(scored[best], control, metric)
         if margin is not None:
             verdict = "met" if margin >= 3 else f"missed by {3 - margin:.1f}"
+            verdict += resolution(_values(groups[(best, TARGET_EPS, TARGET_N)], metric), _values(control, metric), 3)
             lines.append(
                 f"- {label}: {best} − its control {CONTROL[best]} = {margin:+.1f} points (target ≥ +3): {verdict}"
             )
