@@ -3,9 +3,10 @@
 ``DIR/config.json`` — the configuration and its hash (``DIR/configs/<hash>.json``: every one the
 folder has run); ``DIR/sets/<cell>.jsonl`` — each cell's training
 set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
-space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw) and
-``set-time.json``, the seconds the set took (a row's ``set_s``, also when a later process writes the row;
-None when not kept);
+space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
+``DIR/sets/<cell>.time.json``, the seconds the set took (a row's ``set_s``, also when a later process or
+machine writes the row: it lies beside the set, which is kept when the private work folder is lost; None when
+not kept);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
@@ -154,9 +155,10 @@ def _existing_rows(
 
 
 def _set_aside(out: Path, key: str) -> None:
-    """Move a stale cell's cached set (with its card) and scratch folder to ``out/stale/`` (kept, never reused)."""
+    """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never reused)."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
-    for source in (out / "sets" / f"{key}.jsonl", out / "sets" / f"{key}.card.md", out / "work" / key):
+    sets = out / "sets"
+    for source in (sets / f"{key}.jsonl", sets / f"{key}.card.md", sets / f"{key}.time.json", out / "work" / key):
         if source.exists():
             target.mkdir(parents=True, exist_ok=True)
             source.rename(target / source.name)
@@ -252,7 +254,7 @@ def run_experiment(
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
         start = time.perf_counter()
-        set_path, set_time = out / "sets" / f"{cell.key}.jsonl", out / "work" / cell.key / "set-time.json"
+        set_path, set_time = out / "sets" / f"{cell.key}.jsonl", out / "sets" / f"{cell.key}.time.json"
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
             ctx = MethodContext(

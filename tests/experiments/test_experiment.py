@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import random
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     assert without_timing(resumed) == without_timing(full)
     sets = sorted((tmp_path / "full" / "sets").iterdir())
     assert {p.name for p in sets if p.suffix == ".md"} == {f"{c.key}.card.md" for c in cells}  # one card per set
-    for name in sets:  # the sets and their cards: the resumed run wrote what the uninterrupted one did
+    assert {p.name for p in sets if p.suffix == ".json"} == {f"{c.key}.time.json" for c in cells}  # one time each
+    for name in (p for p in sets if p.suffix != ".json"):  # the sets and their cards (times differ from run to run)
         assert name.read_text() == (tmp_path / "resumed" / "sets" / name.name).read_text()
     few_card = (
         tmp_path / "full" / "sets" / f"{next(c.key for c in cells if c.method == 'few-shot')}.card.md"
@@ -446,13 +448,13 @@ def test_a_cell_killed_while_fine_tuning_resumes_at_its_last_epoch_and_keeps_its
         run_experiment(config, tmp_path / "out", hooks=hooks)
     evaluation = tmp_path / "out" / "work" / "random_n6_seed0_epsnone" / "evaluation"
     assert sorted(p.name.split("-")[0] for p in evaluation.iterdir()) == ["finetune.pt", "head"]
-    made = json.loads((evaluation.parent / "set-time.json").read_text())["set_s"]  # the killed process made the set
+    made = json.loads((tmp_path / "out" / "sets" / "random_n6_seed0_epsnone.time.json").read_text())["set_s"]
     steps.clear()
     toml.write_text(toml.read_text().replace("seeds = [0]", "seeds = [0, 1]"))  # a cell added to the grid meanwhile
     grown = load_config(toml)
     resumed = run_experiment(grown, tmp_path / "out", resume=True, hooks=hooks, cells_matching=["*_seed0_*"])
     assert fits == [1] and steps == [3, 4, 5, 6]  # the head-only score is kept; epoch 1 is not rerun
-    assert resumed[0]["set_s"] == made >= 0  # its time, not the resumed process's reuse of the set
+    assert resumed[0]["set_s"] == made >= 0  # the killed process's time making it, not the resumed one's reuse
     drop = "config_hash"  # the grown grid's: it names the grid's lists too
     assert [{k: v for k, v in r.items() if k != drop} for r in without_timing(resumed)] == [
         {k: v for k, v in r.items() if k != drop} for r in without_timing(whole)
@@ -498,3 +500,24 @@ def test_a_sets_ledger_sidecar_and_card_are_kept_before_its_evaluation_runs(
     assert kept["sidecars"][f"{cell}/synthetic.privacy.json"]["epsilon"] == 1.0
     card = card_path.read_text()  # beside the set, with its ε
     assert "(ε = 1, δ = 1e-05)-DP" in card and "WARNING" not in card
+
+
+def test_a_sets_time_outlives_the_work_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine lost after the set was made (the set and its time are kept, the private work folder is not):
+    the row written on the next machine still says how long the set took."""
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [2]")
+    toml.write_text(head.replace("seeds = [0, 1]", "seeds = [0]") + "[methods.random]\n")
+
+    def lost(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(experiment, "fit_and_score", lost)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(load_config(toml), tmp_path / "out")
+    made = json.loads((tmp_path / "out" / "sets" / "random_n2_seed0_epsnone.time.json").read_text())["set_s"]
+    shutil.rmtree(tmp_path / "out" / "work")
+    (row,) = run_experiment(load_config(toml), tmp_path / "out", resume=True)
+    assert row["set_s"] == made >= 0
