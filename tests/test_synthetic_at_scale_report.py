@@ -64,3 +64,33 @@ def test_the_verdict_follows_the_side_of_the_threshold(
 def test_one_seed_has_no_interval(report: ModuleType) -> None:
     assert report.resolution([80.0], [82.3, 80.9, 83.8], -2) == ""
     assert report.resolution([80.0, 81.0], [82.3], 3) == ""
+
+
+def test_no_spread_between_seeds_gives_no_interval(report: ModuleType) -> None:
+    assert report.resolution([81.0, 81.0], [82.0, 82.0], -2) == ""
+
+
+def _row(method: str, eps: float | None, seed: int, head: float, tune: float) -> dict:
+    return {"method": method, "epsilon": eps, "n_per_class": 1000, "seed": seed, "cell": f"{method}_{seed}"} | {
+        "head_accuracy": head / 100,
+        "accuracy": tune / 100,
+    }
+
+
+def test_targets_read_the_best_dp_set_against_dp_training_and_its_control(report: ModuleType) -> None:
+    """Percent scale, the right thresholds (−2 against DP training directly, +3 against the control) and the
+    right lists on each side of each interval, on made-up rows."""
+    best, control = [78.0, 79.0, 80.0], [74.0, 75.5, 76.0]
+    rows = [_row("dp-head-pool", 1.0, s, h, h + 3) for s, h in enumerate(best)]
+    rows += [_row("instruct-pool", None, s, h, h + 3) for s, h in enumerate(control)]
+    rows += [_row("gradmm@instruct", 1.0, s, 60.0 + s, 70.0) for s in range(3)]
+    direct = [82.0, 81.0, 83.0]
+    lines = report.targets(report.grouped(rows), {1.0: direct})
+    head = next(line for line in lines if line.startswith("- head-only: best DP set"))
+    assert "dp-head-pool 79.0 (3 seed(s))" in head and "= -3.0 points (target ≥ −2): missed by 1.0" in head
+    assert _interval(head) == pytest.approx(tuple(round(x, 1) for x in _welch(best, direct)), abs=0.051)
+    margin = next(line for line in lines if line.startswith("- head-only: dp-head-pool − its control"))
+    assert "= +3.8 points (target ≥ +3): met" in margin and "across it" in margin  # [+1.5, +6.1]: above −2
+    assert _interval(margin) == pytest.approx(tuple(round(x, 1) for x in _welch(best, control)), abs=0.051)
+    tune = next(line for line in lines if line.startswith("- fine-tune: best DP set"))
+    assert "across recipes" in tune and "[" not in tune  # no interval across recipes

@@ -7,7 +7,7 @@ finished seeds, and the mean seconds to make a set. Then the targets at ε = 1, 
 synthetic set within 2 points of DP training directly on the real data, and at least its noise-only
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
 evaluation lets a set of that size go), with the gap's 95 % Welch interval over seeds where both sides have two
-or more (does the instrument resolve the verdict?). Then every DP row against its control and against the same method at ε
+or more (do the seeds resolve the verdict? The fixed test split's own sampling error is not in it). Then every DP row against its control and against the same method at ε
 none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, the release as a
 label filter against the greedy match, and how many texts the sets of two seeds (two DP draws) share, and each set
 with its control's. Reads committed files only.
@@ -133,9 +133,10 @@ def _values(rows: list[dict], metric: str) -> list[float]:
 def resolution(values: list[float], reference: list[float], threshold: float) -> str:
     """Whether the seeds resolve the gap mean(values) − mean(reference) against ``threshold``: its 95 % Welch
     interval over seeds (each seed its own DP draw, set and downstream fit; the fixed test split's own sampling
-    error is not in it), and whether the interval lies on one side of the threshold. Empty with fewer than two
-    seeds on either side (no spread to read)."""
-    if len(values) < 2 or len(reference) < 2:
+    error is not in it), and whether the interval lies on one side of the threshold (outside a two-sided 95 %
+    interval: a one-sided test at 2.5 %, so "resolved" is conservative). Empty with fewer than two seeds on either
+    side, or no spread between seeds on both (nothing to read an interval from)."""
+    if len(values) < 2 or len(reference) < 2 or statistics.variance(values) + statistics.variance(reference) == 0:
         return ""
     low, high = stats.ttest_ind(values, reference, equal_var=False).confidence_interval(0.95)
     if math.isnan(low) or math.isnan(high):
@@ -147,9 +148,8 @@ def resolution(values: list[float], reference: list[float], threshold: float) ->
         if high < threshold
         else "across it: the seeds cannot tell met from missed"
     )
-    return (
-        f" (95 % interval of the gap over {len(values)} and {len(reference)} seeds [{low:+.1f}, {high:+.1f}], {side})"
-    )
+    seeds = f"{len(values)} and {len(reference)} seeds, on the fixed test split"
+    return f" (95 % interval of the gap over {seeds} [{low:+.1f}, {high:+.1f}], {side})"
 
 
 def targets(groups: dict[tuple[str, float | None, int], list[dict]], references: dict) -> list[str]:

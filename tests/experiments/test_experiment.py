@@ -176,7 +176,10 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     rows = run_experiment(retuned, tmp_path / "resumed", resume=True)
     assert count["n"] == 2  # zero-shot at n = 2 and 4, seed 0
     assert [r["method_hash"] for r in rows if r["method"] == "zero-shot"] == [retuned.method_hash("zero-shot")] * 2
-    assert len(list((tmp_path / "resumed" / "stale").glob("zero-shot_n*_seed0_epsnone.*/zero-shot_n*.jsonl"))) == 2
+    for kept in ("jsonl", "card.md", "time.json"):  # the old set, its card and its time, never read again
+        assert (
+            len(list((tmp_path / "resumed" / "stale").glob(f"zero-shot_n*_seed0_epsnone.*/zero-shot_n*.{kept}"))) == 2
+        )
     # ... and other shared settings are refused.
     with pytest.raises(UserError, match="other shared settings"):
         run_experiment(parse_config({**document, "test_size": 10}, "shared"), tmp_path / "resumed", resume=True)
