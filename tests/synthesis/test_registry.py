@@ -27,7 +27,12 @@ def test_every_method_is_registered_and_synth_reads_the_registry() -> None:
         "k-center",
         "full-pool",
     } <= names
-    assert synth_methods() == {"gradmm": "gradmm", "pe": "pe", "dp-finetune": "dp-finetune-gen"}
+    assert synth_methods() == {
+        "gradmm": "gradmm",
+        "pe": "pe",
+        "dp-finetune": "dp-finetune-gen",
+        "dp-head-pool": "dp-head-pool",
+    }
     assert get_method("pe@fast") is get_method("pe") and get_method("pe").takes_epsilon
     with pytest.raises(UserError, match="unknown method 'magic'"):
         get_method("magic")

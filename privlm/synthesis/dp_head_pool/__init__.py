@@ -1,9 +1,11 @@
 """``dp-head-pool``: GRADMM's public candidate pool, drawn among the candidates that a DP-SGD-trained head-only
 classifier of the private data also gives their class — labeller in :mod:`.labeller`, experiment adapter in
-:mod:`.method`."""
+:mod:`.method`, ``privlm synth --method dp-head-pool`` in :mod:`.command`."""
 
 from __future__ import annotations
 
+from privlm.synthesis.command import SynthCommand
+from privlm.synthesis.dp_head_pool.command import OPTIONS, PLAN
 from privlm.synthesis.registry import Method, register_method
 
 register_method(
@@ -19,5 +21,13 @@ register_method(
         ),
         summary="n of GRADMM's label-filtered public candidates per class, drawn among those a DP-SGD-trained "
         "head-only classifier also gives their class",
+        synth="dp-head-pool",
+        command=SynthCommand(
+            OPTIONS,
+            "privlm.synthesis.dp_head_pool.command:prepare",
+            "privlm.synthesis.dp_head_pool.command:DPHeadPoolPaths",
+            plan=PLAN,
+            dp_only=True,
+        ),
     ),
 )

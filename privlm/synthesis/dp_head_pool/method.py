@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -66,6 +67,14 @@ NOISE_SETTINGS = "noise-labeller.json"  # beside them: σ, clip, steps, examples
 def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     """``n_per_class`` public candidates per class chosen by the DP labeller (module docstring), each row with the
     ε spent; the sidecar beside ``ctx.out`` states the run's privacy."""
+    return choose(ctx, ctx.out)[0]
+
+
+def choose(ctx: MethodContext, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of :func:`dp_head_pool_rows` and the privacy statement written as the sidecar of ``out`` (its
+    ``ledger_file`` relative to that sidecar's folder): the experiment's cell set (``ctx.out``) or the file of
+    ``privlm synth --method dp-head-pool``. The public candidates are kept in ``ctx.workdir``'s parent, the
+    labeller's run in ``ctx.private_cache`` (else ``ctx.workdir``)."""
     if ctx.epsilon is None:
         raise UserError("dp-head-pool is a DP method: give it an ε (its labeller is a DP-SGD run)")
     params = dict(ctx.params)
@@ -79,16 +88,16 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     training, on_progress = shown_steps(ctx.progress, ctx.epsilon)
     if noise_only:
-        rows, privacy = _noise_labeller(ctx, ctx.epsilon, model, prompt, labeller, on_progress)
+        head, privacy = _noise_labeller(ctx, ctx.epsilon, model, prompt, labeller, on_progress)
     else:
-        rows, privacy = _dp_labeller(ctx, ctx.epsilon, model, prompt, config, labeller, on_progress)
+        head, privacy = _dp_labeller(ctx, ctx.epsilon, model, prompt, config, labeller, on_progress, out)
     training.done()
     pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir)
     who = "the noise-only labeller" if noise_only else "the DP labeller"
-    chosen = head_draw(rows, pool, hidden, ctx.n_per_class, ctx.seed, prompt, who)
+    chosen = head_draw(head, pool, hidden, ctx.n_per_class, ctx.seed, prompt, who)
     privacy = {**privacy, "labeller": labeller.to_dict()}
-    write_text_atomic(sidecar_path(ctx.out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
-    return [
+    write_text_atomic(sidecar_path(out), json.dumps(privacy, indent=2, sort_keys=True) + "\n")
+    rows = [
         {
             "text": c.text,
             "label": c.label,
@@ -99,6 +108,7 @@ def dp_head_pool_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         }
         for c in chosen
     ]
+    return rows, privacy
 
 
 def _noise_labeller(
@@ -141,9 +151,10 @@ def _dp_labeller(
     config: GradmmConfig,
     labeller: LabellerConfig,
     on_progress: OnProgress | None,
+    out: Path,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """The DP labeller's rows at the cell's ``epsilon`` and the privacy statement of its ledger; its run is shared
-    by the cells that differ only in n, in ``ctx.private_cache``."""
+    """The DP labeller's rows at the cell's ``epsilon`` and the privacy statement of its ledger for the sidecar of
+    ``out``; its run is shared by the cells that differ only in n, in ``ctx.private_cache``."""
     key = {
         "epsilon": epsilon,
         "delta": ctx.delta,
@@ -171,7 +182,7 @@ def _dp_labeller(
         on_progress=on_progress,
     )
     return rows, {
-        **epsilon_statement(ledger, epsilon, ctx.delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(ctx.out)),
+        **epsilon_statement(ledger, epsilon, ctx.delta, ledger_file=run_dir / LEDGER, sidecar=sidecar_path(out)),
         "private_release": ledger.private_release,
         "mechanism": MECHANISM,
     }
