@@ -44,6 +44,11 @@ _ASSUMPTIONS = (
     "file is not covered as that file",
     "the public inputs below were not derived from the private rows",
 )
+# a ledger of DP-SGD steps (Poisson sampling at rate q = B/N) states N: DP-SGD's accounting takes it as public
+_SIZE_PUBLIC = (
+    "the private set's size N is public, as in every DP-SGD run: the sidecar's ledger states the sampling rate "
+    "q = B/N, from which N follows"
+)
 
 
 def card_path(out: Path) -> Path:
@@ -132,6 +137,7 @@ def data_card(
             "It rests on these assumptions:",
             "",
             *[f"- {a}" for a in _ASSUMPTIONS],
+            *([f"- {_SIZE_PUBLIC}"] if _states_size(privacy) else []),
         ]
     elif privacy.get("public"):
         lines += [
@@ -167,6 +173,11 @@ def data_card(
         lines += [f"- privlm {version}".rstrip()] if version else []
         lines += [f"- `{command}`"] if command else []
     return "\n".join(lines) + "\n"
+
+
+def _states_size(privacy: dict[str, Any]) -> bool:
+    """Whether the statement's ledger holds a Poisson-sampled event (a DP-SGD step), whose rate q = B/N states N."""
+    return any("sample_rate" in entry.get("event", {}) for entry in privacy.get("ledger", []))
 
 
 def write_data_card(out: Path, **fields: Any) -> Path:

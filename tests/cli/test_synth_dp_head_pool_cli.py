@@ -101,6 +101,7 @@ def test_a_run_states_its_labellers_epsilon_and_a_resume_reuses_it(
     assert not {r["text"] for r in rows} & {t for t, _ in ROWS}  # public candidates, never a private row
     card = Path(summary["card"]).read_text()
     assert "(ε = 30, δ = 1e-05)-DP" in card and not ledger.private_release and "seeded" in card  # the test's seed
+    assert "size N is public" in card  # DP-SGD: its ledger states q = B/N
 
     written = ledger_file.read_bytes()
     assert run(_args(data, out, "--epsilon", "30"), capsys)[0] == 2  # the folder holds a run: --resume or remove it

@@ -65,3 +65,13 @@ def test_a_noise_only_control_is_stated_as_reading_no_private_data_even_with_see
     assert "**Privacy: no private data was read** (ε = 0): a control" in card and "`mechanism`: pure noise" in card
     assert "WARNING" not in card and "## The guarantee" not in card and "-DP**" not in card
     assert "`noise_only`" not in card and "the rows are synthetic" in card
+
+
+def test_a_dp_sgd_ledger_adds_that_the_private_sets_size_is_public() -> None:
+    """DP-SGD's ledger states q = B/N (so N): the card says N is taken as public; a release without sampling
+    (GRADMM's, PE's histograms) needs no N and the card does not claim it."""
+    step = {"kind": "poisson_gaussian_step", "noise_multiplier": 1.2, "sample_rate": 0.06, "clipping": "exact"}
+    release = {"kind": "gaussian_release", "noise_multiplier": 3.0}
+    assert "size N is public" in _card({**DP, "ledger": [{"event": step, "count": 680, "label": "steps"}]})
+    assert "size N is public" not in _card({**DP, "ledger": [{"event": release, "count": 1, "label": "release"}]})
+    assert "size N is public" not in _card(DP)
