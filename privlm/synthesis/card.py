@@ -175,7 +175,7 @@ def data_card(
     return "\n".join(lines) + "\n"
 
 
-def _states_size(privacy: dict[str, Any]) -> bool:
+def _states_size(privacy: Mapping[str, Any]) -> bool:
     """Whether the statement's ledger holds a Poisson-sampled event (a DP-SGD step), whose rate q = B/N states N."""
     return any("sample_rate" in entry.get("event", {}) for entry in privacy.get("ledger", []))
 

@@ -105,11 +105,31 @@ def test_a_run_states_its_labellers_epsilon_and_a_resume_reuses_it(
 
     written = ledger_file.read_bytes()
     assert run(_args(data, out, "--epsilon", "30"), capsys)[0] == 2  # the folder holds a run: --resume or remove it
+    poisoned = [(f"POISON {t[::-1]}", "neg" if y == "pos" else "pos") for t, y in ROWS]
+    Path(data).write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in poisoned))
     code, stdout, err = run(_args(data, out, "--epsilon", "30", "--resume"), capsys)
     assert code == 0, err
-    assert json.loads(stdout)["rows"] == rows and ledger_file.read_bytes() == written  # no second draw
-    code, _, err = run(_args(data, out, "--epsilon", "1", "--resume"), capsys)  # a second labeller: refused
-    assert code == 2 and "--resume: epsilon was 30.0" in err and ledger_file.read_bytes() == written
+    assert json.loads(stdout)["rows"] == rows and ledger_file.read_bytes() == written  # not retrained on them
+    code, stdout, err = run([*_args(data, out, "--epsilon", "30", "--resume"), "--per-class", "1"], capsys)
+    assert code == 0, err  # another n: a new draw among the candidates from the same labeller (post-processing)
+    assert len(json.loads(stdout)["rows"]) == 2 and ledger_file.read_bytes() == written
+    for other, key in ((["--epsilon", "1"], "epsilon"), (["--epsilon", "30", "--seed", "1"], "seed")):
+        code, _, err = run(_args(data, out, *other, "--resume"), capsys)  # a second labeller: refused
+        assert code == 2 and f"--resume: {key} was" in err
+    code, _, err = run([*_args(data, out, "--epsilon", "30", "--resume"), "--epochs", "6"], capsys)
+    assert code == 2 and "--resume: labeller was" in err
+    assert sorted(p.name for p in (tmp_path / "set.jsonl.dphead").glob("dphead-*")) == [ledger_file.parent.name]
+    assert ledger_file.read_bytes() == written
+
+
+def test_the_console_shows_the_set_beside_its_privacy(data: str, tmp_path: Path, capsys, tiny_labeller) -> None:
+    args = [a for a in _args(data, tmp_path / "set.jsonl", "--epsilon", "30") if a != "--json"]
+    code, stdout, err = run(args, capsys)
+    assert code == 0, err
+    assert "(ε = 30, δ = 1e-05)-DP for the whole output (DP-SGD of the head-only labeller: 5 epochs" in " ".join(
+        stdout.split()
+    )
+    assert "public candidate" in stdout and "set.card.md" in stdout
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, fields
 from typing import TYPE_CHECKING
 
 from privlm.runfolder import RunFolder
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from privlm.progress import Progress
+    from privlm.synthesis.registry import MethodContext
 
 OPTIONS = (
     SynthOption("--epochs", "epochs", float, "the labeller's DP-SGD epochs (default 40)"),
@@ -76,35 +76,31 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     request.check_output()
     if request.epsilon is None or request.delta is None:
         raise UserError("--method dp-head-pool trains its labeller with DP-SGD: give --epsilon and --delta")
-    options = dict(request.options)
-    recipe = {f.name: options.pop(f.name) for f in fields(LabellerConfig) if f.name in options}
-    labeller = LabellerConfig(**recipe)
+    labeller, options = LabellerConfig.split(request.options)
     epsilon, delta = request.epsilon, request.delta
     labeller.train_config(epsilon, delta)  # bad recipe values: refused now
     seed = options.pop("seed", 0)
-    make_config("instruct", **options, seed=seed)  # bad candidate settings: refused now
     label_names, verbalizer = public_label_names(request)
+    params = {"instructions": verbalizer.instructions(label_names), **options, **labeller.to_dict()}
+    config = make_config("instruct", **options, instructions=params["instructions"], seed=seed)  # bad: refused now
     paths = DPHeadPoolPaths(request.out)
     load_private = request.private_loader(paths.workdir)
-    settings = {
+    settings = {  # all that keys the labeller's run (method.py) and shapes the candidates, defaults filled in
         **request.settings(),
         "epsilon": epsilon,
         "delta": delta,
-        "labeller": asdict(labeller),
-        "candidates": options,
+        "labeller": labeller.to_dict(),
+        "max_tokens": config.max_private_tokens,
+        "candidates": {k: getattr(config, k) for k in ("oversample", "label_filter", "instruction", "batch")},
         "seed": seed,
     }
     if paths.manifest.exists():  # --resume (private_loader refused it otherwise): the same settings only
         check_or_write_settings(paths.manifest, settings)
 
-    def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
-        from privlm.atomic import write_text_atomic
-        from privlm.synthesis.dp_head_pool.method import choose
+    def _context(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> MethodContext:
         from privlm.synthesis.registry import MethodContext
 
-        start = time.perf_counter()
-        check_or_write_settings(paths.manifest, settings)
-        ctx = MethodContext(
+        return MethodContext(
             model=model,
             tokenizer=tokenizer,
             pool=load_private(),
@@ -117,12 +113,21 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             delta=delta,
             workdir=paths.workdir / "draw",  # its parent keeps the public candidates
             pool_features=_no_features,
-            params={"instructions": verbalizer.instructions(label_names), **options, **recipe},
+            params=params,  # as the experiment runner gives them: the data's instructions, the options
             private_cache=paths.workdir,  # the factors and the labeller's run
             progress=progress,
         )
-        rows, privacy = choose(ctx, request.out)
-        write_text_atomic(request.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
+        from privlm.atomic import write_text_atomic
+        from privlm.runfolder import hold
+        from privlm.synthesis.dp_head_pool.method import choose
+
+        start = time.perf_counter()
+        with hold(paths.workdir):  # one process draws into the folder at a time
+            check_or_write_settings(paths.manifest, settings)
+            rows, privacy = choose(_context(model, tokenizer, progress), request.out)
+            write_text_atomic(request.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         return SynthOutcome(
             "dp-head-pool",
             request.out,

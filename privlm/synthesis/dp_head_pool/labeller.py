@@ -12,8 +12,8 @@ prompt) are checked on resume; a run whose rows are saved is reused, never retra
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,14 @@ class LabellerConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return asdict(self)
+
+    @classmethod
+    def split(cls, params: Mapping[str, Any]) -> tuple[LabellerConfig, dict[str, Any]]:
+        """The recipe set by ``params`` (its fields; defaults for the rest) and the other parameters."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in params.items() if k in names}), {
+            k: v for k, v in params.items() if k not in names
+        }
 
 
 def train_labeller(

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +76,8 @@ def choose(ctx: MethodContext, out: Path) -> tuple[list[dict[str, Any]], dict[st
     labeller's run in ``ctx.private_cache`` (else ``ctx.workdir``)."""
     if ctx.epsilon is None:
         raise UserError("dp-head-pool is a DP method: give it an ε (its labeller is a DP-SGD run)")
-    params = dict(ctx.params)
+    labeller, params = LabellerConfig.split(ctx.params)
     noise_only = bool(params.pop("noise_only", False))
-    recipe = {f.name: params.pop(f.name) for f in fields(LabellerConfig) if f.name in params}
-    labeller = LabellerConfig(**recipe)
     config = make_config(params.pop("preset", "instruct"), **params, seed=ctx.seed)
     prompt = build_prompt(ctx.tokenizer, ctx.template, ctx.label_words, ctx.label_names)
     candidates, predicted, public_dir = public_pool(ctx, config, prompt)
