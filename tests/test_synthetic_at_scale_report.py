@@ -94,3 +94,10 @@ def test_targets_read_the_best_dp_set_against_dp_training_and_its_control(report
     assert _interval(margin) == pytest.approx(tuple(round(x, 1) for x in _welch(best, control)), abs=0.051)
     tune = next(line for line in lines if line.startswith("- fine-tune: best DP set"))
     assert "across recipes" in tune and "[" not in tune  # no interval across recipes
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"), [(-1.99, "met"), (-2.0, "met"), (-2.03, "missed by 0.03"), (-3.0, "missed by 1.0")]
+)
+def test_a_miss_is_never_shown_as_zero(report: ModuleType, value: float, verdict: str) -> None:
+    assert report.verdict_of(value, -2) == verdict

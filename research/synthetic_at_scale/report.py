@@ -130,6 +130,14 @@ def _values(rows: list[dict], metric: str) -> list[float]:
     return [100 * r[metric] for r in rows if metric in r]
 
 
+def verdict_of(value: float, threshold: float) -> str:
+    """ "met", or by how much the target is missed: one decimal, two where one would round a miss to 0.0."""
+    if value >= threshold:
+        return "met"
+    miss = threshold - value
+    return f"missed by {miss:.1f}" if miss >= 0.05 else f"missed by {miss:.2f}"
+
+
 def resolution(values: list[float], reference: list[float], threshold: float) -> str:
     """Whether the seeds resolve the gap mean(values) − mean(reference) against ``threshold``: its 95 % Welch
     interval over seeds (each seed its own DP draw, set and downstream fit; the fixed test split's own sampling
@@ -166,7 +174,7 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
         seeds = len(groups[(best, TARGET_EPS, TARGET_N)])
         if reference:
             gap = scored[best] - statistics.mean(reference)
-            verdict = "met" if gap >= -2 else f"missed by {-2 - gap:.1f}"
+            verdict = verdict_of(gap, -2)
             if metric == "head_accuracy":  # like for like: the same head fit on the set and on the real split
                 verdict += resolution(_values(groups[(best, TARGET_EPS, TARGET_N)], metric), reference, -2)
             lines.append(
@@ -196,7 +204,7 @@ def targets(groups: dict[tuple[str, float | None, int], list[dict]], references:
         control = _control_rows(groups, best, TARGET_EPS, TARGET_N)
         margin = _margin(scored[best], control, metric)
         if margin is not None:
-            verdict = "met" if margin >= 3 else f"missed by {3 - margin:.1f}"
+            verdict = verdict_of(margin, 3)
             verdict += resolution(_values(groups[(best, TARGET_EPS, TARGET_N)], metric), _values(control, metric), 3)
             lines.append(
                 f"- {label}: {best} − its control {CONTROL[best]} = {margin:+.1f} points (target ≥ +3): {verdict}"
