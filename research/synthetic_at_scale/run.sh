@@ -39,16 +39,18 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # then go in this order: dp-head-pool (the set nearest the target), the pool's draw (the control of both
 # labellers, read against for the "+3" target), the filter and its control (their first fine-tune disagreed
 # with the head-only reading).
-# After the pool's draws: what the grid asks for before the filter ablation's fine-tunes: the best DP set
-# at eps = 4 (dp-head-pool), the DP generator at eps = 4, the n = 100 cells (short: about a tenth of the
-# fine-tune) and PE; then the filter and its control, the whole split and the rest.
+# After the pool's draws: what the grid asks for before the filter ablation's fine-tunes. PE first (the
+# one method of the grid with no row yet: seed 0 at both eps, then the other seeds), beside it the short
+# n = 100 DP cells; then the best DP set's fine-tunes at eps = 4 (its head-only readings are in) and the DP
+# generator at eps = 4; then the filter and its control, the whole split and the rest.
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
         "instruct-pool_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
-        "dp-head-pool_n1000_*_eps4" "dp-finetune-gen_n1000_*_eps4"
-        "gradmm@instruct_n1000_seed0_epsnone"
+        "pe_n100_seed0_*"
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"
         "dp-finetune-gen_n100_*_eps[14]" "pe_*"
+        "dp-head-pool_n1000_*_eps4" "dp-finetune-gen_n1000_*_eps4"
+        "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
         "full-pool_*" "*")
 worker() { for cells in "${queue[@]}"; do run --cells "$cells"; done; }
