@@ -14,6 +14,7 @@ import os
 import pytest
 import torch
 
+from privlm.progress import Progress, Task
 from privlm.randomness import SecureRandom
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,3 +93,30 @@ def poisoned_pool() -> list:
 def size_only_pool():
     """``size_only_pool(n)``: a private pool of which only the size (``n``) may be read."""
     return _PoisonedPool
+
+
+class _RecordedProgress(Progress):
+    """Records the tasks opened, ``(description, total, private)`` in order, and the units advanced: in all
+    (``advanced``) and per description (``advanced_by``)."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, float | None, bool]] = []
+        self.advanced = 0.0
+        self.advanced_by: dict[str, float] = {}
+
+    def task(self, description, total=None, private=False, transient=False) -> Task:
+        self.opened.append((description, total, private))
+        recorder = self
+
+        class _Counted(Task):
+            def advance(self, amount: float = 1) -> None:
+                recorder.advanced += amount
+                recorder.advanced_by[description] = recorder.advanced_by.get(description, 0.0) + amount
+
+        return _Counted()
+
+
+@pytest.fixture
+def recorded_progress() -> _RecordedProgress:
+    """A :class:`~privlm.progress.Progress` that records what a method shows (``opened``, ``advanced``)."""
+    return _RecordedProgress()

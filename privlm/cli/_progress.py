@@ -2,7 +2,8 @@
 
 In a terminal each task is a rich progress bar. When stderr is not a terminal (``nohup … > log``, CI, a
 notebook) bars do not draw, so each task prints a line when it starts and one when it ends, with the
-elapsed time (and, for a task with a known total, an estimate of the time left at every quarter). A task
+elapsed time (and, for a task with a known total, an estimate of the time left at every quarter, from the rate
+since its first count: a task opened before slow set-up work does not count that work as units). A task
 opened with ``private=True`` never shows a count or a total (they would be the private set's size).
 """
 
@@ -66,6 +67,7 @@ class _LineTask(Task):
         self._console, self._description, self._private = console, description, private
         self._total, self._completed, self._quarter, self._finished = total, 0.0, 0, False
         self._start = time.perf_counter()
+        self._first: tuple[float, float] | None = None  # (time, count) of the first count reported
         self._console.log(f"start: {description}" + ("" if private or total is None else f" ({total:g})"))
 
     def update(
@@ -86,11 +88,14 @@ class _LineTask(Task):
     def _report(self) -> None:
         if self._private or not self._total:
             return
+        now = time.perf_counter()
+        if self._first is None:
+            self._first = (now, self._completed)
         quarter = int(4 * self._completed / self._total)
         if 0 < quarter < 4 and quarter > self._quarter:
             self._quarter = quarter
-            elapsed = time.perf_counter() - self._start
-            left = elapsed * (self._total - self._completed) / max(self._completed, 1e-9)
+            elapsed = now - self._start
+            left = (self._total - self._completed) * self._seconds_per_unit(now)
             self._console.log(
                 f"{self._description.split(' (')[0]}: {self._completed:g}/{self._total:g} "
                 f"after {elapsed:.0f} s, about {left:.0f} s left"
@@ -100,6 +105,15 @@ class _LineTask(Task):
         if not self._finished:
             self._finished = True
             self._console.log(f"done: {self._description.split(' (')[0]} ({time.perf_counter() - self._start:.0f} s)")
+
+    def _seconds_per_unit(self, now: float) -> float:
+        """The rate since the first count was reported: what ran before it (loading, a private pass before the
+        first DP-SGD step) is not the time of one unit. From the start while only one count has come."""
+        assert self._first is not None
+        since, base = self._first
+        if self._completed > base:
+            return (now - since) / (self._completed - base)
+        return (now - self._start) / max(self._completed, 1e-9)
 
 
 class _Lines(Progress):

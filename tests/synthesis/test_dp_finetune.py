@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from privlm.errors import UserError
-from privlm.progress import Progress, Task, shown_steps
+from privlm.progress import shown_steps
 from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
@@ -85,26 +85,10 @@ def test_rows_carry_the_runs_epsilon_and_the_ledger_covers_every_step(reference)
     assert not (run_dir / PREFIX_CACHE).exists()  # nor the private rows' hidden states
 
 
-class _Recorder(Progress):
-    """Records the tasks opened: (description, total, private) and the units advanced."""
-
-    def __init__(self) -> None:
-        self.opened: list[tuple[str, float | None, bool]] = []
-        self.advanced = 0.0
-
-    def task(self, description, total=None, private=False, transient=False) -> Task:
-        self.opened.append((description, total, private))
-        recorder = self
-
-        class _Counted(Task):
-            def advance(self, amount: float = 1) -> None:
-                recorder.advanced += amount
-
-        return _Counted()
-
-
-def test_the_prefix_cache_build_is_shown_as_a_private_task_the_sampling_as_a_public_one(lm, tmp_path) -> None:
-    recorder = _Recorder()
+def test_the_prefix_cache_build_is_shown_as_a_private_task_the_sampling_as_a_public_one(
+    lm, tmp_path, recorded_progress
+) -> None:
+    recorder = recorded_progress
     _run(lm, tmp_path / "x.jsonl", lambda: list(PRIVATE), progress=recorder)
     sampling = ("sampling 3 texts per class", 3 * len(NAMES), False)  # n and the classes are public
     assert recorder.opened == [(CACHE_BUILD, len(PRIVATE), True), sampling]
@@ -222,18 +206,20 @@ def test_epsilon_none_runs_the_same_recipe_without_noise_and_says_it_is_not_priv
 @pytest.mark.parametrize(
     ("epsilon", "label"), [(1.0, "DP-SGD steps"), (None, "clipped SGD steps (σ = 0, NOT private)")]
 )
-def test_the_steps_bar_names_the_run_without_noise_not_private(epsilon, label) -> None:
-    recorder = _Recorder()
+def test_the_steps_bar_names_the_run_without_noise_not_private(epsilon, label, recorded_progress) -> None:
+    recorder = recorded_progress
     shown_steps(recorder, epsilon)
     assert recorder.opened == [(label, None, False)]  # the step count is public: not a private task
 
 
-def test_runs_on_the_same_rows_share_one_prefix_cache_and_train_as_with_their_own(lm, tmp_path, monkeypatch) -> None:
+def test_runs_on_the_same_rows_share_one_prefix_cache_and_train_as_with_their_own(
+    lm, tmp_path, monkeypatch, recorded_progress
+) -> None:
     """With ``shared_prefix`` the private rows' hidden states are built once for every ε, σ and seed, kept in
     the shared folder, and a run reading them ends at the adapters it reaches with its own (seeded noise)."""
     plain = DPFinetuneConfig.train_config
     monkeypatch.setattr(DPFinetuneConfig, "train_config", lambda self, *a: replace(plain(self, *a), seed=0))
-    shared, recorder = tmp_path / "private-cache", _Recorder()
+    shared, recorder = tmp_path / "private-cache", recorded_progress
     _run(lm, tmp_path / "none.jsonl", lambda: list(PRIVATE), epsilon=None, shared_prefix=shared, progress=recorder)
     seed3 = replace(CONFIG, seed=3)
     _run(lm, tmp_path / "seed3.jsonl", lambda: list(PRIVATE), config=seed3, shared_prefix=shared, progress=recorder)

@@ -19,10 +19,11 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LEDGER, sidecar_path
 from privlm.synthesis.dp_head_pool import method
 from privlm.synthesis.dp_head_pool.labeller import ROWS, LabellerConfig, train_labeller
-from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, dp_head_pool_rows
+from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, PRIVATE_PASS, dp_head_pool_rows
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
+from privlm.synthesis.gradmm.generate import candidate_jobs
 from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import private_factors
@@ -96,6 +97,30 @@ def test_a_cell_draws_among_the_candidates_its_dp_labeller_agrees_with(
     eligible = _eligible(lm, work)
     trained = torch.load(run_dir / ROWS, weights_only=True)
     _assert_drawn_among_agreed(lm, rows, trained, eligible, head_votes)
+
+
+def test_the_private_pass_is_shown_without_a_count_the_public_stages_with_theirs(
+    lm, tmp_path, seeded_training, recorded_progress, poisoned_pool
+) -> None:
+    """The labeller's forward pass over the private examples is a task of its own (private: no count, and the
+    steps' time left does not include it); the public candidates and their label filter show public counts. A
+    second cell on the same labeller reads no private example and opens no private pass."""
+    work = tmp_path / "work"
+    ctx = replace(_context(lm, work, "dp-head-pool_n2_seed0_eps30", list(PRIVATE)), progress=recorded_progress)
+    dp_head_pool_rows(ctx)
+    jobs = candidate_jobs(2, make_config(**POOL), len(NAMES))
+    assert recorded_progress.opened == [
+        ("public candidates (instructed answers)", len(jobs), False),
+        ("public label filter (candidates)", 2 * 12, False),
+        ("DP-SGD steps", None, False),
+        (PRIVATE_PASS, None, True),
+    ]
+    assert recorded_progress.advanced_by[PRIVATE_PASS] == len(PRIVATE)
+    assert recorded_progress.advanced_by["public label filter (candidates)"] == 2 * 12
+    recorded_progress.opened.clear()
+    again = _context(lm, work, "dp-head-pool_n2_seed0_eps30b", poisoned_pool)
+    dp_head_pool_rows(replace(again, progress=recorded_progress))
+    assert PRIVATE_PASS not in [description for description, _, _ in recorded_progress.opened]
 
 
 def _seed_noise(monkeypatch, seed: int) -> None:

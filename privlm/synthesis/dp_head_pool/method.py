@@ -47,6 +47,7 @@ from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
 from privlm.synthesis.gradmm.pipeline import load_factors
 from privlm.synthesis.gradmm.pool import factor_cache, public_pool
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
+from privlm.synthesis.gradmm.release import PrivateFactors
 from privlm.synthesis.registry import MethodContext
 
 MECHANISM = (
@@ -59,6 +60,7 @@ NOISE_MECHANISM = (
     "step's noised gradient is Gaussian noise alone; it read only the pool's size, so it spends no privacy"
 )
 NOISE_ASSUMPTION = "the pool's size N is public, as in every DP-SGD run (its ledger's sampling rate q = B/N states it)"
+PRIVATE_PASS = "the labeller's private pass (hidden states of the private examples)"  # a private task: no count
 NOISE_ROWS = "noise-labeller.pt"  # in the cell's workdir: the noise-only labeller's rows (public: only N was read)
 NOISE_SETTINGS = "noise-labeller.json"  # beside them: σ, clip, steps, examples, and the (ε, δ) σ was set for
 
@@ -160,17 +162,27 @@ def _dp_labeller(
         "seed": ctx.seed,
     }
     run_dir = (ctx.private_cache or ctx.workdir) / f"dphead-{digest(key)}"
-    rows, ledger = train_labeller(
-        model,
-        prompt,
-        lambda: load_factors(
+
+    def read_private() -> PrivateFactors:
+        """The private examples' hidden states (one forward pass, or the experiment's cache): shown as a task of
+        its own, without a count, so the steps' time left does not include it."""
+        reading = ctx.progress.task(PRIVATE_PASS, private=True)
+        factors = load_factors(
             model,
             ctx.tokenizer,
             prompt,
             lambda: list(ctx.pool),
             config.max_private_tokens,
             factor_cache(ctx.private_cache, prompt, config),
-        ),
+            on_batch=reading.advance,
+        )
+        reading.done()
+        return factors
+
+    rows, ledger = train_labeller(
+        model,
+        prompt,
+        read_private,
         epsilon=epsilon,
         delta=ctx.delta,
         config=labeller,

@@ -159,13 +159,15 @@ def public_labels(
     prompt: Prompt,
     candidates: Sequence[Candidate],
     public_dir: Path | None = None,
+    on_piece: Callable[[int], None] | None = None,
 ) -> list[int]:
     """The public few-shot classifier's label of each candidate (:func:`few_shot_labels`), kept in
     ``public_dir`` when given: a function of the public model, prompt and candidate texts only, so the cells
     that select from one seed's instructed candidates (DP, noise-only, no-DP, each ε) compute it once. Kept
     in pieces of :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates, each saved as it is done: an interrupted pass over a large pool
     resumes, and a pool that extends another (n = 1,000's candidates begin with n = 100's) reuses its full
-    pieces. The pieces start at multiples of the classifier's batch size, so the labels are those of one pass."""
+    pieces. The pieces start at multiples of the classifier's batch size, so the labels are those of one pass.
+    ``on_piece(m)`` after each piece of m candidates (progress; public counts)."""
     texts = [c.text for c in candidates]
     fingerprint = model_fingerprint(model)
     labels: list[int] = []
@@ -174,6 +176,8 @@ def public_labels(
         key = digest({"model": fingerprint, "prompt": prompt.to_dict(), "texts": part})
         path = None if public_dir is None else public_dir / f"labels-{key}.json"
         labels += json_once(path, lambda part=part: few_shot_labels(model, tokenizer, prompt, part))
+        if on_piece is not None:
+            on_piece(len(part))
     return labels
 
 
