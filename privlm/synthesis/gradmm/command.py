@@ -102,6 +102,8 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             "ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids)
         )
         steps = progress.task("ADMM steps", total=config.outer_steps * config.inner_steps)
+        # public counts (the candidates are the public model's); none without the filter
+        filtering = progress.task("public label filter (candidates)") if config.label_filter else None
 
         def on_step(outer: int, inner: int, loss: float) -> None:
             steps.update(
@@ -129,9 +131,11 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             on_private_batch=lambda n: None,  # never counted: the count would be the set's size N
             on_step=on_step,
             on_batch=on_batch,
+            on_filter=None if filtering is None else filtering.advance,
         )
-        for task in (private, batches, steps):
-            task.done()
+        for task in (private, batches, steps, filtering):
+            if task is not None:
+                task.done()
         return SynthOutcome(
             "gradmm",
             request.out,

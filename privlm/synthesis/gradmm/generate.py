@@ -251,13 +251,15 @@ def synthesize(
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
+    on_filter: Callable[[int], None] | None = None,
 ) -> list[Candidate]:
     """Generate, filter and return ``per_class`` examples per class (fewer if filtering runs short).
 
     Finished batches are stored in ``batch_dir`` (one JSON file each, written atomically) and reused,
     so an interrupted call continues where it stopped. Under ``torch.distributed`` the batches are
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
-    ``on_batch(label, index)`` is called after each batch. ``public_dir``: where instructed public
+    ``on_batch(label, index)`` is called after each batch, ``on_filter(m)`` after each piece of m candidates
+    the public label filter has labelled (public counts). ``public_dir``: where instructed public
     candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
     Generate–select chooses by gradient matching (``selection = "match"``) or draws among the candidates the
     release's one-step head agrees with (``"filter"``,
@@ -318,7 +320,7 @@ def synthesize(
     candidates = [c for k, j in jobs for c in load_batch(batch_dir / f"class{k}_batch{j}.json")]
     shared = public_dir if config.source == "instruct" else None  # public candidates: caches shared by runs
     if config.label_filter:
-        predicted = public_labels(model, tokenizer, release.prompt, candidates, shared)
+        predicted = public_labels(model, tokenizer, release.prompt, candidates, shared, on_piece=on_filter)
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select" and config.selection == "filter":

@@ -125,8 +125,10 @@ def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch
     assert not out.exists() and not GradmmPaths(out).sidecar.exists()
     assert len(list(GradmmPaths(out).batches.glob("*.json"))) == 2
     monkeypatch.setattr(generate, "generate_batch", real)
-    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
+    labelled: list[int] = []
+    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, on_filter=labelled.append)
     assert out.read_bytes() == reference[1]
+    assert sum(labelled) == 2 * 2 * 3  # the label filter reported every candidate: 2 classes x 2 batches of 3
 
 
 def test_resume_after_crash_mid_batch(lm, reference, tmp_path) -> None:
