@@ -101,3 +101,10 @@ def test_targets_read_the_best_dp_set_against_dp_training_and_its_control(report
 )
 def test_a_miss_is_never_shown_as_zero(report: ModuleType, value: float, verdict: str) -> None:
     assert report.verdict_of(value, -2) == verdict
+
+
+def test_one_seed_is_shown_without_a_spread(report) -> None:
+    """A cell with one finished seed has no sd: its value and the count, not "± 0.0"."""
+    assert report._mean_sd([80.8]) == "80.8 (1)"
+    assert report._mean_sd([80.0, 82.0]) == "81.0 ± 1.4 (2)"
+    assert report._mean_sd([]) == "–"

@@ -65,10 +65,12 @@ def _rows() -> list[dict]:
 
 
 def _mean_sd(values: list[float]) -> str:
+    """"mean ± sd (seeds)"; one seed has no spread to show: "value (1)", never "± 0.0"."""
     if not values:
         return "–"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.1f} ± {sd:.1f} ({len(values)})"
+    if len(values) == 1:
+        return f"{values[0]:.1f} (1)"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} ({len(values)})"
 
 
 def direct() -> dict[float | None, list[float]]:
