@@ -65,7 +65,7 @@ def _rows() -> list[dict]:
 
 
 def _mean_sd(values: list[float]) -> str:
-    """"mean ± sd (seeds)"; one seed has no spread to show: "value (1)", never "± 0.0"."""
+    """Mean ± sd over seeds and their count; one seed has no spread to show: "value (1)", never "± 0.0"."""
     if not values:
         return "–"
     if len(values) == 1:
