@@ -104,7 +104,9 @@ class _RecordedProgress(Progress):
         self.advanced = 0.0
         self.advanced_by: dict[str, float] = {}
 
-    def task(self, description, total=None, private=False, transient=False) -> Task:
+    def task(
+        self, description: str, total: float | None = None, private: bool = False, transient: bool = False
+    ) -> Task:
         self.opened.append((description, total, private))
         recorder = self
 

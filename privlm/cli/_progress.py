@@ -78,6 +78,8 @@ class _LineTask(Task):
         self._description = description or self._description
         self._total = total if total is not None else self._total
         if completed is not None:
+            if completed < self._completed:
+                self._first = None  # a count set back (a stage begun again): its rate starts over
             self._completed = completed
             self._report()
 
@@ -89,8 +91,8 @@ class _LineTask(Task):
         if self._private or not self._total:
             return
         now = time.perf_counter()
-        if self._first is None:
-            self._first = (now, self._completed)
+        if self._first is None and self._completed > 0:
+            self._first = (now, self._completed)  # the first count, or the first after a reset
         quarter = int(4 * self._completed / self._total)
         if 0 < quarter < 4 and quarter > self._quarter:
             self._quarter = quarter
@@ -107,10 +109,10 @@ class _LineTask(Task):
             self._console.log(f"done: {self._description.split(' (')[0]} ({time.perf_counter() - self._start:.0f} s)")
 
     def _seconds_per_unit(self, now: float) -> float:
-        """The rate since the first count was reported: what ran before it (loading, a private pass before the
-        first DP-SGD step) is not the time of one unit. From the start while only one count has come."""
-        assert self._first is not None
-        since, base = self._first
+        """The rate since the first count above 0 was reported: what ran before it (loading, a private pass
+        before the first DP-SGD step) is not the time of one unit. When no count has come since that one (it
+        crossed a quarter by itself), the rate over the whole time since the task opened."""
+        since, base = self._first if self._first is not None else (self._start, 0.0)
         if self._completed > base:
             return (now - since) / (self._completed - base)
         return (now - self._start) / max(self._completed, 1e-9)

@@ -13,7 +13,7 @@ from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SELECT
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from privlm.progress import Progress
+    from privlm.progress import Progress, Task
 
 OPTIONS = (
     SynthOption("--preset", "preset", str, f"one of {sorted(PRESETS)} (default paper)"),
@@ -102,8 +102,12 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             "ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids)
         )
         steps = progress.task("ADMM steps", total=config.outer_steps * config.inner_steps)
-        # public counts (the candidates are the public model's); none without the filter
-        filtering = progress.task("public label filter (candidates)") if config.label_filter else None
+        filtering: list[Task] = []  # opened when the filter starts (after the last batch); public counts
+
+        def on_filter(labelled: int) -> None:
+            if not filtering:
+                filtering.append(progress.task("public label filter (candidates)"))
+            filtering[0].advance(labelled)
 
         def on_step(outer: int, inner: int, loss: float) -> None:
             steps.update(
@@ -131,11 +135,10 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             on_private_batch=lambda n: None,  # never counted: the count would be the set's size N
             on_step=on_step,
             on_batch=on_batch,
-            on_filter=None if filtering is None else filtering.advance,
+            on_filter=on_filter,
         )
-        for task in (private, batches, steps, filtering):
-            if task is not None:
-                task.done()
+        for task in (private, batches, steps, *filtering):
+            task.done()
         return SynthOutcome(
             "gradmm",
             request.out,
