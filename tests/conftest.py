@@ -96,13 +96,16 @@ def size_only_pool():
 
 
 class _RecordedProgress(Progress):
-    """Records the tasks opened, ``(description, total, private)`` in order, and the units advanced: in all
-    (``advanced``) and per description (``advanced_by``)."""
+    """Records the tasks opened, ``(description, total, private)`` in order, and the units advanced per
+    description (``advanced_by``; ``advanced``: in all)."""
 
     def __init__(self) -> None:
         self.opened: list[tuple[str, float | None, bool]] = []
-        self.advanced = 0.0
         self.advanced_by: dict[str, float] = {}
+
+    @property
+    def advanced(self) -> float:
+        return sum(self.advanced_by.values())
 
     def task(
         self, description: str, total: float | None = None, private: bool = False, transient: bool = False
@@ -112,7 +115,6 @@ class _RecordedProgress(Progress):
 
         class _Counted(Task):
             def advance(self, amount: float = 1) -> None:
-                recorder.advanced += amount
                 recorder.advanced_by[description] = recorder.advanced_by.get(description, 0.0) + amount
 
         return _Counted()

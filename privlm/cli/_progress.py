@@ -109,13 +109,14 @@ class _LineTask(Task):
             self._console.log(f"done: {self._description.split(' (')[0]} ({time.perf_counter() - self._start:.0f} s)")
 
     def _seconds_per_unit(self, now: float) -> float:
-        """The rate since the first count above 0 was reported: what ran before it (loading, a private pass
-        before the first DP-SGD step) is not the time of one unit. When no count has come since that one (it
-        crossed a quarter by itself), the rate over the whole time since the task opened."""
-        since, base = self._first if self._first is not None else (self._start, 0.0)
+        """The rate since the first count above 0 was reported (set: a quarter is crossed only above 0): what
+        ran before it (loading, a private pass before the first DP-SGD step) is not the time of one unit. When
+        no count has come since that one (it crossed a quarter by itself), the rate since the task opened."""
+        assert self._first is not None
+        since, base = self._first
         if self._completed > base:
             return (now - since) / (self._completed - base)
-        return (now - self._start) / max(self._completed, 1e-9)
+        return (now - self._start) / self._completed
 
 
 class _Lines(Progress):

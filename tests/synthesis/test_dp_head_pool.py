@@ -23,7 +23,7 @@ from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, PRIVATE_PASS, dp_he
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
-from privlm.synthesis.gradmm.generate import candidate_jobs
+from privlm.synthesis.gradmm.generate import LABEL_FILTER, candidate_jobs
 from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import private_factors
@@ -111,12 +111,12 @@ def test_the_private_pass_is_shown_without_a_count_the_public_stages_with_theirs
     jobs = candidate_jobs(2, make_config(**POOL), len(NAMES))
     assert recorded_progress.opened == [
         ("public candidates (instructed answers)", len(jobs), False),
-        ("public label filter (candidates)", 2 * 12, False),
+        (LABEL_FILTER, 2 * 12, False),
         ("DP-SGD steps", None, False),
         (PRIVATE_PASS, None, True),
     ]
     assert recorded_progress.advanced_by[PRIVATE_PASS] == len(PRIVATE)
-    assert recorded_progress.advanced_by["public label filter (candidates)"] == 2 * 12
+    assert recorded_progress.advanced_by[LABEL_FILTER] == 2 * 12
     recorded_progress.opened.clear()
     again = _context(lm, work, "dp-head-pool_n2_seed0_eps30b", poisoned_pool)
     dp_head_pool_rows(replace(again, progress=recorded_progress))

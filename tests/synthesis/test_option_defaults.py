@@ -24,7 +24,7 @@ from privlm.synthesis.pe.config import PEConfig
 
 # each method's options, and the configs (in order) that hold the defaults a run starts from: dp-head-pool's
 # recipe options set its labeller, its candidate options the "instruct" preset of GRADMM's config (the preset it
-# uses); gradmm's options its default preset ("paper", make_config's default) and that preset's config
+# uses); gradmm's options the preset make_config starts from when none is given (as the command does) and its config
 CASES = {
     "dp-finetune": (DP_FINETUNE, (DPFinetuneConfig(),)),
     "dp-head-pool": (DP_HEAD_POOL, (LabellerConfig(), make_config("instruct"))),

@@ -13,7 +13,7 @@ from privlm.synthesis.gradmm.config import OPTIMIZERS, PRESETS, RELEASES, SELECT
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from privlm.progress import Progress, Task
+    from privlm.progress import Progress
 
 OPTIONS = (
     SynthOption("--preset", "preset", str, f"one of {sorted(PRESETS)} (default paper)"),
@@ -78,8 +78,7 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
     from privlm.synthesis.gradmm.pipeline import GradmmPaths
 
     request.check_output()
-    options = dict(request.options)
-    config = make_config(options.pop("preset", "paper"), private_per_class=request.private_per_class, **options)
+    config = make_config(private_per_class=request.private_per_class, **request.options)  # its preset, else paper
     label_names, verbalizer = public_label_names(request)  # only the public verbalizer is read
     # --source instruct without --instruction: the verbalizer's instructions, as zero-shot's (None: its default)
     config = replace(config, instructions=verbalizer.instructions(label_names))
@@ -102,12 +101,6 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             "ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids)
         )
         steps = progress.task("ADMM steps", total=config.outer_steps * config.inner_steps)
-        filtering: list[Task] = []  # opened when the filter starts (after the last batch); public counts
-
-        def on_filter(labelled: int) -> None:
-            if not filtering:
-                filtering.append(progress.task("public label filter (candidates)"))
-            filtering[0].advance(labelled)
 
         def on_step(outer: int, inner: int, loss: float) -> None:
             steps.update(
@@ -135,9 +128,9 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             on_private_batch=lambda n: None,  # never counted: the count would be the set's size N
             on_step=on_step,
             on_batch=on_batch,
-            on_filter=on_filter,
+            progress=progress,
         )
-        for task in (private, batches, steps, *filtering):
+        for task in (private, batches, steps):
             task.done()
         return SynthOutcome(
             "gradmm",

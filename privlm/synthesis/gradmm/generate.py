@@ -26,6 +26,7 @@ from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.lm.generation import chat_prompt, class_instructions, sample_texts
 from privlm.lm.sampling import Sampling
+from privlm.progress import SILENT, Progress
 from privlm.resources.verbalizers import format_instructions
 from privlm.synthesis.gradmm.admm import run_admm
 from privlm.synthesis.gradmm.config import GradmmConfig
@@ -43,6 +44,7 @@ from privlm.synthesis.gradmm.release import Release, model_fingerprint
 from privlm.synthesis.gradmm.release_filter import filter_select
 from privlm.synthesis.gradmm.select import select_matching
 
+LABEL_FILTER = "public label filter (candidates)"  # the progress task of public_labels
 StepCallback = Callable[[int, int, float], None]
 FILTER_STEP = "filter-step.json"  # in the batch folder: the step length the ``filter`` selection chose
 
@@ -159,7 +161,7 @@ def public_labels(
     prompt: Prompt,
     candidates: Sequence[Candidate],
     public_dir: Path | None = None,
-    on_piece: Callable[[int], None] | None = None,
+    progress: Progress = SILENT,
 ) -> list[int]:
     """The public few-shot classifier's label of each candidate (:func:`few_shot_labels`), kept in
     ``public_dir`` when given: a function of the public model, prompt and candidate texts only, so the cells
@@ -167,8 +169,9 @@ def public_labels(
     in pieces of :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates, each saved as it is done: an interrupted pass over a large pool
     resumes, and a pool that extends another (n = 1,000's candidates begin with n = 100's) reuses its full
     pieces. The pieces start at multiples of the classifier's batch size, so the labels are those of one pass.
-    ``on_piece(m)`` after each piece of m candidates (progress; public counts)."""
+    Shown on ``progress`` as :data:`LABEL_FILTER` (public counts: the candidates are public)."""
     texts = [c.text for c in candidates]
+    shown = progress.task(LABEL_FILTER, total=len(texts))
     fingerprint = model_fingerprint(model)
     labels: list[int] = []
     for start in range(0, len(texts), CHUNK):
@@ -176,8 +179,8 @@ def public_labels(
         key = digest({"model": fingerprint, "prompt": prompt.to_dict(), "texts": part})
         path = None if public_dir is None else public_dir / f"labels-{key}.json"
         labels += json_once(path, lambda part=part: few_shot_labels(model, tokenizer, prompt, part))
-        if on_piece is not None:
-            on_piece(len(part))
+        shown.advance(len(part))
+    shown.done()
     return labels
 
 
@@ -251,15 +254,15 @@ def synthesize(
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
-    on_filter: Callable[[int], None] | None = None,
+    progress: Progress = SILENT,
 ) -> list[Candidate]:
     """Generate, filter and return ``per_class`` examples per class (fewer if filtering runs short).
 
     Finished batches are stored in ``batch_dir`` (one JSON file each, written atomically) and reused,
     so an interrupted call continues where it stopped. Under ``torch.distributed`` the batches are
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
-    ``on_batch(label, index)`` is called after each batch, ``on_filter(m)`` after each piece of m candidates
-    the public label filter has labelled (public counts). ``public_dir``: where instructed public
+    ``on_batch(label, index)`` is called after each batch; the public label filter shows its progress on
+    ``progress`` (:func:`public_labels`). ``public_dir``: where instructed public
     candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
     Generate–select chooses by gradient matching (``selection = "match"``) or draws among the candidates the
     release's one-step head agrees with (``"filter"``,
@@ -320,7 +323,7 @@ def synthesize(
     candidates = [c for k, j in jobs for c in load_batch(batch_dir / f"class{k}_batch{j}.json")]
     shared = public_dir if config.source == "instruct" else None  # public candidates: caches shared by runs
     if config.label_filter:
-        predicted = public_labels(model, tokenizer, release.prompt, candidates, shared, on_piece=on_filter)
+        predicted = public_labels(model, tokenizer, release.prompt, candidates, shared, progress)
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select" and config.selection == "filter":

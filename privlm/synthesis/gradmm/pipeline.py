@@ -38,6 +38,7 @@ from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.progress import SILENT, Progress
 from privlm.runfolder import (
     RunFolder,
     check_or_write_settings,
@@ -293,7 +294,7 @@ def run_gradmm(
     on_step: StepCallback | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
-    on_filter: Callable[[int], None] | None = None,
+    progress: Progress = SILENT,
 ) -> GradmmResult:
     """Release (or reuse), generate, filter and write ``out`` plus its ``.privacy.json`` sidecar (with
     ``source = "instruct"``, it also names the public ``instructions`` the candidates answered, one per class).
@@ -311,8 +312,8 @@ def run_gradmm(
         resume: reuse the run folder's release and finished batches (its settings must match).
         settings: the caller's public settings bound to the run folder.
         factor_cache: a file for the private per-example factors (PRIVATE; keyed by the caller).
-        on_private_batch, on_step, on_batch, on_filter: progress callbacks (private pass, ADMM step, batch,
-            candidates labelled by the public filter).
+        on_private_batch, on_step, on_batch: progress callbacks (private pass, ADMM step, batch).
+        progress: where the public label filter shows its progress (:func:`public_labels`).
 
     Returns:
         :class:`GradmmResult`: the selected texts and the privacy statement written to the sidecar.
@@ -360,7 +361,7 @@ def run_gradmm(
         batch_dir=paths.batches,
         on_step=on_step,
         on_batch=on_batch,
-        on_filter=on_filter,
+        progress=progress,
         public_dir=public_dir,
     )
     rows = _rows(selected, release)

@@ -69,7 +69,4 @@ def public_pool(
     shown.done()
     if not config.label_filter:
         return candidates, [c.label for c in candidates], public_dir
-    filtering = ctx.progress.task("public label filter (candidates)", total=len(candidates))
-    predicted = public_labels(ctx.model, ctx.tokenizer, prompt, candidates, public_dir, on_piece=filtering.advance)
-    filtering.done()
-    return candidates, predicted, public_dir
+    return candidates, public_labels(ctx.model, ctx.tokenizer, prompt, candidates, public_dir, ctx.progress), public_dir

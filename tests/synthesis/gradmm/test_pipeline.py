@@ -13,6 +13,7 @@ import privlm.synthesis.gradmm.generate as generate
 from privlm.errors import UserError
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
+from privlm.synthesis.gradmm.generate import LABEL_FILTER
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import clipped_class_sums
@@ -107,7 +108,7 @@ class Crash(Exception):
     pass
 
 
-def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch) -> None:
+def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch, recorded_progress) -> None:
     real = generate.generate_batch
     done = []
 
@@ -125,10 +126,11 @@ def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch
     assert not out.exists() and not GradmmPaths(out).sidecar.exists()
     assert len(list(GradmmPaths(out).batches.glob("*.json"))) == 2
     monkeypatch.setattr(generate, "generate_batch", real)
-    labelled: list[int] = []
-    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, on_filter=labelled.append)
+    _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, progress=recorded_progress)
     assert out.read_bytes() == reference[1]
-    assert sum(labelled) == 2 * 2 * 3  # the label filter reported every candidate: 2 classes x 2 batches of 3
+    # the label filter showed every candidate, public counts: 2 classes x 2 batches of 3
+    assert recorded_progress.opened == [(LABEL_FILTER, 2 * 2 * 3, False)]
+    assert recorded_progress.advanced_by == {LABEL_FILTER: 2 * 2 * 3}
 
 
 def test_resume_after_crash_mid_batch(lm, reference, tmp_path) -> None:
