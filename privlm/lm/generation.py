@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privlm.errors import UserError
 from privlm.lm.prompts import pad_token_id
 from privlm.lm.sampling import Sampling
+from privlm.progress import Task
 
 DEFAULT_INSTRUCTION = "Write one short {label_name} movie review sentence."
 
@@ -53,10 +54,11 @@ def sample_many(
     seed: int,
     sampling: Sampling,
     batch_size: int = 48,
+    task: Task | None = None,
 ) -> list[list[str]]:
     """``per_prompt`` non-empty cleaned continuations of each prompt, generated for ≈ ``batch_size``
     sequences at a time (prompts left-padded to a common length); empty ones are resampled up to
-    ``max_rounds`` times.
+    ``max_rounds`` times. ``task``: advanced by every text kept (``len(prompts) · per_prompt`` in all).
 
     Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
     in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`."""
@@ -95,7 +97,10 @@ def sample_many(
             decoded = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
             for i, j in enumerate(todo):
                 cleaned = [t for t in map(clean_generation, decoded[i * count : (i + 1) * count]) if t]
-                texts[j].extend(cleaned[: per_prompt - len(texts[j])])
+                kept = cleaned[: per_prompt - len(texts[j])]
+                texts[j].extend(kept)
+                if task is not None:
+                    task.advance(len(kept))
         for j in chunk:
             if len(texts[j]) < per_prompt:
                 raise UserError(

@@ -148,7 +148,7 @@ def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_exampl
             for text in [f"distractor {k} {j} zz" for j in range(n - 2)] + mine[k]
         ]
 
-    def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling):
+    def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling, task=None):
         return [[f"rewrite {seed} {i} {j} qq" for j in range(per_prompt)] for i in range(len(prompts))]
 
     monkeypatch.setattr(pe, "zero_shot", proposals)
@@ -230,6 +230,32 @@ def test_resume_after_a_crash_reuses_every_histogram_and_never_redraws(lm, tmp_p
     assert len(result.privacy["ledger"]) == CONFIG.iterations
     again = _run(lm, out, lambda: pytest.fail("every histogram is saved"), resume=True)
     assert drawn == [1, 1] and again.reused_histograms == 2 and again.rows == result.rows
+
+
+def test_a_run_shows_its_stages_with_public_counts_and_the_private_pass_without_one(
+    lm, tmp_path, recorded_progress
+) -> None:
+    """T histograms, K·M zero-shot candidates, K·⌈M/(1+V)⌉·V rewrites per iteration after the first, each
+    advanced to its total; the private examples are read inside a private task (no count, no total)."""
+    config = PEConfig(iterations=3, population=3.0, variations=2, max_new_tokens=6, max_tokens=16, seed=3)
+    private_task = ("PE: embedding the private examples", None, True)
+
+    def load_private():
+        assert recorded_progress.opened[-1] == private_task  # read while its private task is the one open
+        return list(PRIVATE)
+
+    _run(lm, tmp_path / "pe.jsonl", load_private, config=config, progress=recorded_progress)
+    m = config.candidates(2)  # 6 per class
+    rewrites = 2 * config.survivors(m) * config.variations  # 2 classes · 2 survivors · 2 rewrites
+    public = {description: total for description, total, private in recorded_progress.opened if not private}
+    assert public == {
+        "PE: noisy histograms": 3,
+        "sampling 6 texts per class": 2 * m,
+        "PE: rewrites 1/2": rewrites,
+        "PE: rewrites 2/2": rewrites,
+    }
+    assert recorded_progress.advanced_by == public  # every public task counted up to its total, no further
+    assert [entry for entry in recorded_progress.opened if entry[2]] == [private_task]
 
 
 def test_an_existing_run_needs_resume_and_the_same_settings(lm, reference, tmp_path) -> None:

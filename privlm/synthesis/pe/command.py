@@ -35,7 +35,6 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
         start = time.perf_counter()
-        phase = progress.task("pe")
         result = run_pe(
             model,
             tokenizer,
@@ -48,9 +47,8 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             delta=request.delta if request.dp else None,
             resume=request.resume,
             settings=request.settings(),
-            on_phase=lambda text: phase.update(description=text),
+            progress=progress,
         )
-        phase.done()
         return SynthOutcome(
             "pe",
             request.out,

@@ -32,6 +32,10 @@ counted again: an over-count, never an under-count); ``run.json`` — the public
 repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it; ``population{t}.json`` — iteration t's public candidates; ``histogram{t}.json`` — iteration t's
 noisy histogram, saved the moment it is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
 ``FILE.privacy.json`` are written atomically at the end.
+
+**Progress** (on a :class:`~privlm.progress.Progress`): the histograms (T), the zero-shot candidates (M per
+class), each iteration's rewrites (K·⌈M/(1+V)⌉·V) — public counts, fixed by the settings — and the private
+pass as a task without a count (``private=True``: its size would be N).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.privacy.snapping import MAX_CLAMP_BITS, snap, snapped_coordinates
 from privlm.privacy.validation import check_delta, check_epsilon
+from privlm.progress import SILENT, Progress, Task
 from privlm.randomness import SecureRandom
 from privlm.runfolder import (
     RunFolder,
@@ -126,9 +131,13 @@ def noisy_histograms(counts: Sequence[np.ndarray], sigma: float) -> list[np.ndar
     return np.split(noisy, np.cumsum([len(c) for c in counts])[:-1])
 
 
+PRIVATE_PASS = "PE: embedding the private examples"  # a private task: no count
+
+
 class PrivateVoter:
-    """The private side of the wall: embeds the private examples (once, on first use) and answers
-    :meth:`histograms` with the votes plus noise (``sigma=None``: exact votes, NOT private)."""
+    """The private side of the wall: embeds the private examples (once, on first use; shown on ``progress``
+    as :data:`PRIVATE_PASS`, a private task) and answers :meth:`histograms` with the votes plus noise
+    (``sigma=None``: exact votes, NOT private)."""
 
     def __init__(
         self,
@@ -136,8 +145,10 @@ class PrivateVoter:
         load_private: Callable[[], Sequence[tuple[str, int]]],
         n_classes: int,
         cache: Path | None = None,
+        progress: Progress = SILENT,
     ) -> None:
         self._embed, self._load, self._n_classes, self._cache = embed, load_private, n_classes, cache
+        self._progress = progress
         self._private: tuple[np.ndarray, np.ndarray] | None = None
 
     def _embeddings(self) -> tuple[np.ndarray, np.ndarray]:
@@ -146,11 +157,13 @@ class PrivateVoter:
                 blob = np.load(self._cache)
                 self._private = blob["embeddings"], blob["labels"]
             else:
+                reading = self._progress.task(PRIVATE_PASS, private=True)
                 examples = list(self._load())
                 labels = np.array([k for _, k in examples], dtype=np.int64)
                 if len(labels) and not (0 <= labels.min() and labels.max() < self._n_classes):
                     raise UserError(f"a private label is out of range for {self._n_classes} classes")
                 self._private = unit_rows(self._embed([t for t, _ in examples])), labels
+                reading.done()
                 if self._cache is not None:
                     self._cache.parent.mkdir(parents=True, exist_ok=True)
                     with atomic_path(self._cache) as tmp, open(tmp, "wb") as handle:
@@ -226,16 +239,18 @@ def next_population(
     label_name: str,
     config: PEConfig,
     seed: int,
+    task: Task | None = None,
 ) -> list[str]:
     """Public post-processing of one class's noisy histogram: the top ⌈M/(1+V)⌉ candidates by noisy
-    votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all."""
+    votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all (``task``:
+    advanced by each rewrite)."""
     keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
     prompts = [
         chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
         for text in survivors
     ]
-    rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling)
+    rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling, task=task)
     return (survivors + [text for group in rewrites for text in group])[: len(population)]
 
 
@@ -253,7 +268,7 @@ def run_pe(
     resume: bool = False,
     settings: dict[str, Any] | None = None,
     embedding_cache: Path | None = None,
-    on_phase: Callable[[str], None] | None = None,
+    progress: Progress = SILENT,
 ) -> PEResult:
     """Run (or resume) PE and write ``out`` and its ``.privacy.json`` sidecar (module docstring).
 
@@ -275,7 +290,8 @@ def run_pe(
         config: population sizes, iterations and sampling (:class:`PEConfig`).
         epsilon, delta: the target; ``epsilon=None`` runs without noise (not private).
         resume: continue the run folder's last finished iteration (settings must match).
-        settings, embedding_cache, on_phase: see above; ``on_phase(name)`` reports progress.
+        settings, embedding_cache: see above.
+        progress: where the run shows its stages (module docstring, "Progress").
 
     Returns:
         :class:`PEResult`: the selected texts and the privacy statement written to the sidecar.
@@ -307,7 +323,6 @@ def run_pe(
     }
     n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)
-    phase = on_phase or (lambda text: None)
 
     def embed(
         texts: Sequence[str],
@@ -317,10 +332,10 @@ def run_pe(
     with hold(paths.workdir):
         _start(paths, settings, resume)
 
-        voter = PrivateVoter(embed, load_private, n_classes, embedding_cache)
+        voter = PrivateVoter(embed, load_private, n_classes, embedding_cache, progress)
+        drawn_so_far = progress.task("PE: noisy histograms", total=config.iterations)
 
         def first_population() -> list[list[str]]:
-            phase(f"PE: {m} zero-shot candidates per class")
             rows = zero_shot(
                 model,
                 tokenizer,
@@ -329,12 +344,17 @@ def run_pe(
                 config.seed,
                 instructions=config.instructions,
                 sampling=config.sampling,
+                progress=progress,
             )
             return [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
 
         def variations(t: int, previous: list[list[str]], histograms: list[np.ndarray]) -> list[list[str]]:
-            phase(f"PE: variations {t}/{config.iterations - 1}")
-            return [
+            written = progress.task(
+                f"PE: rewrites {t}/{config.iterations - 1}",
+                total=sum(config.survivors(len(texts)) * config.variations for texts in previous),
+                transient=True,
+            )
+            population = [
                 next_population(
                     model,
                     tokenizer,
@@ -343,12 +363,14 @@ def run_pe(
                     label_names[k],
                     config,
                     config.seed * 1_000_003 + k * 10_007 + t - 1,
+                    written,
                 )
                 for k in range(n_classes)
             ]
+            written.done()
+            return population
 
         def noisy(t: int, population: list[list[str]]) -> dict[str, Any]:
-            phase(f"PE: noisy histogram {t + 1}/{config.iterations}")
             candidates = [unit_rows(embed(texts)) for texts in population]
             # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
             # embedding pass and the vote count, so a kill during those books nothing)
@@ -366,6 +388,8 @@ def run_pe(
             if saved["population_sha256"] != _digest(population):
                 raise UserError(f"{paths.histogram(t)} counts another population; remove {paths.workdir}")
             histograms = [np.array(h, dtype=np.float64) for h in saved["histograms"]]
+            drawn_so_far.advance()
+        drawn_so_far.done()
         rows = []
         for k in range(n_classes):
             for i in np.argsort(-histograms[k], kind="stable")[:per_class]:

@@ -42,5 +42,6 @@ def pe_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         delta=ctx.delta if ctx.epsilon is not None else None,
         resume=True,
         embedding_cache=cache,
+        progress=ctx.progress,
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]
