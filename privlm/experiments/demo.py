@@ -378,7 +378,6 @@ def run_demo(
     outcomes: dict[str, dict[str, Any]] = {}
     public_dir = out / "public-candidates"
     for name, noise_only in (("gradmm", False), ("noise_only", True)):
-        batches = progress.task(f"GRADMM{' noise-only control' if noise_only else ''}: candidates and selection")
         (out / name).mkdir(exist_ok=True)
         result = run_gradmm(
             model,
@@ -394,10 +393,9 @@ def run_demo(
             resume=True,
             settings={"model": settings.model, "data": settings.data, "private_rows": settings.private_rows},
             factor_cache=out / "private-features.pt",
-            on_batch=lambda label, index, task=batches: task.advance(),
             public_dir=public_dir,
+            progress=progress,
         )
-        batches.done()
         sets[name] = [(row["text"], int(row["label"])) for row in result.rows]
         outcomes[name] = {"reused_release": result.reused_release, "privacy": result.privacy}
     sets["zero_shot"] = zero_shot_texts(public_dir, tokenizer, len(label_ids), settings.per_class)

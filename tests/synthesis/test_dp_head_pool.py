@@ -19,11 +19,12 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LEDGER, sidecar_path
 from privlm.synthesis.dp_head_pool import method
 from privlm.synthesis.dp_head_pool.labeller import ROWS, LabellerConfig, train_labeller
-from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, PRIVATE_PASS, dp_head_pool_rows
+from privlm.synthesis.dp_head_pool.method import NOISE_ROWS, dp_head_pool_rows
 from privlm.synthesis.gradmm import generate
 from privlm.synthesis.gradmm.config import make_config
 from privlm.synthesis.gradmm.filtering import eligible_by_class, uniform_draw
 from privlm.synthesis.gradmm.generate import LABEL_FILTER, candidate_jobs
+from privlm.synthesis.gradmm.pipeline import PRIVATE_PASS
 from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import private_factors

@@ -60,7 +60,6 @@ NOISE_MECHANISM = (
     "step's noised gradient is Gaussian noise alone; it read only the pool's size, so it spends no privacy"
 )
 NOISE_ASSUMPTION = "the pool's size N is public, as in every DP-SGD run (its ledger's sampling rate q = B/N states it)"
-PRIVATE_PASS = "the labeller's private pass (hidden states of the private examples)"  # a private task: no count
 NOISE_ROWS = "noise-labeller.pt"  # in the cell's workdir: the noise-only labeller's rows (public: only N was read)
 NOISE_SETTINGS = "noise-labeller.json"  # beside them: σ, clip, steps, examples, and the (ε, δ) σ was set for
 
@@ -164,20 +163,17 @@ def _dp_labeller(
     run_dir = (ctx.private_cache or ctx.workdir) / f"dphead-{digest(key)}"
 
     def read_private() -> PrivateFactors:
-        """The private examples' hidden states (one forward pass, or the experiment's cache): shown as a task of
-        its own, without a count, so the steps' time left does not include it."""
-        reading = ctx.progress.task(PRIVATE_PASS, private=True)
-        factors = load_factors(
+        """The private examples' hidden states: one forward pass (shown as a private task, so the steps' time left
+        does not include it) or the experiment's cache."""
+        return load_factors(
             model,
             ctx.tokenizer,
             prompt,
             lambda: list(ctx.pool),
             config.max_private_tokens,
             factor_cache(ctx.private_cache, prompt, config),
-            on_batch=reading.advance,
+            ctx.progress,
         )
-        reading.done()
-        return factors
 
     rows, ledger = train_labeller(
         model,

@@ -89,29 +89,12 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
         )  # a cut larger than a class, or bad rows, are refused before anything is written
 
     def run(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, progress: Progress) -> SynthOutcome:
-        from privlm.synthesis.gradmm.generate import batches_per_class
         from privlm.synthesis.gradmm.pipeline import run_gradmm
         from privlm.synthesis.gradmm.prompt import build_prompt
 
         start = time.perf_counter()
         model.requires_grad_(False)
         prompt = build_prompt(tokenizer, verbalizer.template, verbalizer.label_words, label_names)
-        private = progress.task("DP release (reading the private examples)", private=True)
-        batches = progress.task(
-            "ADMM batches", total=batches_per_class(request.per_class, config) * len(prompt.label_token_ids)
-        )
-        steps = progress.task("ADMM steps", total=config.outer_steps * config.inner_steps)
-
-        def on_step(outer: int, inner: int, loss: float) -> None:
-            steps.update(
-                completed=outer * config.inner_steps + inner + 1, description=f"ADMM steps (match loss {loss:.4f})"
-            )
-
-        def on_batch(label: int, index: int) -> None:
-            private.done()  # the private pass is over once synthesis starts
-            batches.advance()
-            steps.update(completed=0, description="ADMM steps")
-
         result = run_gradmm(
             model,
             tokenizer,
@@ -125,13 +108,8 @@ def prepare(request: SynthRequest) -> Callable[[PreTrainedModel, PreTrainedToken
             delta=request.delta,
             resume=request.resume,
             settings={"model": request.model_name, "data": str(request.data)},
-            on_private_batch=lambda n: None,  # never counted: the count would be the set's size N
-            on_step=on_step,
-            on_batch=on_batch,
             progress=progress,
         )
-        for task in (private, batches, steps):
-            task.done()
         return SynthOutcome(
             "gradmm",
             request.out,

@@ -45,6 +45,8 @@ from privlm.synthesis.gradmm.release_filter import filter_select
 from privlm.synthesis.gradmm.select import select_matching
 
 LABEL_FILTER = "public label filter (candidates)"  # the progress task of public_labels
+BATCHES = "GRADMM batches"  # the progress tasks of synthesize
+ADMM_STEPS = "ADMM steps"
 StepCallback = Callable[[int, int, float], None]
 FILTER_STEP = "filter-step.json"  # in the batch folder: the step length the ``filter`` selection chose
 
@@ -251,8 +253,6 @@ def synthesize(
     per_class: int,
     config: GradmmConfig,
     batch_dir: str | Path,
-    on_step: StepCallback | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
     progress: Progress = SILENT,
 ) -> list[Candidate]:
@@ -261,8 +261,10 @@ def synthesize(
     Finished batches are stored in ``batch_dir`` (one JSON file each, written atomically) and reused,
     so an interrupted call continues where it stopped. Under ``torch.distributed`` the batches are
     split across ranks (``batch_dir`` must be shared) and every rank returns the same selection.
-    ``on_batch(label, index)`` is called after each batch; the public label filter shows its progress on
-    ``progress`` (:func:`public_labels`). ``public_dir``: where instructed public
+    ``progress`` shows the batches (:data:`BATCHES`, this process's, counted as each is done or found done), the
+    ADMM steps of the batch being optimized (``optimizer = "admm"``; :data:`ADMM_STEPS`, set back at each batch)
+    and the public label filter (:func:`public_labels`): public counts, fixed by the settings and the
+    candidates. ``public_dir``: where instructed public
     candidates are kept for reuse by other runs (public text only; see :func:`generate_batch`).
     Generate–select chooses by gradient matching (``selection = "match"``) or draws among the candidates the
     release's one-step head agrees with (``"filter"``,
@@ -293,6 +295,16 @@ def synthesize(
     distributed = dist.is_available() and dist.is_initialized()
     mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
     projectors: dict[int | None, Projector] = {}
+    batches = progress.task(BATCHES + (" (noise-only control)" if release.noise_only else ""), total=len(mine))
+    steps = (
+        progress.task(ADMM_STEPS, total=config.outer_steps * config.inner_steps) if config.optimizer == "admm" else None
+    )
+
+    def on_step(outer: int, inner: int, loss: float) -> None:
+        assert steps is not None
+        steps.update(
+            completed=outer * config.inner_steps + inner + 1, description=f"{ADMM_STEPS} (match loss {loss:.4f})"
+        )
 
     def projector_for(label: int) -> Projector:
         key = label if config.class_context else None
@@ -304,6 +316,8 @@ def synthesize(
     for k, j in mine:
         path = batch_dir / f"class{k}_batch{j}.json"
         if not path.exists():
+            if steps is not None:
+                steps.update(completed=0, description=ADMM_STEPS)
             cands = generate_batch(
                 model,
                 tokenizer,
@@ -316,8 +330,10 @@ def synthesize(
                 public_dir,
             )
             write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
-        if on_batch is not None:
-            on_batch(k, j)
+        batches.advance()
+    for task in (batches, steps):
+        if task is not None:
+            task.done()
     if distributed:
         dist.barrier()
     candidates = [c for k, j in jobs for c in load_batch(batch_dir / f"class{k}_batch{j}.json")]

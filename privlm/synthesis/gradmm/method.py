@@ -48,5 +48,6 @@ def gradmm_rows(ctx: MethodContext) -> list[dict[str, Any]]:
         resume=True,
         factor_cache=factor_cache(ctx.private_cache, prompt, config),
         public_dir=public_candidates_dir(ctx.workdir.parent, model, config, prompt),
+        progress=ctx.progress,
     )
     return [{**row, "epsilon_spent": result.privacy["epsilon"]} for row in result.rows]

@@ -48,7 +48,7 @@ from privlm.runfolder import (
 )
 from privlm.synthesis.gradmm.config import GradmmConfig
 from privlm.synthesis.gradmm.filtering import Candidate
-from privlm.synthesis.gradmm.generate import StepCallback, instructions_for, synthesize
+from privlm.synthesis.gradmm.generate import instructions_for, synthesize
 from privlm.synthesis.gradmm.prompt import Prompt
 from privlm.synthesis.gradmm.release import (
     PrivateFactors,
@@ -59,6 +59,8 @@ from privlm.synthesis.gradmm.release import (
     release_snapped,
     released_rows,
 )
+
+PRIVATE_PASS = "reading the private examples (hidden states at the prompt)"  # load_factors' private task: no count
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def obtain_release(
     delta: float | None,
     resume: bool,
     factor_cache: Path | None = None,
-    on_private_batch: Callable[[int], None] | None = None,
+    progress: Progress = SILENT,
 ) -> tuple[Release, bool]:
     """The run's release and whether it was reused: reloaded under ``resume``, else drawn and saved."""
     reuse = paths.release.exists()
@@ -212,9 +214,7 @@ def obtain_release(
     factors = (
         None
         if config.noise_only
-        else load_factors(
-            model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, on_private_batch
-        )
+        else load_factors(model, tokenizer, prompt, load_private, config.max_private_tokens, factor_cache, progress)
     )
     release = draw_release(
         model,
@@ -240,9 +240,10 @@ def load_factors(
     load_private: Callable[[], Sequence[tuple[str, int]]],
     max_tokens: int,
     cache: Path | None,
-    on_batch: Callable[[int], None] | None = None,
+    progress: Progress = SILENT,
 ) -> PrivateFactors:
-    """The private examples' factors: read from ``cache`` when it exists, else computed (and saved there).
+    """The private examples' factors: read from ``cache`` when it exists, else computed (and saved there);
+    the computation is shown on ``progress`` as :data:`PRIVATE_PASS`, a private task (no count: it would be N).
 
     Assumption: ``cache`` names one (data, model, prompt, ``max_tokens``) combination; the caller keys it.
     Refused under ``torch.distributed`` with several ranks: each rank's factors are its shard only, and one
@@ -251,7 +252,9 @@ def load_factors(
         raise UserError("a private factor cache holds one rank's shard; run without a cache under torch.distributed")
     if cache is not None and cache.exists():
         return PrivateFactors.load(cache)
-    factors = private_factors(model, tokenizer, load_private(), prompt, max_tokens=max_tokens, on_batch=on_batch)
+    reading = progress.task(PRIVATE_PASS, private=True)
+    factors = private_factors(model, tokenizer, load_private(), prompt, max_tokens=max_tokens, on_batch=reading.advance)
+    reading.done()
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         factors.save(cache)
@@ -290,9 +293,6 @@ def run_gradmm(
     resume: bool = False,
     settings: dict | None = None,
     factor_cache: Path | None = None,
-    on_private_batch: Callable[[int], None] | None = None,
-    on_step: StepCallback | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
     public_dir: Path | None = None,
     progress: Progress = SILENT,
 ) -> GradmmResult:
@@ -312,8 +312,8 @@ def run_gradmm(
         resume: reuse the run folder's release and finished batches (its settings must match).
         settings: the caller's public settings bound to the run folder.
         factor_cache: a file for the private per-example factors (PRIVATE; keyed by the caller).
-        on_private_batch, on_step, on_batch: progress callbacks (private pass, ADMM step, batch).
-        progress: where the public label filter shows its progress (:func:`public_labels`).
+        progress: where the run shows its stages: the private pass when a release is drawn (:func:`load_factors`:
+            a private task, no count), the batches, ADMM steps and label filter (:func:`synthesize`: public counts).
 
     Returns:
         :class:`GradmmResult`: the selected texts and the privacy statement written to the sidecar.
@@ -350,7 +350,7 @@ def run_gradmm(
             delta=delta,
             resume=resume,
             factor_cache=factor_cache,
-            on_private_batch=on_private_batch,
+            progress=progress,
         )
     selected = synthesize(
         model,
@@ -359,8 +359,6 @@ def run_gradmm(
         per_class=per_class,
         config=config,
         batch_dir=paths.batches,
-        on_step=on_step,
-        on_batch=on_batch,
         progress=progress,
         public_dir=public_dir,
     )

@@ -11,10 +11,11 @@ import torch
 import privlm.randomness as randomness
 import privlm.synthesis.gradmm.generate as generate
 from privlm.errors import UserError
+from privlm.progress import Progress, Task
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm.config import make_config
-from privlm.synthesis.gradmm.generate import LABEL_FILTER
-from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
+from privlm.synthesis.gradmm.generate import ADMM_STEPS, BATCHES, LABEL_FILTER
+from privlm.synthesis.gradmm.pipeline import PRIVATE_PASS, GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import clipped_class_sums
 
@@ -128,23 +129,51 @@ def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch
     monkeypatch.setattr(generate, "generate_batch", real)
     _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, progress=recorded_progress)
     assert out.read_bytes() == reference[1]
-    # the label filter showed every candidate, public counts: 2 classes x 2 batches of 3
-    assert recorded_progress.opened == [(LABEL_FILTER, 2 * 2 * 3, False)]
-    assert recorded_progress.advanced_by == {LABEL_FILTER: 2 * 2 * 3}
+    # public counts only (the release is reused: no private pass): the 4 batches (2 found done), the ADMM steps of
+    # one batch, the label filter over every candidate (2 classes x 2 batches of 3)
+    assert recorded_progress.opened == [
+        (BATCHES, 4, False),
+        (ADMM_STEPS, 2 * 3, False),
+        (LABEL_FILTER, 2 * 2 * 3, False),
+    ]
+    assert recorded_progress.advanced_by == {BATCHES: 4, LABEL_FILTER: 2 * 2 * 3}
+
+
+def test_a_drawn_release_reads_the_private_examples_inside_a_private_task(lm, tmp_path, recorded_progress) -> None:
+    def load_private():
+        assert recorded_progress.opened == [(PRIVATE_PASS, None, True)]  # read while only its private task is open
+        return list(PRIVATE)
+
+    _run(lm, tmp_path / "synth.jsonl", load_private, progress=recorded_progress)
+    assert [entry for entry in recorded_progress.opened if entry[2]] == [(PRIVATE_PASS, None, True)]
+
+
+class _CrashAtStep(Progress):
+    """Raises :class:`Crash` when the ``at``-th ADMM step is shown."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.steps = at, 0
+
+    def task(
+        self, description: str, total: float | None = None, private: bool = False, transient: bool = False
+    ) -> Task:
+        shown = self
+
+        class _Steps(Task):
+            def update(self, *, description=None, completed=None, total=None) -> None:
+                if completed:  # a step done (0: the count set back at a new batch)
+                    shown.steps += 1
+                    if shown.steps == shown.at:
+                        raise Crash
+
+        return _Steps() if description == ADMM_STEPS else Task()
 
 
 def test_resume_after_crash_mid_batch(lm, reference, tmp_path) -> None:
-    steps = []
-
-    def crash_on_step(outer: int, inner: int, loss: float) -> None:
-        steps.append(1)
-        if len(steps) == 10:  # inside the 2nd batch (6 ADMM steps per batch)
-            raise Crash
-
     out = tmp_path / "synth.jsonl"
     _reuse_release(reference[0], out)
-    with pytest.raises(Crash):
-        _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, on_step=crash_on_step)
+    with pytest.raises(Crash):  # the 10th step is inside the 2nd batch (6 ADMM steps per batch)
+        _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True, progress=_CrashAtStep(10))
     assert not out.exists() and len(list(GradmmPaths(out).batches.glob("*.json"))) == 1
     _run(lm, out, lambda: pytest.fail("the release must be reused"), resume=True)
     assert out.read_bytes() == reference[1]
