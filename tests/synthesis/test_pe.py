@@ -153,7 +153,7 @@ def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_exampl
 
     monkeypatch.setattr(pe, "zero_shot", proposals)
     monkeypatch.setattr(pe, "sample_many", rewrites)
-    config = PEConfig(iterations=3, population=3.0, variations=2, max_tokens=16)
+    config = PEConfig(iterations=3, population=3.0, variations=2, max_new_tokens=6, max_tokens=16)
     result = _run(lm, tmp_path / "a.jsonl", lambda: list(PRIVATE), epsilon=None, config=config)
     assert sorted((r["text"], r["label"]) for r in result.rows) == sorted(PRIVATE)
     assert all(r["noisy_votes"] == 1.0 and r["dp"] is False for r in result.rows)
@@ -315,6 +315,26 @@ def test_a_run_folder_in_use_is_refused(lm, tmp_path) -> None:
             _run(lm, out, lambda: pytest.fail("refused before the data is read"))
     assert not PEPaths(out).manifest.exists()
     assert _run(lm, out, lambda: list(PRIVATE)).rows  # free again once released
+
+
+def test_rewrites_that_may_not_fit_the_context_are_refused_before_anything_is_read_or_drawn(lm, tmp_path) -> None:
+    """The tiny model's context is 128 tokens: texts of 40 tokens and 40 new ones around the instruction may not
+    fit, so the run is refused before the private pass (a rewrite would fail after the first histogram was drawn);
+    the check lets through exactly the sizes that fit with its margin; one iteration writes no rewrites and runs."""
+    model, tokenizer = lm
+    out = tmp_path / "pe.jsonl"
+    with pytest.raises(UserError, match="context is 128: lower --max-new-tokens"):
+        _run(lm, out, lambda: pytest.fail("refused before the data is read"), config=PEConfig(max_new_tokens=40))
+    assert not PEPaths(out).workdir.exists()
+    prompts = [pe.chat_prompt(tokenizer, CONFIG.variation_instruction.format(label_name=n, text="")) for n in NAMES]
+    instruction = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    fits = (128 - instruction - pe.REWRITE_MARGIN) // 2  # the largest max_new_tokens the check lets through
+    assert CONFIG.max_new_tokens <= fits < 40
+    pe.check_rewrite_context(model, tokenizer, NAMES, PEConfig(max_new_tokens=fits))
+    with pytest.raises(UserError, match="lower --max-new-tokens"):
+        pe.check_rewrite_context(model, tokenizer, NAMES, PEConfig(max_new_tokens=fits + 1))
+    one = PEConfig(iterations=1, max_new_tokens=40, max_tokens=16)
+    assert len(_run(lm, tmp_path / "one.jsonl", lambda: list(PRIVATE), config=one).rows) == 4
 
 
 def test_bad_settings_are_refused() -> None:

@@ -231,6 +231,38 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
     return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}")
 
 
+REWRITE_MARGIN = 8  # tokens: a generated text re-encoded inside the instruction may differ from its count by a few
+
+
+def check_rewrite_context(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, label_names: Sequence[str], config: PEConfig
+) -> None:
+    """Refuse, before any private example is read or histogram drawn, settings whose rewrite prompts may not fit
+    the model's context: the variation instruction around a text of up to ``max_new_tokens`` tokens (what the
+    LM wrote), plus ``max_new_tokens`` new tokens and :data:`REWRITE_MARGIN`. Public: settings and model only.
+
+    A check, not a bound: natural text re-encodes to about the tokens it was written in, but a model that writes
+    token soup (a randomly initialised test model) can re-encode longer, and then a rewrite is still refused
+    mid-run, after histograms were drawn (:func:`~privlm.lm.generation.sample_many`)."""
+    context = model.config.max_position_embeddings
+    longest = max(
+        len(
+            tokenizer(
+                chat_prompt(tokenizer, config.variation_instruction.format(label_name=name, text="")),
+                add_special_tokens=not tokenizer.chat_template,
+            )["input_ids"]
+        )
+        for name in label_names
+    )
+    need = longest + 2 * config.max_new_tokens + REWRITE_MARGIN
+    if need > context:
+        raise UserError(
+            f"PE's rewrite prompts need up to {need} tokens ({longest} of instruction, a text of up to "
+            f"{config.max_new_tokens}, {config.max_new_tokens} new, {REWRITE_MARGIN} of margin) but the model's "
+            f"context is {context}: lower --max-new-tokens"
+        )
+
+
 def next_population(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -298,7 +330,8 @@ def run_pe(
 
     Raises:
         UserError: a bad size or (ε, δ), settings that differ from the run folder's on resume, a run
-            folder locked by another process, or an output folder that does not exist."""
+            folder locked by another process, an output folder that does not exist, or rewrite prompts that may
+            not fit the model's context (:func:`check_rewrite_context`)."""
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     dp = epsilon is not None
@@ -310,6 +343,8 @@ def run_pe(
     paths = PEPaths(Path(out))
     if not paths.out.parent.is_dir():
         raise UserError(f"output folder {paths.out.parent} does not exist")
+    if config.iterations > 1:
+        check_rewrite_context(model, tokenizer, label_names, config)
     sigma = noise_multiplier(epsilon, delta, config, len(label_names), per_class) if dp else None
     settings = {
         **(settings or {}),
