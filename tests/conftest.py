@@ -96,26 +96,48 @@ def size_only_pool():
 
 
 class _RecordedProgress(Progress):
-    """Records the tasks opened, ``(description, total, private)`` in order, and the units advanced per
-    description (``advanced_by``; ``advanced``: in all)."""
+    """Records the tasks opened, ``(description, total, private)`` in order, the units advanced per description
+    (``advanced_by``; ``advanced``: in all), the tasks done (``finished``), and every call on a task in order
+    (``events``: ``(description opened with, private, call, value)``, for an update its total and count)."""
 
     def __init__(self) -> None:
         self.opened: list[tuple[str, float | None, bool]] = []
         self.advanced_by: dict[str, float] = {}
+        self.finished: list[str] = []
+        self.events: list[tuple[str, bool, str, object]] = []
 
     @property
     def advanced(self) -> float:
         return sum(self.advanced_by.values())
 
+    def public_view(self) -> tuple[list[tuple[str, str, object]], dict[str, float]]:
+        """What a reporter may show of the public tasks: their openings (with totals), updates (totals and counts)
+        and ends in order, and the units advanced on each (summed: how a count is split into calls may depend on
+        the texts written)."""
+        public = {description for description, _, private in self.opened if not private}
+        calls = [(d, call, value) for d, private, call, value in self.events if not private and call != "advance"]
+        return calls, {d: n for d, n in self.advanced_by.items() if d in public}
+
     def task(
         self, description: str, total: float | None = None, private: bool = False, transient: bool = False
     ) -> Task:
         self.opened.append((description, total, private))
-        recorder = self
+        self.events.append((description, private, "open", total))
+        recorder, opened_as = self, description
 
         class _Counted(Task):
+            def update(
+                self, *, description: str | None = None, completed: float | None = None, total: float | None = None
+            ) -> None:
+                recorder.events.append((opened_as, private, "update", (total, completed)))
+
             def advance(self, amount: float = 1) -> None:
-                recorder.advanced_by[description] = recorder.advanced_by.get(description, 0.0) + amount
+                recorder.advanced_by[opened_as] = recorder.advanced_by.get(opened_as, 0.0) + amount
+                recorder.events.append((opened_as, private, "advance", amount))
+
+            def done(self) -> None:
+                recorder.finished.append(opened_as)
+                recorder.events.append((opened_as, private, "done", None))
 
         return _Counted()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from privlm.cli import main
-from privlm.synthesis.gradmm.pipeline import GradmmPaths
+from privlm.synthesis.gradmm.pipeline import PRIVATE_PASS, GradmmPaths
 
 ROWS = [
     ("the movie was a delight from start to finish", "pos"),
@@ -191,6 +191,8 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
         )
     }
     assert list(at.values()) == sorted(at.values())
+    start = next(line for line in lines if "start: reading the private examples" in line)
+    assert start.split("start: ")[1].strip() == PRIVATE_PASS  # no count or total after it (N would be 10)
     noise = json.loads(GradmmPaths(first).sidecar.read_text())["examples_per_class_to_match_noise"]
     assert f"with fewer than ≈ {noise:,.0f} examples per class the target is mostly noise" in shown
     assert "the release keeps 2 rows of the LM-head gradient" in shown  # --release label-rows, the default

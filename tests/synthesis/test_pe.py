@@ -236,15 +236,21 @@ def test_a_run_shows_its_stages_with_public_counts_and_the_private_pass_without_
     lm, tmp_path, recorded_progress
 ) -> None:
     """T histograms, K·M zero-shot candidates, K·⌈M/(1+V)⌉·V rewrites per iteration after the first, each
-    advanced to its total; the private examples are read inside a private task (no count, no total)."""
+    advanced to its total; the private examples are read inside a private task (no count, no total). A run on
+    more private examples shows exactly the same public events: no public count depends on N."""
     config = PEConfig(iterations=3, population=3.0, variations=2, max_new_tokens=6, max_tokens=16, seed=3)
     private_task = ("PE: embedding the private examples", None, True)
+    read = []
 
-    def load_private():
-        assert recorded_progress.opened[-1] == private_task  # read while its private task is the one open
-        return list(PRIVATE)
+    def loader(rows, shown):
+        def load_private():
+            assert shown.opened[-1] == private_task and private_task[0] not in shown.finished  # read inside it
+            read.append(len(rows))
+            return rows
 
-    _run(lm, tmp_path / "pe.jsonl", load_private, config=config, progress=recorded_progress)
+        return load_private
+
+    _run(lm, tmp_path / "pe.jsonl", loader(list(PRIVATE), recorded_progress), config=config, progress=recorded_progress)
     m = config.candidates(2)  # 6 per class
     rewrites = 2 * config.survivors(m) * config.variations  # 2 classes · 2 survivors · 2 rewrites
     public = {description: total for description, total, private in recorded_progress.opened if not private}
@@ -256,6 +262,10 @@ def test_a_run_shows_its_stages_with_public_counts_and_the_private_pass_without_
     }
     assert recorded_progress.advanced_by == public  # every public task counted up to its total, no further
     assert [entry for entry in recorded_progress.opened if entry[2]] == [private_task]
+    more = type(recorded_progress)()
+    larger = list(PRIVATE) + [("an unexpected delight", 1), ("a chore to sit through", 0), ("dull", 0)]
+    _run(lm, tmp_path / "more.jsonl", loader(larger, more), config=config, progress=more)
+    assert read == [4, 7] and more.public_view() == recorded_progress.public_view()
 
 
 def test_an_existing_run_needs_resume_and_the_same_settings(lm, reference, tmp_path) -> None:
@@ -323,15 +333,18 @@ def test_rewrites_that_may_not_fit_the_context_are_refused_before_anything_is_re
     the check lets through exactly the sizes that fit with its margin; one iteration writes no rewrites and runs."""
     model, tokenizer = lm
     out = tmp_path / "pe.jsonl"
-    with pytest.raises(UserError, match="context is 128: lower --max-new-tokens"):
+    with pytest.raises(UserError, match="context is 128: lower max_new_tokens"):
         _run(lm, out, lambda: pytest.fail("refused before the data is read"), config=PEConfig(max_new_tokens=40))
     assert not PEPaths(out).workdir.exists()
-    prompts = [pe.chat_prompt(tokenizer, CONFIG.variation_instruction.format(label_name=n, text="")) for n in NAMES]
-    instruction = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    special = not tokenizer.chat_template  # as the check and sample_many encode a prompt
+    instruction = max(
+        len(tokenizer(pe.rewrite_prompt(tokenizer, CONFIG, n, ""), add_special_tokens=special)["input_ids"])
+        for n in NAMES
+    )
     fits = (128 - instruction - pe.REWRITE_MARGIN) // 2  # the largest max_new_tokens the check lets through
     assert CONFIG.max_new_tokens <= fits < 40
     pe.check_rewrite_context(model, tokenizer, NAMES, PEConfig(max_new_tokens=fits))
-    with pytest.raises(UserError, match="lower --max-new-tokens"):
+    with pytest.raises(UserError, match="lower max_new_tokens"):
         pe.check_rewrite_context(model, tokenizer, NAMES, PEConfig(max_new_tokens=fits + 1))
     one = PEConfig(iterations=1, max_new_tokens=40, max_tokens=16)
     assert len(_run(lm, tmp_path / "one.jsonl", lambda: list(PRIVATE), config=one).rows) == 4

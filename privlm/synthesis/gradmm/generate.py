@@ -295,10 +295,10 @@ def synthesize(
     distributed = dist.is_available() and dist.is_initialized()
     mine = jobs[dist.get_rank() :: dist.get_world_size()] if distributed else jobs
     projectors: dict[int | None, Projector] = {}
+    path = {(k, j): batch_dir / f"class{k}_batch{j}.json" for k, j in jobs}
     batches = progress.task(BATCHES + (" (noise-only control)" if release.noise_only else ""), total=len(mine))
-    steps = (
-        progress.task(ADMM_STEPS, total=config.outer_steps * config.inner_steps) if config.optimizer == "admm" else None
-    )
+    optimized = config.optimizer == "admm" and not all(path[job].exists() for job in mine)
+    steps = progress.task(ADMM_STEPS, total=config.outer_steps * config.inner_steps) if optimized else None
 
     def on_step(outer: int, inner: int, loss: float) -> None:
         assert steps is not None
@@ -314,8 +314,7 @@ def synthesize(
         return projectors[key]
 
     for k, j in mine:
-        path = batch_dir / f"class{k}_batch{j}.json"
-        if not path.exists():
+        if not path[k, j].exists():
             if steps is not None:
                 steps.update(completed=0, description=ADMM_STEPS)
             cands = generate_batch(
@@ -329,14 +328,16 @@ def synthesize(
                 on_step,
                 public_dir,
             )
-            write_text_atomic(path, json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True))
+            write_text_atomic(
+                path[k, j], json.dumps([c.__dict__ | {"ids": list(c.ids)} for c in cands], sort_keys=True)
+            )
         batches.advance()
     for task in (batches, steps):
         if task is not None:
             task.done()
     if distributed:
         dist.barrier()
-    candidates = [c for k, j in jobs for c in load_batch(batch_dir / f"class{k}_batch{j}.json")]
+    candidates = [c for job in jobs for c in load_batch(path[job])]
     shared = public_dir if config.source == "instruct" else None  # public candidates: caches shared by runs
     if config.label_filter:
         predicted = public_labels(model, tokenizer, release.prompt, candidates, shared, progress)

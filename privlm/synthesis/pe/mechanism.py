@@ -231,6 +231,11 @@ def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
     return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}")
 
 
+def rewrite_prompt(tokenizer: PreTrainedTokenizerBase, config: PEConfig, label_name: str, text: str) -> str:
+    """The public LM's prompt to rewrite ``text`` of class ``label_name`` (the variation instruction, chat-wrapped)."""
+    return chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
+
+
 REWRITE_MARGIN = 8  # tokens: a generated text re-encoded inside the instruction may differ from its count by a few
 
 
@@ -247,10 +252,9 @@ def check_rewrite_context(
     context = model.config.max_position_embeddings
     longest = max(
         len(
-            tokenizer(
-                chat_prompt(tokenizer, config.variation_instruction.format(label_name=name, text="")),
-                add_special_tokens=not tokenizer.chat_template,
-            )["input_ids"]
+            tokenizer(rewrite_prompt(tokenizer, config, name, ""), add_special_tokens=not tokenizer.chat_template)[
+                "input_ids"
+            ]
         )
         for name in label_names
     )
@@ -259,7 +263,7 @@ def check_rewrite_context(
         raise UserError(
             f"PE's rewrite prompts need up to {need} tokens ({longest} of instruction, a text of up to "
             f"{config.max_new_tokens}, {config.max_new_tokens} new, {REWRITE_MARGIN} of margin) but the model's "
-            f"context is {context}: lower --max-new-tokens"
+            f"context is {context}: lower max_new_tokens (--max-new-tokens) or shorten the variation instruction"
         )
 
 
@@ -278,10 +282,7 @@ def next_population(
     advanced by each rewrite)."""
     keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
-    prompts = [
-        chat_prompt(tokenizer, config.variation_instruction.format(label_name=label_name, text=text))
-        for text in survivors
-    ]
+    prompts = [rewrite_prompt(tokenizer, config, label_name, text) for text in survivors]
     rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling, task=task)
     return (survivors + [text for group in rewrites for text in group])[: len(population)]
 
@@ -386,7 +387,7 @@ def run_pe(
         def variations(t: int, previous: list[list[str]], histograms: list[np.ndarray]) -> list[list[str]]:
             written = progress.task(
                 f"PE: rewrites {t}/{config.iterations - 1}",
-                total=sum(config.survivors(len(texts)) * config.variations for texts in previous),
+                total=n_classes * config.survivors(m) * config.variations,
                 transient=True,
             )
             population = [

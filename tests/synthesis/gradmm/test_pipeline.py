@@ -140,12 +140,29 @@ def test_resume_after_crash_between_batches(lm, reference, tmp_path, monkeypatch
 
 
 def test_a_drawn_release_reads_the_private_examples_inside_a_private_task(lm, tmp_path, recorded_progress) -> None:
-    def load_private():
-        assert recorded_progress.opened == [(PRIVATE_PASS, None, True)]  # read while only its private task is open
-        return list(PRIVATE)
+    """The private pass is a private task, open while the examples are read; a run on more private examples
+    shows exactly the same public events (batches, ADMM steps, label filter): no public count depends on N."""
+    read = []
 
-    _run(lm, tmp_path / "synth.jsonl", load_private, progress=recorded_progress)
+    def loader(rows, shown):
+        def load_private():
+            assert shown.opened == [(PRIVATE_PASS, None, True)] and shown.finished == []  # read inside it
+            read.append(len(rows))
+            return rows
+
+        return load_private
+
+    _run(lm, tmp_path / "synth.jsonl", loader(list(PRIVATE), recorded_progress), progress=recorded_progress)
     assert [entry for entry in recorded_progress.opened if entry[2]] == [(PRIVATE_PASS, None, True)]
+    more = type(recorded_progress)()
+    larger = [*PRIVATE, ("an unexpected delight", 1), ("a chore to sit through", 0), ("dull", 0)]
+    _run(lm, tmp_path / "more.jsonl", loader(larger, more), progress=more)
+    assert read == [6, 9] and more.public_view() == recorded_progress.public_view()
+    calls, counted = more.public_view()
+    assert counted == {BATCHES: 4, LABEL_FILTER: 2 * 2 * 3}
+    assert [value for task, call, value in calls if task == ADMM_STEPS and call == "update"][:7] == [
+        (None, step) for step in range(7)
+    ]  # each batch's count set back to 0, then its 2 x 3 steps
 
 
 class _CrashAtStep(Progress):
