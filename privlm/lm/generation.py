@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.errors import UserError
 from privlm.lm.prompts import pad_token_id
@@ -61,7 +61,8 @@ def sample_many(
     ``max_rounds`` times. ``task``: advanced by every text kept (``len(prompts) · per_prompt`` in all).
 
     Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
-    in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`."""
+    in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`. Each prompt is
+    run through the model once for all its samples (:func:`_prompt_cache`)."""
     encoded = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
     context = model.config.max_position_embeddings
     longest = max((len(ids) for ids in encoded), default=0)
@@ -84,14 +85,14 @@ def sample_many(
             with torch.random.fork_rng(devices=[]), torch.inference_mode():
                 torch.manual_seed(seed + round_ + 7919 * first)
                 out = model.generate(
-                    ids,
-                    attention_mask=mask,
+                    ids.repeat_interleave(count, 0),
+                    attention_mask=mask.repeat_interleave(count, 0),
+                    cache=_prompt_cache(model, ids, mask, count),
                     do_sample=True,
                     temperature=sampling.temperature,
                     top_p=sampling.top_p,
                     top_k=0,
                     max_new_tokens=sampling.max_new_tokens,
-                    num_return_sequences=count,
                     pad_token_id=pad,
                 )
             decoded = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
@@ -107,6 +108,26 @@ def sample_many(
                     f"the model gave only {len(texts[j])} non-empty texts out of {per_prompt} for prompt {prompts[j][:60]!r}"
                 )
     return texts
+
+
+def _prompt_cache(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, count: int) -> Cache | None:
+    """The keys and values of each left-padded prompt but its last token, computed once per prompt and repeated
+    for its ``count`` samples (``generate`` with ``num_return_sequences`` would run every copy through the model);
+    ``generate`` then starts from the last token. The positions are ``generate``'s own (counted over the real
+    tokens), so the samples are those of the uncached call (tested against it). None for one-token prompts."""
+    if ids.shape[1] < 2:
+        return None
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids[:, :-1],
+        attention_mask=mask[:, :-1],
+        position_ids=positions[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = out.cache
+    cache.batch_repeat_interleave(count)
+    return cache
 
 
 def class_instructions(label_names: Sequence[str], instructions: Sequence[str] | None) -> list[str]:

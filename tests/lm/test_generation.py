@@ -1,0 +1,68 @@
+"""Batched sampling (:func:`privlm.lm.generation.sample_many`): each prompt runs through the model once for all
+its samples, and the samples are those of Hugging Face's own ``generate`` with ``num_return_sequences``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import privlm.lm.generation as generation
+from privlm.lm.generation import _prompt_cache, sample_many
+from privlm.lm.sampling import Sampling
+from privlm.progress import Task
+from privlm.resources.tiny import build_tiny_model
+
+SAMPLING = Sampling(max_new_tokens=8)
+
+
+@pytest.fixture(scope="module", params=["tiny-llama", "tiny-gpt2"])
+def lm(request):
+    model, tokenizer = build_tiny_model(request.param, seed=4)
+    return model.eval(), tokenizer
+
+
+def test_a_prompt_cache_repeated_per_sample_gives_the_tokens_of_num_return_sequences(lm) -> None:
+    model, tokenizer = lm
+    pad, count = tokenizer.pad_token_id or 0, 3
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15, 16]]  # left padding of 0, 4 and 5 tokens
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    settings = dict(do_sample=True, top_k=0, top_p=0.95, max_new_tokens=8, pad_token_id=pad)
+    with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        torch.manual_seed(7)
+        reference = model.generate(ids, attention_mask=mask, num_return_sequences=count, **settings)
+        torch.manual_seed(7)
+        cached = model.generate(
+            ids.repeat_interleave(count, 0),
+            attention_mask=mask.repeat_interleave(count, 0),
+            cache=_prompt_cache(model, ids, mask, count),
+            **settings,
+        )
+    assert reference.shape == (len(prompts) * count, width + 8)
+    assert torch.equal(cached, reference)
+
+
+class _Counter(Task):
+    def __init__(self) -> None:
+        self.count = 0.0
+
+    def advance(self, amount: float = 1) -> None:
+        self.count += amount
+
+
+def test_sample_many_gives_the_uncached_texts_and_counts_each(lm, monkeypatch) -> None:
+    model, tokenizer = lm
+    prompts = ["a short one", "a rather longer prompt with more words in it", "mid length prompt"]
+    counted = _Counter()
+    cached = sample_many(model, tokenizer, prompts, 3, 11, SAMPLING, batch_size=6, task=counted)
+    monkeypatch.setattr(generation, "_prompt_cache", lambda *args: None)  # generate runs every copy itself
+    assert sample_many(model, tokenizer, prompts, 3, 11, SAMPLING, batch_size=6) == cached
+    assert [len(texts) for texts in cached] == [3, 3, 3] and counted.count == 9
+
+
+def test_a_one_token_prompt_is_sampled_without_a_cache(lm) -> None:
+    model, tokenizer = lm
+    one = tokenizer.convert_ids_to_tokens(5)
+    assert _prompt_cache(model, torch.tensor([[5]]), torch.tensor([[1]]), 2) is None
+    assert len(sample_many(model, tokenizer, [tokenizer.convert_tokens_to_string([one])], 2, 0, SAMPLING)[0]) == 2
