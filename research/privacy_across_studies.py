@@ -39,8 +39,9 @@ Where the events come from:
   ledger of its set's sidecar as the grid's committed ``accounting.json`` keeps it (``work/<cell>/
   synthetic.privacy.json``), and must give its accounted ε again; a grid without that copy (run before
   ``accounting.json`` existed: its ledgers were in the ignored ``work/``) enters at its stated ε.
-  Both train once per (ε, seed) for every n (:mod:`privlm.evaluation.grid_privacy`): the rows of
-  one run are one release, and their kept ledgers must be the same (else the script stops: two runs).
+  Both train once per (ε, seed) for every n when the run folder is still there, but a run made again at the
+  same path after its machine was lost has the same events and cannot be told from it (the ledger holds no
+  identity of its run): every row is its own release (an over-count where rows did share one run).
 
 Checks, all towards counting more: a DP-SGD run's events must give its stated ε again, else it is not
 rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by construction: the exact σ(ε, δ), a
@@ -103,7 +104,7 @@ UNSNAPPED_GRIDS = {
     "synthetic_pool50": "its GRADMM releases were drawn before privlm snapped any (its README: 'not snapped'), "
     "so their ledgers and stated ε carry no snapping slack",
 }
-# the grid methods whose set comes from one DP-SGD run per (ε, seed), shared by every n (read from its kept ledger)
+# the grid methods whose set comes from a DP-SGD run (read from its kept ledger); each row counts its own run
 DP_SGD_SETS = {
     "dp-finetune-gen": "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model",
     "dp-head-pool": "dp-head-pool: DP-SGD of the head-only labeller, then a draw of the public candidates it accepts",
@@ -305,7 +306,6 @@ def read_experiment_grids(scan: Scan) -> None:
     """Releases of every ``results.jsonl`` row of an experiment grid (module docstring)."""
     for path in sorted(p for p in scan.files if p.endswith("/results.jsonl")):
         folder, study = path.rsplit("/", 1)[0], study_of(path)
-        shared: dict[tuple[Any, ...], Release] = {}
         for line in scan.text(path).splitlines():
             row = json.loads(line)
             name = f"{path}#{row['cell']}"
@@ -320,27 +320,8 @@ def read_experiment_grids(scan: Scan) -> None:
             kind = row["method"].split("@")[0]
             epsilon = max(row["epsilon"], row.get("epsilon_spent") or 0.0)
             if kind in DP_SGD_SETS:
-                key = (row["method"], row["method_hash"], row["epsilon"], row["seed"])
-                entries, source = _dpft_entries(scan, folder, row)
-                if key in shared:  # the same training run serves every n of an (ε, seed)
-                    release = shared[key]
-                    if None not in (entries, release.entries) and entries != release.entries:
-                        raise ValueError(f"{name}: its kept ledger differs from {release.rows[0]}'s: two runs")
-                    release.rows.append(name)
-                    release.epsilon = max(release.epsilon, epsilon)
-                    if release.entries is None:
-                        release.entries, release.source = entries, source
-                    continue
-                shared[key] = release = _grid_release(
-                    study,
-                    f"{row['method']}_seed{row['seed']}_eps{row['epsilon']:g} (one training run)",
-                    config,
-                    DP_SGD_SETS[kind],
-                    epsilon,
-                    row["delta"],
-                    [name],
-                )
-                release.entries, release.source = entries, source
+                release = _grid_release(study, row["cell"], config, DP_SGD_SETS[kind], epsilon, row["delta"], [name])
+                release.entries, release.source = _dpft_entries(scan, folder, row)
             elif kind == "gradmm":
                 release = _grid_release(
                     study,
@@ -374,8 +355,8 @@ CELL_KEY = re.compile(r"^(?P<method>.+)_n\d+_seed(?P<seed>\d+)_eps(?P<eps>[0-9.]
 def read_unfinished_draws(scan: Scan) -> None:
     """Draws a grid's committed ``accounting.json`` keeps whose cell has no results row yet (drawn, the cell
     still running when the ledgers were copied): each DP sidecar ``work/<cell>/synthetic.privacy.json`` of a
-    cell without a row is a release at its own ledger, except a DP-SGD run (dp-finetune-gen, dp-head-pool) that a
-    finished row of the same (method, ε, seed) counts already (the same ledger). Noise-only sidecars spend nothing. So is each
+    cell without a row is a release at its own ledger (a DP-SGD run too, even where a finished row names the same
+    ledger: module docstring). Noise-only sidecars spend nothing. So is each
     kept ledger that no cell's sidecar names (``ledger_file``): a run whose set is not written yet (a
     dp-finetune-gen training in progress, a release drawn just before the machine was lost) or a ledger
     displaced by a new run at the same path (``#displaced-``), at the ε its events give at the grid's δ."""
@@ -384,11 +365,6 @@ def read_unfinished_draws(scan: Scan) -> None:
         results = f"{folder}/results.jsonl"
         rows = [json.loads(line) for line in scan.text(results).splitlines()] if results in scan.files else []
         sidecars = scan.json(path)["sidecars"]
-        counted = {
-            (r["method"], r["epsilon"], r["seed"], json.dumps(sidecars[kept]["ledger"]))
-            for r in rows
-            if (kept := f"work/{r['cell']}/synthetic.privacy.json") in sidecars and sidecars[kept].get("ledger")
-        }
         finished = {r["cell"] for r in rows}
         config = scan.json(f"{folder}/config.json")
         named = set()  # the ledgers the cells' sidecars name: counted with their rows or in the loop below
@@ -399,9 +375,7 @@ def read_unfinished_draws(scan: Scan) -> None:
                 named.add(posixpath.normpath(posixpath.join(posixpath.dirname(kept), sidecar["ledger_file"])))
             if cell in finished or not match or not sidecar.get("dp") or sidecar.get("noise_only"):
                 continue
-            method, epsilon, seed = match["method"], float(match["eps"]), int(match["seed"])
-            if (method, epsilon, seed, json.dumps(sidecar["ledger"])) in counted:
-                continue
+            method, epsilon = match["method"], float(match["eps"])
             release = _grid_release(
                 study,
                 f"{cell} (drawn; its cell had not finished)",
@@ -916,7 +890,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "privlm's accountant, the events read from committed ledgers, sidecars and cell summaries or, for GRADMM "
         "and PE cells that state only (ε, δ), the Gaussian releases that dominate them (snapping slack included), "
         "at the smallest δ among them; releases that cannot be rebuilt are added at their stated (ε, δ). Seeds and "
-        "repeats are separate releases; a training run shared by several cells is one.",
+        "repeats are separate releases, and so is every grid row of a DP-SGD method (a run made again at a lost "
+        "run's path cannot be told from one run serving several cells).",
         "",
         f"Seeded runs ({seeded} of the {releases} releases: their noise is reproducible from the seed, so as "
         "committed they guarantee nothing) count at the ε of the mechanism they ran, which is what an unseeded "

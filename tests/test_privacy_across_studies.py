@@ -164,8 +164,9 @@ def test_a_kept_ledger_that_states_less_than_its_sidecar_is_not_used(script: Mod
 
 
 def test_a_kept_draw_whose_cell_has_no_row_yet_is_counted_at_its_ledger(script: ModuleType, tmp_path: Path) -> None:
-    """A DP sidecar accounting.json keeps for a cell without a row is a release at its own ledger; a finished
-    cell's, a noise-only control's and a dp-finetune-gen training a finished row counts already are not."""
+    """A DP sidecar accounting.json keeps for a cell without a row is a release at its own ledger, a dp-finetune-gen
+    training too where a finished row of another n names the same events (a run made again at a lost run's path
+    cannot be told from one run serving both); a finished cell's and a noise-only control's are not."""
     from privlm.privacy import GaussianRelease, LedgerEntry, PoissonGaussianStep
 
     draw = LedgerEntry(GaussianRelease(3.7, snapped=10), 1, "GRADMM release").to_dict()
@@ -191,11 +192,16 @@ def test_a_kept_draw_whose_cell_has_no_row_yet_is_counted_at_its_ledger(script: 
     scan = script.Scan(tmp_path, frozenset(f"research/grid/{f.name}" for f in grid.iterdir()))
     script.read_unfinished_draws(scan)
     counted = {r.name.split(" ")[0]: r for r in scan.releases}
-    assert sorted(counted) == ["grid/dp-finetune-gen_n1000_seed2_eps4", "grid/gradmm@instruct_n1000_seed1_eps1"]
+    assert sorted(counted) == [
+        "grid/dp-finetune-gen_n1000_seed0_eps1",
+        "grid/dp-finetune-gen_n1000_seed2_eps4",
+        "grid/gradmm@instruct_n1000_seed1_eps1",
+    ]
     assert all(r.unfinished and r.rows == [] for r in scan.releases)
     seed1 = counted["grid/gradmm@instruct_n1000_seed1_eps1"]
     assert seed1.entries == (LedgerEntry.from_dict(draw),) and seed1.epsilon == 1.0
     assert counted["grid/dp-finetune-gen_n1000_seed2_eps4"].epsilon == 4.0
+    assert counted["grid/dp-finetune-gen_n1000_seed0_eps1"].entries == (LedgerEntry.from_dict(steps),)
 
 
 def test_a_kept_ledger_no_cell_s_set_names_is_counted(script: ModuleType, tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ not (a cell interrupted after its draw, or set aside after its set was published
 composition never under-reports what any subset of the grid's sets costs. Those folders are private and
 ignored by git, and a new machine starts without them: after every cell the runner copies every ledger and
 sidecar found there into ``DIR/accounting.json`` (:func:`keep_accounting`; public: events and privacy statements
-only), which is committed with the results, and a ledger whose run folder is gone is read from that copy. A run folder shared by several
-cells (dp-finetune-gen trains once per (ε, seed) for every n, in the private cache) is one ledger and counts
-once; a ledger inside another run folder counts again unless it is a prefix of that run's ledger (a
-training checkpoint's copy).
+only), which is committed with the results, and a ledger whose run folder is gone is read from that copy. A ledger
+in the private cache that several finished cells claim (dp-finetune-gen trains once per (ε, seed) for every n)
+counts once per cell that claims it: a ledger holds its events only, no identity of the run, so a run made again
+at the same path after its folder was lost (the same settings, the same events) cannot be told from one run
+serving both cells; sharing is therefore not assumed (an over-count when the cells did share one run). A ledger
+inside another run folder counts again unless it is a prefix of that run's ledger (a training checkpoint's copy).
 
 The check behind the number (ASSUMPTION made explicit): every finished DP cell's set is accounted by a
 write-ahead ledger that begins with the ledger its sidecar (``synthetic.privacy.json``) reports — the one
@@ -322,7 +324,11 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         if len(cells) > 1 and not ledgers.position[key].startswith(f"work/{SHARED}/"):
             unaccounted.extend(cells)
     counted = [ledgers.read[key] for key in sorted(ledgers.counted)]  # only ledgers that were read are counted
-    merged = Ledger([entry for ledger in counted if ledger is not None for entry in ledger])
+    # a ledger claimed by k finished cells counts k times: the cells may have been served by k runs (docstring)
+    times = [max(1, len(claims.get(key, ()))) for key in sorted(ledgers.counted)]
+    merged = Ledger(
+        [entry for ledger, k in zip(counted, times) if ledger is not None for _ in range(k) for entry in ledger]
+    )
     seeded = sum(ledger is not None and not ledger.private_release for ledger in counted)
     composed = merged.epsilon(delta) if dp_cells and not (ledgers.unreadable or seeded) else None
     stated = [budgets[cell] for cell in dict.fromkeys(unaccounted)]

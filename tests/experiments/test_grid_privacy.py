@@ -1,5 +1,5 @@
-"""The grid's composed privacy: every write-ahead ledger under work/ once, checked against the DP cells' sidecars,
-composed as Google's dp-accounting composes the same mechanisms."""
+"""The grid's composed privacy: every write-ahead ledger under work/ (once per finished cell that claims it), checked
+against the DP cells' sidecars, composed as Google's dp-accounting composes the same mechanisms."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def _row(cell: str, epsilon: float | None) -> dict:
 
 def _grid(work: Path) -> list[dict]:
     """Two GRADMM-like cells (one release each in their own run folder), a noise-only control, a no-DP cell and two
-    cells sampling one shared DP training run (a checkpoint inside it holds a prefix copy of its ledger)."""
+    cells whose sidecars name one DP training run's ledger in the private cache (a checkpoint inside it holds a
+    prefix copy of its ledger): counted once per cell, as nothing tells one run serving both from a run made again."""
     release = LedgerEntry(RELEASE, 1, "GRADMM release")
     for cell in ("gradmm_n5_seed0_eps1", "gradmm_n5_seed1_eps1"):
         _ledger(work / cell / "synthetic.jsonl.gradmm" / "privacy.json", release)
@@ -62,7 +63,7 @@ def _grid(work: Path) -> list[dict]:
     return [_row(cell, 1.0) for cell in cells] + [_row("gradmm_n5_seed0_epsnone", None)]
 
 
-def test_every_draw_is_composed_once_as_dp_accounting_composes_it(tmp_path: Path) -> None:
+def test_every_ledger_is_composed_once_per_cell_that_claims_it_as_dp_accounting_composes_it(tmp_path: Path) -> None:
     rows = _grid(tmp_path / "work")
     found = grid_privacy(tmp_path, rows, DELTA)
     reference = (
@@ -71,10 +72,10 @@ def test_every_draw_is_composed_once_as_dp_accounting_composes_it(tmp_path: Path
         .compose(
             pld_lib.from_gaussian_mechanism(
                 STEP.noise_multiplier, sampling_prob=STEP.sample_rate, value_discretization_interval=1e-4
-            ).self_compose(40)
+            ).self_compose(2 * 40)  # the shared-cache ledger, claimed by two cells
         )
     ).get_epsilon_for_delta(DELTA)
-    assert (found.dp_cells, found.ledgers, found.releases, found.unaccounted) == (4, 3, 42, ())
+    assert (found.dp_cells, found.ledgers, found.releases, found.unaccounted) == (4, 3, 2 + 2 * 40, ())
     assert found.epsilon == pytest.approx(reference, rel=2e-2)
     assert found.epsilon >= reference - 1e-3  # pessimistic: never below the reference
     one_release = pld_lib.from_gaussian_mechanism(RELEASE.noise_multiplier).get_epsilon_for_delta(DELTA)
@@ -111,7 +112,7 @@ def test_cells_whose_folders_were_lost_are_bounded_at_their_stated_budget_and_th
     control counts too (the sidecar that would say so is gone). Without a stated δ, nothing is stated."""
     work = tmp_path / "work"
     rows = _grid(work)
-    drawn = Ledger([LedgerEntry(RELEASE), LedgerEntry(RELEASE), LedgerEntry(STEP, 40)])  # every draw the grid made
+    drawn = Ledger([LedgerEntry(RELEASE), LedgerEntry(RELEASE), LedgerEntry(STEP, 80)])  # every draw the grid made
     one = Ledger([LedgerEntry(RELEASE)]).epsilon(2e-5)  # what the lost cell's one release costs at its stated δ
     for cell in ("gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1"):
         shutil.rmtree(work / cell)
@@ -120,7 +121,7 @@ def test_cells_whose_folders_were_lost_are_bounded_at_their_stated_budget_and_th
         "gradmm@noise_n5_seed0_eps1": {"delta": 1e-5},  # stated ε 1.0: a control, but nothing left says so
     }
     found = grid_privacy(tmp_path, [{**row, **stated.get(row["cell"], {})} for row in rows], DELTA)
-    rest = Ledger([LedgerEntry(RELEASE), LedgerEntry(STEP, 40)]).epsilon(DELTA)  # the ledgers still found
+    rest = Ledger([LedgerEntry(RELEASE), LedgerEntry(STEP, 80)]).epsilon(DELTA)  # the ledgers still found
     assert found.epsilon is None and found.unaccounted == ("gradmm_n5_seed1_eps1", "gradmm@noise_n5_seed0_eps1")
     assert found.ledger_epsilon == pytest.approx(rest)
     assert found.bound() == pytest.approx((rest + one + 1.0, DELTA + 3e-5))
@@ -246,8 +247,9 @@ def test_a_kept_ledger_that_a_new_run_at_its_path_does_not_begin_with_still_coun
     _ledger(work / "gradmm_n5_seed0_eps1" / "synthetic.jsonl.gradmm" / "privacy.json", again)
     _sidecar(work, "gradmm_n5_seed0_eps1", [again.to_dict()])
     found = grid_privacy(tmp_path, rows, DELTA)
-    # the grown shared run stands for its kept copy; the lost GRADMM draw counts beside the new one
-    assert (found.ledgers, found.releases, found.kept) == (before.ledgers + 1, before.releases + 6, 1)
+    # the grown shared run stands for its kept copy (45 steps, for each of its 2 cells); the lost GRADMM draw counts
+    # beside the new one
+    assert (found.ledgers, found.releases, found.kept) == (before.ledgers + 1, before.releases + 2 * 5 + 1, 1)
     assert found.unaccounted == () and found.epsilon > before.epsilon
     keep_accounting(tmp_path)
     kept = json.loads((tmp_path / "accounting.json").read_text())["ledgers"]
@@ -255,6 +257,24 @@ def test_a_kept_ledger_that_a_new_run_at_its_path_does_not_begin_with_still_coun
     assert Ledger.from_dict(kept["work/private-cache/h/dpft-x/privacy.json"]).count == 45
     shutil.rmtree(work)
     assert grid_privacy(tmp_path, rows, DELTA).epsilon == pytest.approx(found.epsilon)
+
+
+def test_a_run_made_again_at_a_lost_runs_path_counts_for_both_cells_it_served(tmp_path: Path) -> None:
+    """A cell finished on a machine now lost; a cell of another n trains again at the same path with the same
+    settings (the same events: its ledger begins with, and equals, the kept copy). Two runs drew: both count."""
+    work = tmp_path / "work"
+    steps = LedgerEntry(STEP, 40, "steps 1-40")
+    ledger_file = "../private-cache/h/dpft-x/privacy.json"
+    _ledger(work / "private-cache" / "h" / "dpft-x" / "privacy.json", steps)
+    _sidecar(work, "dp-finetune-gen_n10_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file)
+    keep_accounting(tmp_path)
+    shutil.rmtree(work)  # the machine is lost
+    _ledger(work / "private-cache" / "h" / "dpft-x" / "privacy.json", steps)  # a new run, the same events
+    _sidecar(work, "dp-finetune-gen_n5_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file)
+    rows = [_row("dp-finetune-gen_n10_seed0_eps1", 1.0), _row("dp-finetune-gen_n5_seed0_eps1", 1.0)]
+    found = grid_privacy(tmp_path, rows, DELTA)
+    assert (found.unaccounted, found.releases) == ((), 2 * 40)
+    assert found.epsilon == pytest.approx(Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA))
 
 
 def test_an_unreadable_accounting_file_is_named_and_never_overwritten(tmp_path: Path) -> None:
