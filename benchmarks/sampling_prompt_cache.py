@@ -27,11 +27,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from alternating import alternate  # noqa: E402  (benchmarks/alternating.py)
+from label_filter import public_texts  # noqa: E402  (benchmarks/label_filter.py: candidate-length public texts)
 
 import privlm.lm.generation as generation  # noqa: E402
 from privlm.lm.generation import DEFAULT_INSTRUCTION, chat_prompt, sample_many  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
-from privlm.resources.tiny import PUBLIC_TEXT  # noqa: E402
 from privlm.synthesis.pe.config import PEConfig  # noqa: E402
 
 
@@ -48,8 +48,7 @@ def every_copy() -> Iterator[None]:
 
 def workloads(tokenizer, prompts: int, samples: int) -> dict[str, tuple[list[str], int]]:
     """The prompts and samples per prompt of each workload (public text only)."""
-    config, words = PEConfig(), PUBLIC_TEXT.split()
-    texts = [" ".join(words[(7 * i) % len(words) :][: 12 + i % 17]) for i in range(prompts)]
+    config, texts = PEConfig(), public_texts(prompts)
     rewrites = [
         chat_prompt(tokenizer, config.variation_instruction.format(label_name="positive", text=t)) for t in texts
     ]
