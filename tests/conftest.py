@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -96,21 +97,35 @@ def size_only_pool():
 
 
 class _RecordedProgress(Progress):
-    """Records the tasks opened, ``(description, total, private)`` in order, the units advanced per description
-    (``advanced_by``; ``advanced``: in all), the tasks done (``finished``), and every call on a task in order
-    (``events``: ``(description opened with, private, call, value)``, for an update its total and count)."""
+    """Records every call on the tasks it opens, in order (``events``: ``(description opened with, private, call,
+    value)``; an opening's value is its total, an update's its (total, count)). Derived from them: the tasks
+    opened, ``(description, total, private)`` in order; the units advanced per description (``advanced_by``;
+    ``advanced``: in all); the tasks done (``finished``)."""
 
     def __init__(self) -> None:
-        self.opened: list[tuple[str, float | None, bool]] = []
-        self.advanced_by: dict[str, float] = {}
-        self.finished: list[str] = []
-        self.events: list[tuple[str, bool, str, object]] = []
+        self.events: list[tuple[str, bool, str, Any]] = []
+
+    @property
+    def opened(self) -> list[tuple[str, float | None, bool]]:
+        return [(d, total, private) for d, private, call, total in self.events if call == "open"]
+
+    @property
+    def advanced_by(self) -> dict[str, float]:
+        counts: dict[str, float] = {}
+        for d, _, call, amount in self.events:
+            if call == "advance":
+                counts[d] = counts.get(d, 0.0) + amount
+        return counts
 
     @property
     def advanced(self) -> float:
         return sum(self.advanced_by.values())
 
-    def public_view(self) -> tuple[list[tuple[str, str, object]], dict[str, float]]:
+    @property
+    def finished(self) -> list[str]:
+        return [d for d, _, call, _ in self.events if call == "done"]
+
+    def public_view(self) -> tuple[list[tuple[str, str, Any]], dict[str, float]]:
         """What a reporter may show of the public tasks: their openings (with totals), updates (totals and counts)
         and ends in order, and the units advanced on each (summed: how a count is split into calls may depend on
         the texts written)."""
@@ -121,25 +136,22 @@ class _RecordedProgress(Progress):
     def task(
         self, description: str, total: float | None = None, private: bool = False, transient: bool = False
     ) -> Task:
-        self.opened.append((description, total, private))
         self.events.append((description, private, "open", total))
         recorder, opened_as = self, description
 
-        class _Counted(Task):
+        class _Recorded(Task):
             def update(
                 self, *, description: str | None = None, completed: float | None = None, total: float | None = None
             ) -> None:
                 recorder.events.append((opened_as, private, "update", (total, completed)))
 
             def advance(self, amount: float = 1) -> None:
-                recorder.advanced_by[opened_as] = recorder.advanced_by.get(opened_as, 0.0) + amount
                 recorder.events.append((opened_as, private, "advance", amount))
 
             def done(self) -> None:
-                recorder.finished.append(opened_as)
                 recorder.events.append((opened_as, private, "done", None))
 
-        return _Counted()
+        return _Recorded()
 
 
 @pytest.fixture
