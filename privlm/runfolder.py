@@ -113,10 +113,11 @@ def check_or_write_settings(
 def write_ahead(path: Path, entry: LedgerEntry, *, unless_recorded: bool = False) -> None:
     """Append ``entry`` to the ledger ``path`` (a new one if there is none), durably (fsync'd, atomic), before
     the release it books is drawn; the caller holds the run folder (:func:`hold`), so no append is lost.
-    ``unless_recorded``: append only when no entry of the ledger has the same event already."""
-    from privlm.privacy.ledger import Ledger
+    ``unless_recorded``: append only when no entry of the ledger has the same event already. A new ledger gets
+    a new run identity (:func:`privlm.privacy.ledger.new_run_id`)."""
+    from privlm.privacy.ledger import Ledger, new_run_id
 
-    ledger = Ledger.load(path) if path.exists() else Ledger()
+    ledger = Ledger.load(path) if path.exists() else Ledger(run=new_run_id())
     if unless_recorded and any(e.event == entry.event for e in ledger):
         return
     ledger.append(entry)
@@ -141,8 +142,9 @@ def epsilon_statement(
     """The ε part of the DP sidecar ``sidecar``: ``epsilon`` (:func:`reported_epsilon`), ``epsilon_target``,
     ``epsilon_accounted`` (PLD at ``delta`` over every entry of ``ledger``, redraws included), ``delta``, the
     ``ledger`` itself and ``ledger_file``, the write-ahead ledger it was read from, relative to the sidecar's
-    folder (so a results folder can move): :mod:`privlm.experiments.grid_privacy` follows it to compose a grid's
-    cells, each draw once."""
+    folder (so a results folder can move), with ``ledger_run``, the identity of the run that ledger books (when
+    it has one): :mod:`privlm.experiments.grid_privacy` follows them to compose a grid's cells, each draw once
+    (a run made again at the same path has the same events and another identity)."""
     accounted = ledger.epsilon(delta)
     return {
         "dp": True,
@@ -152,4 +154,5 @@ def epsilon_statement(
         "delta": delta,
         "ledger": [entry.to_dict() for entry in ledger],
         "ledger_file": os.path.relpath(ledger_file, Path(sidecar).parent),
+        **({"ledger_run": ledger.run} if ledger.run is not None else {}),
     }

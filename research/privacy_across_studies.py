@@ -40,8 +40,10 @@ Where the events come from:
   synthetic.privacy.json``), and must give its accounted ε again; a grid without that copy (run before
   ``accounting.json`` existed: its ledgers were in the ignored ``work/``) enters at its stated ε.
   Both train once per (ε, seed) for every n when the run folder is still there, but a run made again at the
-  same path after its machine was lost has the same events and cannot be told from it (the ledger holds no
-  identity of its run): every row is its own release (an over-count where rows did share one run).
+  same path after its machine was lost has the same events: only the run's identity (a ledger's ``run``,
+  named by the sidecar's ``ledger_run``) tells them apart. Rows (finished or not) whose sidecars name the same
+  ledger and the same identity are one release; every row whose sidecar names no identity (written by an
+  older privlm) is its own release (an over-count where such rows did share one run).
 
 Checks, all towards counting more: a DP-SGD run's events must give its stated ε again, else it is not
 rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by construction: the exact σ(ε, δ), a
@@ -52,7 +54,8 @@ accounts for but a committed README still tells of are releases too (:data:`EARL
 rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
 A draw whose cell is still running has no row yet either: a grid's committed ``accounting.json`` keeps its
 sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands; a kept ledger
-no cell's sidecar names (a training still running, a ledger displaced by a new run at its path) counts too.
+no cell's sidecar names, with its identity (a training still running, a ledger displaced by a new run at its
+path), counts too.
 
 Counting rules: seeds and repeats of a cell are separate releases; seeded runs (``--seed``: the noise is
 reproducible, so as committed they guarantee nothing) are counted at the ε of the mechanism they ran, which
@@ -224,6 +227,7 @@ class Scan:
     files: frozenset[str]
     releases: list[Release] = field(default_factory=list)
     excluded: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    runs: dict[tuple[str, str, str], Release] = field(default_factory=dict)  # DP-SGD releases by :func:`_run_key`
 
     def json(self, path: str) -> Any:
         """The committed JSON file ``path`` (relative to the root)."""
@@ -322,6 +326,12 @@ def read_experiment_grids(scan: Scan) -> None:
             if kind in DP_SGD_SETS:
                 release = _grid_release(study, row["cell"], config, DP_SGD_SETS[kind], epsilon, row["delta"], [name])
                 release.entries, release.source = _dpft_entries(scan, folder, row)
+                _count_run(
+                    scan,
+                    _run_key(folder, f"work/{row['cell']}/synthetic.privacy.json", _sidecar(scan, folder, row)),
+                    release,
+                )
+                continue
             elif kind == "gradmm":
                 release = _grid_release(
                     study,
@@ -367,12 +377,15 @@ def read_unfinished_draws(scan: Scan) -> None:
         sidecars = scan.json(path)["sidecars"]
         finished = {r["cell"] for r in rows}
         config = scan.json(f"{folder}/config.json")
-        named = set()  # the ledgers the cells' sidecars name: counted with their rows or in the loop below
+        ledgers = scan.json(path)["ledgers"]
+        named = set()  # the kept ledgers the cells' sidecars name: counted with their rows or in the loop below
         for kept, sidecar in sorted(sidecars.items()):
             cell = kept.split("/")[1]
             match = CELL_KEY.match(cell)
             if match and sidecar.get("ledger_file"):
-                named.add(posixpath.normpath(posixpath.join(posixpath.dirname(kept), sidecar["ledger_file"])))
+                pointed = posixpath.normpath(posixpath.join(posixpath.dirname(kept), sidecar["ledger_file"]))
+                if pointed in ledgers and ledgers[pointed].get("run") == sidecar.get("ledger_run"):
+                    named.add(pointed)  # the run the sidecar names (not another run made since at its path)
             if cell in finished or not match or not sidecar.get("dp") or sidecar.get("noise_only"):
                 continue
             method, epsilon = match["method"], float(match["eps"])
@@ -388,8 +401,8 @@ def read_unfinished_draws(scan: Scan) -> None:
             release.entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
             release.source = f"the ledger of {kept} as {path} keeps it"
             release.unfinished = True
-            scan.releases.append(release)
-        for kept, ledger in sorted(scan.json(path)["ledgers"].items()):
+            _count_run(scan, _run_key(folder, kept, sidecar), release)
+        for kept, ledger in sorted(ledgers.items()):
             if kept in named:
                 continue
             entries = tuple(LedgerEntry.from_dict(item) for item in ledger["entries"])
@@ -631,6 +644,42 @@ def _pe_entries(
         f"rebuilt: T = {pe.iterations} Gaussian releases of σ(ε, δ)·√T = {sigma:.6g}, "
         f"each snapping {bins} bins at clamp 2^{MAX_CLAMP_BITS}"
     )
+
+
+def _sidecar(scan: Scan, folder: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar of a grid row's set as ``folder``'s ``accounting.json`` keeps it (``{}``: none kept)."""
+    path = f"{folder}/{ACCOUNTING}"
+    return (
+        dict(scan.json(path)["sidecars"].get(f"work/{row['cell']}/synthetic.privacy.json") or {})
+        if path in scan.files
+        else {}
+    )
+
+
+def _run_key(folder: str, kept: str, sidecar: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(grid folder, ledger path, run identity) of the DP-SGD run that the sidecar kept as ``kept`` in the grid's
+    ``accounting.json`` names; None when it names no identity (an older privlm): such a row is its own release."""
+    run, pointer = sidecar.get("ledger_run"), sidecar.get("ledger_file")
+    if not isinstance(run, str) or not isinstance(pointer, str):
+        return None
+    return folder, posixpath.normpath(posixpath.join(posixpath.dirname(kept), pointer)), run
+
+
+def _count_run(scan: Scan, key: tuple[str, str, str] | None, release: Release) -> None:
+    """Add a DP-SGD set's ``release`` to ``scan``, or, when an earlier release counts the run ``key`` names and both
+    were rebuilt, fold it into that one (one run, counted once): its rows join, the larger ε and the longer
+    ledger stay (the sets of one run were sampled from it at different steps of its ledger, or at the same)."""
+    earlier = None if key is None else scan.runs.get(key)
+    if earlier is None or earlier.entries is None or release.entries is None:
+        scan.releases.append(release)
+        if key is not None and release.entries is not None:
+            scan.runs.setdefault(key, release)
+        return
+    earlier.rows += release.rows
+    earlier.epsilon = max(earlier.epsilon, release.epsilon)
+    earlier.unfinished = earlier.unfinished and release.unfinished
+    if sum(e.count for e in release.entries) > sum(e.count for e in earlier.entries):
+        earlier.entries, earlier.source = release.entries, release.source
 
 
 def _dpft_entries(scan: Scan, folder: str, row: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
@@ -890,8 +939,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "privlm's accountant, the events read from committed ledgers, sidecars and cell summaries or, for GRADMM "
         "and PE cells that state only (ε, δ), the Gaussian releases that dominate them (snapping slack included), "
         "at the smallest δ among them; releases that cannot be rebuilt are added at their stated (ε, δ). Seeds and "
-        "repeats are separate releases, and so is every grid row of a DP-SGD method (a run made again at a lost "
-        "run's path cannot be told from one run serving several cells).",
+        "repeats are separate releases; grid rows of a DP-SGD method are one release where their sidecars name "
+        "one run (its ledger and its identity), else each its own (a run made again at a lost run's path has the "
+        "same events, and sidecars of an older privlm name no identity).",
         "",
         f"Seeded runs ({seeded} of the {releases} releases: their noise is reproducible from the seed, so as "
         "committed they guarantee nothing) count at the ε of the mechanism they ran, which is what an unseeded "

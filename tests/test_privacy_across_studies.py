@@ -236,3 +236,67 @@ def test_a_kept_ledger_no_cell_s_set_names_is_counted(script: ModuleType, tmp_pa
     assert counted[f"grid/{training}"].entries == (steps,)
     assert counted[f"grid/{training}"].epsilon == pytest.approx(Ledger([steps]).epsilon(1e-5))
     assert counted[f"grid/{named}#displaced-00ff"].epsilon == pytest.approx(Ledger([draw]).epsilon(1e-5))
+
+
+def test_rows_whose_sidecars_name_one_run_are_one_release(script: ModuleType, tmp_path: Path) -> None:
+    """dp-finetune-gen trains once per (ε, seed) for every n: rows (finished or not) whose sidecars name one ledger
+    and one run identity are one release; a row naming no identity (an older privlm) is its own release, and a
+    kept ledger of another run than the one a sidecar names at its path still counts."""
+    from privlm.privacy import Ledger, LedgerEntry, PoissonGaussianStep
+
+    steps = LedgerEntry(PoissonGaussianStep(0.05, 1.5, "exact", None, 0), 30, "steps")
+    epsilon = Ledger([steps]).epsilon(1e-5)
+
+    def side(run: str | None, path: str) -> dict[str, Any]:
+        named = {"ledger_run": run} if run else {}
+        return {"dp": True, "ledger": [steps.to_dict()], "epsilon_accounted": epsilon, "ledger_file": path, **named}
+
+    shared, other = "../private-cache/h/dpft-a/privacy.json", "../private-cache/h/dpft-b/privacy.json"
+    sidecars = {
+        "work/dp-finetune-gen_n100_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),
+        "work/dp-finetune-gen_n1000_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),
+        "work/dp-finetune-gen_n2000_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),  # no row yet
+        "work/dp-finetune-gen_n100_seed1_eps4/synthetic.privacy.json": side(None, other),
+        "work/dp-finetune-gen_n1000_seed1_eps4/synthetic.privacy.json": side(None, other),
+        "work/dp-finetune-gen_n100_seed2_eps4/synthetic.privacy.json": side(
+            "d" * 16, "../private-cache/h/c/privacy.json"
+        ),
+    }
+    ledgers = {  # the ledger at dpft-c's path is a later run's ("c"), not the one the seed-2 set came from ("d")
+        "work/private-cache/h/dpft-a/privacy.json": Ledger([steps], run="a" * 16).to_dict(),
+        "work/private-cache/h/c/privacy.json": Ledger([steps], run="c" * 16).to_dict(),
+    }
+    config = {
+        "pool_per_class": "all",
+        "dataset": "rotten-tomatoes",
+        "data_seed": 0,
+        "delta": 1e-5,
+        "methods": [{"name": "dp-finetune-gen", "params": {}}],
+    }
+    cells = [f"dp-finetune-gen_n{n}_seed{s}_eps4" for s, n in ((0, 100), (0, 1000), (1, 100), (1, 1000), (2, 100))]
+    rows = [{"cell": c, "method": "dp-finetune-gen", "epsilon": 4.0, "delta": 1e-5, "config_hash": "h"} for c in cells]
+    grid = tmp_path / "research" / "grid"
+    (grid / "configs").mkdir(parents=True)
+    (grid / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": ledgers, "sidecars": sidecars}))
+    (grid / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (grid / "config.json").write_text(json.dumps(config))
+    (grid / "configs" / "h.json").write_text(json.dumps(config))
+    files = ["config.json", "configs/h.json", "results.jsonl", script.ACCOUNTING]
+    scan = script.Scan(tmp_path, frozenset(f"research/grid/{name}" for name in files))
+    script.read_experiment_grids(scan)
+    script.read_unfinished_draws(scan)
+    found = sorted((sorted(r.rows), r.name.split(" ")[0]) for r in scan.releases)
+    row = "research/grid/results.jsonl#"
+    assert found == sorted(
+        [
+            ([], "grid/work/private-cache/h/c/privacy.json"),  # run "c": no sidecar names it
+            (
+                sorted([f"{row}{cells[0]}", f"{row}{cells[1]}"]),
+                f"grid/{cells[0]}",
+            ),  # one run "a", the unfinished n2000 too
+            ([f"{row}{cells[2]}"], f"grid/{cells[2]}"),
+            ([f"{row}{cells[3]}"], f"grid/{cells[3]}"),
+            ([f"{row}{cells[4]}"], f"grid/{cells[4]}"),
+        ]
+    )
+    assert all(r.entries is not None and r.entries[0].count == 30 for r in scan.releases)

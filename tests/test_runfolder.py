@@ -55,6 +55,9 @@ def test_write_ahead_appends_every_entry_unless_recorded(tmp_path) -> None:
     write_ahead(path, ENTRY)
     write_ahead(path, ENTRY, unless_recorded=True)
     assert [e.event for e in Ledger.load(path)] == [ENTRY.event, ENTRY.event]
+    assert Ledger.load(path).run is not None  # a new ledger has its run's identity, kept by every append
+    write_ahead(tmp_path / "another" / "privacy.json", ENTRY)
+    assert Ledger.load(tmp_path / "another" / "privacy.json").run not in (None, Ledger.load(path).run)
 
 
 def test_reported_epsilon_is_never_below_the_target_and_never_hides_nan() -> None:
@@ -77,7 +80,10 @@ def test_epsilon_statement_reports_the_ledger() -> None:
         "delta": 1e-5,
         "ledger": [ENTRY.to_dict()],
         "ledger_file": "out.jsonl.x/privacy.json",
-    }  # relative to the sidecar's folder
+    }  # relative to the sidecar's folder; a ledger without an identity names none
+    named = Ledger([ENTRY], run="0123456789abcdef")
+    block = epsilon_statement(named, 0.001, 1e-5, ledger_file=Path("l.json"), sidecar=Path("s.privacy.json"))
+    assert block["ledger_run"] == "0123456789abcdef"
 
 
 def test_run_folder_paths(tmp_path) -> None:

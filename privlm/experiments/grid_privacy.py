@@ -12,17 +12,23 @@ not (a cell interrupted after its draw, or set aside after its set was published
 composition never under-reports what any subset of the grid's sets costs. Those folders are private and
 ignored by git, and a new machine starts without them: after every cell the runner copies every ledger and
 sidecar found there into ``DIR/accounting.json`` (:func:`keep_accounting`; public: events and privacy statements
-only), which is committed with the results, and a ledger whose run folder is gone is read from that copy. A ledger
-in the private cache that several finished cells claim (dp-finetune-gen trains once per (ε, seed) for every n)
-counts once per cell that claims it: a ledger holds its events only, no identity of the run, so a run made again
-at the same path after its folder was lost (the same settings, the same events) cannot be told from one run
-serving both cells; sharing is therefore not assumed (an over-count when the cells did share one run). A ledger
-inside another run folder counts again unless it is a prefix of that run's ledger (a training checkpoint's copy).
+only), which is committed with the results, and a ledger whose run folder is gone is read from that copy.
+
+Runs are told apart by their identity (``run`` in the ledger, a random token drawn when the run starts; the
+sidecar's ``ledger_run`` names it), not by their events: a run made again at the same path after its folder was
+lost has the same settings and the same events, and another identity. A ledger in the private cache that several
+finished cells claim (dp-finetune-gen trains once per (ε, seed) for every n) counts once for the cells whose
+sidecars name its identity, and once more for each cell whose sidecar names none (written by an older privlm,
+or read from a ledger without one): such a cell may have been served by a lost run with the same events, so
+sharing is not assumed for it (an over-count where it did share). A ledger replaces its kept copy, or stands
+for it, only when it begins with the copy's releases and has the copy's identity (none for both counts as the
+same: ledgers of an older privlm). A ledger inside another run folder counts again unless it is a prefix of that
+run's ledger with its identity (a training checkpoint's copy).
 
 The check behind the number (ASSUMPTION made explicit): every finished DP cell's set is accounted by a
 write-ahead ledger that begins with the ledger its sidecar (``synthetic.privacy.json``) reports — the one
-its ``ledger_file`` names (:func:`privlm.runfolder.epsilon_statement`) or, for sidecars written before that
-field, one inside the cell's own folder — and a ledger outside ``DIR/work/private-cache`` accounts for one
+its ``ledger_file`` names (:func:`privlm.runfolder.epsilon_statement`), of the run its ``ledger_run`` names when
+it names one, or, for sidecars written before ``ledger_file``, one inside the cell's own folder — and a ledger outside ``DIR/work/private-cache`` accounts for one
 cell only (two cells claiming one such ledger would hide a draw: a copied sidecar or run folder). A cell
 that fails (a set from an older privlm, a deleted run folder), an unreadable ledger or sidecar, or a ledger
 of seeded draws (``private_release`` false: noise a user seed reproduces, no guarantee) is named, and the
@@ -182,15 +188,16 @@ class _Ledgers:
 
     def count_runs(self) -> None:
         """Count every write-ahead ledger under ``out/work`` and ``out/stale`` (symbolic links followed) and every
-        kept copy that the live ledger at its path does not begin with (its folder was lost, or a new run was made
-        there), less those inside a run folder whose own counted ledger starts with theirs (a checkpoint's copy)."""
+        kept copy that the live ledger at its path does not continue (:func:`_continues`: its folder was lost, or a
+        new run was made there), less those inside a run folder whose own counted ledger continues theirs (a
+        checkpoint's copy)."""
         found = [key for rel in _live_ledgers(self.out) if (key := self.live_key(rel)) is not None]
         for rel in self.kept_ledgers:
             kept = KEPT_KEY + rel
             self.position[kept] = rel.split(DISPLACED, 1)[0]
             live = None if DISPLACED in rel else self.live_key(rel)
             copy, now = self.get(kept), None if live is None else self.get(live)
-            if copy is not None and now is not None and _starts_with(now, _releases(copy)):
+            if copy is not None and now is not None and _continues(now, copy):
                 self.alias[kept] = str(live)
             else:
                 found.append(kept)
@@ -254,12 +261,12 @@ def keep_accounting(out: Path) -> tuple[int, int]:
     folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
 
     Public: a ledger holds the mechanisms' events (noise multipliers, sampling rates, counts, labels) and a sidecar
-    the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data. A DP-SGD
-    step's sampling rate q = B/N tells the number of private examples N, which privlm's DP-SGD accounting assumes
-    public (``docs/accounting.md``); GRADMM's and PE's events do not depend on N. A kept
-    ledger is replaced by the live one only when that begins with it (the run went on); otherwise (the folder was
-    lost and a new run made at the same path) the old copy stays, as ``<path>#displaced-<digest>``, and counts
-    beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
+    the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data (a run's
+    identity is a random token). A DP-SGD step's sampling rate q = B/N tells the number of private examples N,
+    which privlm's DP-SGD accounting assumes public (``docs/accounting.md``); GRADMM's and PE's events do not
+    depend on N. A kept ledger is replaced by the live one only when that continues it (:func:`_continues`: the
+    run went on); otherwise (the folder was lost and a new run made at the same path) the old copy stays, as
+    ``<path>#displaced-<digest>``, and counts beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
     calls this as soon as a cell's set is written (its evaluation releases nothing) and at the end of a run: draws
     still being made (a DP-SGD run in its steps) are kept by the next call, so a machine lost in the middle of
     making a set loses those draws' ledger together with their outputs; call it by hand
@@ -285,7 +292,7 @@ def keep_accounting(out: Path) -> tuple[int, int]:
         old = ledgers.get(rel)
         if old is not None:
             try:
-                grown = _starts_with(ledger, _releases(Ledger.from_dict(old, rel)))
+                grown = _continues(ledger, Ledger.from_dict(old, rel))
             except UserError:
                 grown = False
             if not grown:
@@ -302,7 +309,8 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     after checking that they account for each finished DP cell of ``rows`` (module docstring)."""
     ledgers = _Ledgers(Path(out))
     ledgers.count_runs()
-    claims: dict[str, list[str]] = defaultdict(list)
+    claims: dict[str, list[str | None]] = defaultdict(list)  # ledger key -> the run identity each claim names
+    cells_of: dict[str, list[str]] = defaultdict(list)
     dp_cells, unaccounted = 0, []
     budgets: dict[str, tuple[float, float] | None] = {}
     for row in rows:
@@ -318,14 +326,14 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         if accounting is None:
             unaccounted.append(row["cell"])
         else:
-            claims[accounting].append(row["cell"])
+            claims[accounting].append(sidecar.get("ledger_run"))
             ledgers.counted.add(accounting)
-    for key, cells in claims.items():
+            cells_of[accounting].append(row["cell"])
+    for key, cells in cells_of.items():
         if len(cells) > 1 and not ledgers.position[key].startswith(f"work/{SHARED}/"):
             unaccounted.extend(cells)
     counted = [ledgers.read[key] for key in sorted(ledgers.counted)]  # only ledgers that were read are counted
-    # a ledger claimed by k finished cells counts k times: the cells may have been served by k runs (docstring)
-    times = [max(1, len(claims.get(key, ()))) for key in sorted(ledgers.counted)]
+    times = [_runs_served(claims.get(key, [])) for key in sorted(ledgers.counted)]
     merged = Ledger(
         [entry for ledger, k in zip(counted, times) if ledger is not None for _ in range(k) for entry in ledger]
     )
@@ -345,6 +353,14 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         ledger_epsilon=composed,
         stated=tuple(stated),
     )
+
+
+def _runs_served(claims: Sequence[str | None]) -> int:
+    """How many runs a ledger claimed by finished cells (each claim: the run identity its sidecar names) counts
+    for: one for every claim that names the ledger's identity (:func:`_accounting_ledger` matched it), one more
+    for each claim that names none (module docstring); one for a ledger no finished cell claims."""
+    unnamed = sum(run is None for run in claims)
+    return max(1, unnamed + (len(claims) > unnamed))
 
 
 def _stated_budget(row: dict[str, Any], sidecar: dict[str, Any]) -> tuple[float, float] | None:
@@ -382,6 +398,7 @@ def _accounting_ledger(cell: str, sidecar: dict[str, Any], ledgers: _Ledgers) ->
         return None
     if not reported:
         return None
+    run = sidecar.get("ledger_run")  # the identity of the run the set came from (None: not stated)
     pointer = sidecar.get("ledger_file")
     if isinstance(pointer, str):
         places = [posixpath.normpath(f"{cell}/{pointer}")]
@@ -394,17 +411,21 @@ def _accounting_ledger(cell: str, sidecar: dict[str, Any], ledgers: _Ledgers) ->
         kept = [KEPT_KEY + rel for rel in ledgers.kept_ledgers if rel == place or rel.startswith(place + DISPLACED)]
         for key in [*([live_key] if live_key else []), *kept]:
             ledger = ledgers.get(key)
-            if ledger is not None and _starts_with(ledger, reported):
+            if ledger is not None and (run is None or ledger.run == run) and _starts_with(ledger, reported):
                 return ledgers.counted_key(key)
     return None
 
 
 def _a_copy_inside(where: PurePosixPath, ledger: Ledger, runs: Sequence[tuple[PurePosixPath, Ledger]]) -> bool:
-    """Whether the ledger at ``where`` lies inside the folder of one of ``runs`` (path, ledger) whose ledger begins
-    with it: a checkpoint's copy, which counts no draw of its own."""
-    return any(
-        run != where and run.parent in where.parents and _starts_with(outer, _releases(ledger)) for run, outer in runs
-    )
+    """Whether the ledger at ``where`` lies inside the folder of one of ``runs`` (path, ledger) whose ledger
+    continues it: a checkpoint's copy, which counts no draw of its own."""
+    return any(run != where and run.parent in where.parents and _continues(outer, ledger) for run, outer in runs)
+
+
+def _continues(ledger: Ledger, earlier: Ledger) -> bool:
+    """Whether ``ledger`` is ``earlier`` gone on: the same run's identity (none for both: ledgers of an older
+    privlm) and ``earlier``'s releases first."""
+    return ledger.run == earlier.run and _starts_with(ledger, _releases(earlier))
 
 
 def _runs(releases: Sequence[tuple[Event, int]]) -> list[tuple[Event, int]]:

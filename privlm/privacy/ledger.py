@@ -2,21 +2,25 @@
 
 File format (UTF-8 JSON)::
 
-    {"format": "privlm-ledger", "version": 1, "private_release": true,
+    {"format": "privlm-ledger", "version": 1, "private_release": true, "run": "9f2c4e1a0b7d3386",
      "entries": [{"event": {"kind": "poisson_gaussian_step", ...}, "count": 100, "label": "epoch 1"}, ...]}
 
-(``private_release`` is false for seeded runs; a file without it, from an older privlm, reads as true.)
+(``private_release`` is false for seeded runs; a file without it, from an older privlm, reads as true.
+``run`` is the identity of the run that writes the ledger (:func:`new_run_id`): two runs with the same settings
+book the same events, and only ``run`` tells their ledgers apart; a file without it, from an older privlm,
+has none.)
 
 Guarantees: :meth:`Ledger.save` writes a temporary file in the same folder and ``os.replace``-s it, so a
 crash never leaves a half-written ledger; it refuses to overwrite a ledger file whose entries are not a
 prefix of this ledger's entries (so a stale in-memory copy can never drop entries recorded by another
-run). Entries are never removed or edited.
+run, or belonging to another run). Entries are never removed or edited.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,12 @@ from privlm.privacy.validation import check_count
 
 FORMAT = "privlm-ledger"
 VERSION = 1
+
+
+def new_run_id() -> str:
+    """A fresh identity for a new run's ledger: 64 random bits from the operating system, as 16 hex digits.
+    Public: it is drawn from no data and tells nothing but which run wrote a ledger."""
+    return secrets.token_hex(8)
 
 
 @dataclass(frozen=True)
@@ -64,10 +74,20 @@ class LedgerEntry:
 class Ledger:
     """Ordered, append-only list of :class:`LedgerEntry`. ``private_release`` is False when the noise
     behind the entries is reproducible from a user seed (``--seed``): the ε is then what the mechanism
-    would give, not a guarantee anyone holds (whoever knows the seed removes the noise)."""
+    would give, not a guarantee anyone holds (whoever knows the seed removes the noise). ``run``: the identity
+    of the run whose draws the ledger books (:func:`new_run_id`; None for a ledger that books no run's draws,
+    e.g. a composition, or one written by an older privlm)."""
 
-    def __init__(self, entries: tuple[LedgerEntry, ...] | list[LedgerEntry] = (), private_release: bool = True) -> None:
+    def __init__(
+        self,
+        entries: tuple[LedgerEntry, ...] | list[LedgerEntry] = (),
+        private_release: bool = True,
+        run: str | None = None,
+    ) -> None:
+        if run is not None and (not isinstance(run, str) or not run):
+            raise UserError(f"a ledger's run identity must be a non-empty string, got {run!r}")
         self.private_release = bool(private_release)
+        self.run = run
         self._entries: list[LedgerEntry] = []
         for entry in entries:
             self.append(entry)
@@ -102,7 +122,7 @@ class Ledger:
         ``steps a-b``): a checkpoint's ledger, when the run's own ledger is already ahead of it."""
         if count == self.count:
             return self
-        held, done = Ledger(private_release=self.private_release), 0
+        held, done = Ledger(private_release=self.private_release, run=self.run), 0
         for entry in self._entries:
             if done + entry.count > count:
                 if count > done:
@@ -129,19 +149,27 @@ class Ledger:
         return self.accountant(method).epsilon(delta)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form of the whole ledger."""
+        """JSON form of the whole ledger (``run`` only when it has one)."""
         return {
             "format": FORMAT,
             "version": VERSION,
             "private_release": self.private_release,
+            **({"run": self.run} if self.run is not None else {}),
             "entries": [entry.to_dict() for entry in self._entries],
         }
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically; refuse if the file on disk holds entries this ledger does not start with."""
+        """Write atomically; refuse if the file on disk holds entries this ledger does not start with, or is
+        another run's (its ``run`` is set and differs from this one's: a second run at the same path)."""
         path = Path(path)
         if path.exists():
-            on_disk = Ledger.load(path).entries
+            found = Ledger.load(path)
+            if found.run is not None and found.run != self.run:
+                raise UserError(
+                    f"{path}: the ledger on disk is another run's (run {found.run}, this one {self.run}); "
+                    "a run never writes over another run's ledger: choose a new output or resume that run"
+                )
+            on_disk = found.entries
             if self.entries[: len(on_disk)] != on_disk:
                 raise UserError(
                     f"{path}: the ledger on disk has entries this one lacks ({len(on_disk)} on disk, "
@@ -175,4 +203,7 @@ class Ledger:
                 entries.append(LedgerEntry.from_dict(item))
             except UserError as err:
                 raise UserError(f"{source}: entry {index}: {err}") from err
-        return cls(entries, private_release=data.get("private_release", True) is not False)
+        try:
+            return cls(entries, private_release=data.get("private_release", True) is not False, run=data.get("run"))
+        except UserError as err:
+            raise UserError(f"{source}: {err}") from err

@@ -28,6 +28,7 @@ _STATED = {
     "epsilon_accounted",
     "ledger",
     "ledger_file",
+    "ledger_run",
     "warning",
 }
 _GUARANTEE = (

@@ -60,6 +60,7 @@ from privlm.dpsgd.sampling import MicroBatches, PoissonBatchSampler, physical_ba
 from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
 from privlm.privacy import Ledger, PoissonGaussianStep, dpsgd_epsilon
+from privlm.privacy.ledger import new_run_id
 from privlm.randomness import RunStreams
 from privlm.training import checkpoint as ckpt
 from privlm.training import fsdp
@@ -512,7 +513,7 @@ def train_loop(
     of ``run.rows`` and of ``run.module`` as prepared, taken before the checkpoint is loaded)."""
     start_time = time.perf_counter()
     ctx, config = run.ctx, run.config
-    ledger = Ledger(private_release=run.streams.private)
+    ledger = Ledger(private_release=run.streams.private, run=new_run_id())  # a resume reads the run's own back
     start = covered = 0  # covered: the steps privacy.json accounts for (≥ the last checkpoint's step)
     state = prints = None
     if run_dir is not None:

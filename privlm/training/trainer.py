@@ -52,6 +52,7 @@ from privlm.dpsgd.engine import PrivacyEngine, PrivateModel
 from privlm.dpsgd.settings import DPSGDSettings
 from privlm.errors import UserError
 from privlm.privacy import Ledger
+from privlm.privacy.ledger import new_run_id
 from privlm.training.loop import steps_within_budget
 
 
@@ -201,7 +202,7 @@ class PrivateTrainer(Trainer):
         if self.engine is None:
             return
         if self.ledger is None:
-            self.ledger = Ledger(private_release=self.engine.private_release)
+            self.ledger = Ledger(private_release=self.engine.private_release, run=new_run_id())
         first, last = self.ledger.count + 1, self.engine.steps
         if last < first:
             return

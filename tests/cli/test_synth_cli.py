@@ -204,11 +204,12 @@ def test_poisoned_data_file_after_release_gives_bit_identical_output(tmp_path, c
     assert _synth([*args, "--out", str(second), "--resume"]) == 0
     assert second.read_bytes() == first.read_bytes() and len(first.read_bytes()) > 0
     privacy, before = (json.loads(GradmmPaths(out).sidecar.read_text()) for out in (second, first))
-    # each names its own run folder's ledger (grid_privacy follows it); all else is identical
+    # each names its own run folder's ledger and its run's identity (grid_privacy follows them); all else is identical
     assert (privacy.pop("ledger_file"), before.pop("ledger_file")) == (
         "second.jsonl.gradmm/privacy.json",
         "first.jsonl.gradmm/privacy.json",
     )
+    assert privacy.pop("ledger_run") != before.pop("ledger_run")
     assert privacy == before
 
 
@@ -297,7 +298,7 @@ def test_outputs_do_not_depend_on_which_labels_occur(tmp_path, capsys) -> None:
     assert m_a["prompt"]["label_names"] == ["neg", "pos", "mixed"]
     assert m_a["prompt"]["label_words"] == ["neg", "pos", "so-so"]
     assert "private_examples" not in s_a  # the set's size N is never released (an exact N reveals membership)
-    for key in ("release_sha256", "private_data", "ledger_file"):  # the release, the set read, its run's ledger
+    for key in ("release_sha256", "private_data", "ledger_file", "ledger_run"):  # the release, the set, its run
         assert s_a.pop(key) != s_b.pop(key)
     assert s_a == s_b
     assert [(r["label"], r["label_name"]) for r in rows_a] == [(r["label"], r["label_name"]) for r in rows_b]

@@ -22,9 +22,9 @@ RELEASE = GaussianRelease(3.0)
 STEP = PoissonGaussianStep(0.05, 1.2)  # exact clipping: the reference below is the plain subsampled Gaussian
 
 
-def _ledger(path: Path, *entries: LedgerEntry) -> None:
+def _ledger(path: Path, *entries: LedgerEntry, run: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    Ledger(entries).save(path)
+    Ledger(entries, run=run).save(path)
 
 
 def _sidecar(work: Path, cell: str, entries: list[dict] | None, **extra: object) -> None:
@@ -275,6 +275,60 @@ def test_a_run_made_again_at_a_lost_runs_path_counts_for_both_cells_it_served(tm
     found = grid_privacy(tmp_path, rows, DELTA)
     assert (found.unaccounted, found.releases) == ((), 2 * 40)
     assert found.epsilon == pytest.approx(Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA))
+
+
+def test_cells_that_name_one_runs_identity_count_it_once_and_a_cell_naming_none_counts_it_again(
+    tmp_path: Path,
+) -> None:
+    """Three cells sample from one DP training run in the private cache: two sidecars name the run's identity (one
+    run served both), one names none (written by an older privlm: it may have come from a lost run with the same
+    events). A checkpoint's copy inside the run, with the run's identity, counts nothing."""
+    work = tmp_path / "work"
+    steps = LedgerEntry(STEP, 40, "steps 1-40")
+    run = work / "private-cache" / "h" / "dpft-x"
+    _ledger(run / "privacy.json", steps, run="a" * 16)
+    _ledger(run / "checkpoint-20" / "privacy.json", LedgerEntry(STEP, 20, "steps 1-20"), run="a" * 16)
+    ledger_file = "../private-cache/h/dpft-x/privacy.json"
+    cells = ["dp-finetune-gen_n5_seed0_eps1", "dp-finetune-gen_n10_seed0_eps1", "dp-finetune-gen_n20_seed0_eps1"]
+    for cell in cells[:2]:
+        _sidecar(work, cell, [steps.to_dict()], ledger_file=ledger_file, ledger_run="a" * 16)
+    found = grid_privacy(tmp_path, [_row(cell, 1.0) for cell in cells[:2]], DELTA)
+    assert (found.unaccounted, found.ledgers, found.releases) == ((), 1, 40)
+    assert found.epsilon == pytest.approx(Ledger([steps]).epsilon(DELTA))
+    _sidecar(work, cells[2], [steps.to_dict()], ledger_file=ledger_file)
+    found = grid_privacy(tmp_path, [_row(cell, 1.0) for cell in cells], DELTA)
+    assert (found.unaccounted, found.releases) == ((), 2 * 40)
+    assert found.epsilon == pytest.approx(Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA))
+
+
+def test_a_run_made_again_at_a_lost_runs_path_is_told_apart_by_its_identity(tmp_path: Path) -> None:
+    """The same events as in the test above, but each run has its identity: the new run's ledger does not replace
+    the kept copy of the lost one (it is displaced and counts), and each cell is accounted by its own run's
+    ledger, also once the work folder is lost again. A cell naming a run whose ledger is nowhere is unaccounted."""
+    work = tmp_path / "work"
+    steps = LedgerEntry(STEP, 40, "steps 1-40")
+    ledger_file = "../private-cache/h/dpft-x/privacy.json"
+    path = work / "private-cache" / "h" / "dpft-x" / "privacy.json"
+    _ledger(path, steps, run="a" * 16)
+    _sidecar(work, "dp-finetune-gen_n10_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file, ledger_run="a" * 16)
+    keep_accounting(tmp_path)
+    shutil.rmtree(work)  # the machine is lost
+    _ledger(path, steps, run="b" * 16)  # a new run, the same events
+    _sidecar(work, "dp-finetune-gen_n5_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file, ledger_run="b" * 16)
+    keep_accounting(tmp_path)
+    kept = json.loads((tmp_path / "accounting.json").read_text())["ledgers"]
+    assert sorted(Ledger.from_dict(ledger).run for ledger in kept.values()) == ["a" * 16, "b" * 16]
+    rows = [_row("dp-finetune-gen_n10_seed0_eps1", 1.0), _row("dp-finetune-gen_n5_seed0_eps1", 1.0)]
+    two_runs = Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA)
+    for _ in range(2):
+        found = grid_privacy(tmp_path, rows, DELTA)
+        assert (found.unaccounted, found.ledgers, found.releases) == ((), 2, 2 * 40)
+        assert found.epsilon == pytest.approx(two_runs)
+        shutil.rmtree(work)  # the second pass reads the kept copies only
+        work.mkdir()
+    _sidecar(work, "dp-finetune-gen_n20_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file, ledger_run="c" * 16)
+    found = grid_privacy(tmp_path, [*rows, _row("dp-finetune-gen_n20_seed0_eps1", 1.0)], DELTA)
+    assert found.unaccounted == ("dp-finetune-gen_n20_seed0_eps1",) and found.epsilon is None
 
 
 def test_an_unreadable_accounting_file_is_named_and_never_overwritten(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from privlm.errors import UserError
 from privlm.privacy.accountant import PrivacyAccountant
 from privlm.privacy.events import GaussianRelease, PoissonGaussianStep
-from privlm.privacy.ledger import Ledger, LedgerEntry
+from privlm.privacy.ledger import Ledger, LedgerEntry, new_run_id
 
 
 def _ledger() -> Ledger:
@@ -118,3 +118,33 @@ def test_prefix_keeps_the_first_releases_and_cuts_an_entry_in_two():
     assert [(e.count, e.label) for e in cut] == [(3, "steps 1-3"), (2, "steps 4-5")]
     assert cut.count == 5 and cut.private_release is False
     assert [e.count for e in ledger.prefix(3)] == [3] and ledger.prefix(0).count == 0
+
+
+def test_a_run_identity_is_kept_through_save_load_and_prefix_and_read_as_none_from_older_files(tmp_path):
+    ledger = Ledger(run=new_run_id())
+    ledger.record(GaussianRelease(noise_multiplier=2.0), 3)
+    assert len(ledger.run) == 16 and new_run_id() != ledger.run  # 64 random bits: two runs never share one
+    ledger.save(tmp_path / "run.json")
+    assert Ledger.load(tmp_path / "run.json").run == ledger.run == ledger.prefix(1).run
+    old = ledger.to_dict()
+    del old["run"]  # written before ledgers had an identity
+    assert Ledger.from_dict(old).run is None and "run" not in Ledger.from_dict(old).to_dict()
+    with pytest.raises(UserError, match="kept: a ledger's run identity"):
+        Ledger.from_dict({**old, "run": 7}, "kept")
+
+
+def test_a_run_never_writes_over_another_runs_ledger_even_with_the_same_events(tmp_path):
+    path = tmp_path / "privacy.json"
+    first = Ledger(run=new_run_id())
+    first.record(GaussianRelease(noise_multiplier=2.0), 1, "release")
+    first.save(path)
+    again = Ledger(run=new_run_id())  # a second run at the same path, the same settings: the same events
+    again.record(GaussianRelease(noise_multiplier=2.0), 1, "release")
+    with pytest.raises(UserError, match="another run's"):
+        again.save(path)
+    with pytest.raises(UserError, match="another run's"):
+        Ledger(first.entries).save(path)  # nor may a ledger without an identity
+    resumed = Ledger.load(path)
+    resumed.record(GaussianRelease(noise_multiplier=2.0), 1, "release")
+    resumed.save(path)  # the same run goes on
+    assert Ledger.load(path).count == 2 and Ledger.load(path).run == first.run
