@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from privlm.experiments.grid_privacy import SHARED, continues
 from privlm.norm_modes import CLIPPING_KINDS
 from privlm.privacy import (
     GaussianRelease,
@@ -198,6 +199,7 @@ class Release:
     source: str
     seeded: bool = False
     unfinished: bool = False
+    serves: int = 1  # the sets (rows, or drawn sets without a row) this release accounts for: one run's, merged
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (numbers rounded to :data:`DIGITS` significant digits)."""
@@ -215,6 +217,7 @@ class Release:
             "source": self.source,
             "seeded": self.seeded,
             "unfinished": self.unfinished,
+            "serves": self.serves,
             "events": None if self.entries is None else [entry.to_dict() for entry in self.entries],
         }
 
@@ -365,11 +368,13 @@ CELL_KEY = re.compile(r"^(?P<method>.+)_n\d+_seed(?P<seed>\d+)_eps(?P<eps>[0-9.]
 def read_unfinished_draws(scan: Scan) -> None:
     """Draws a grid's committed ``accounting.json`` keeps whose cell has no results row yet (drawn, the cell
     still running when the ledgers were copied): each DP sidecar ``work/<cell>/synthetic.privacy.json`` of a
-    cell without a row is a release at its own ledger (a DP-SGD run too, even where a finished row names the same
-    ledger: module docstring). Noise-only sidecars spend nothing. So is each
-    kept ledger that no cell's sidecar names (``ledger_file``): a run whose set is not written yet (a
-    dp-finetune-gen training in progress, a release drawn just before the machine was lost) or a ledger
-    displaced by a new run at the same path (``#displaced-``), at the ε its events give at the grid's δ."""
+    cell without a row is a release at its own ledger, or, for a DP-SGD run whose identity a finished row's (or
+    another unfinished) sidecar names too, part of that release (:func:`_count_run`; a sidecar naming no
+    identity is always its own release: module docstring). Noise-only sidecars spend nothing. So is each kept
+    ledger that no cell's sidecar names (``ledger_file`` and ``ledger_run``, with no fewer steps than the kept
+    ledger): a run whose set is not written yet (a dp-finetune-gen training in progress, a release drawn just
+    before the machine was lost), a run made since at a path a sidecar names, or a ledger displaced by a new
+    run at the same path (``#displaced-``), at the ε its events give at the grid's δ."""
     for path in sorted(p for p in scan.files if p.endswith(f"/{ACCOUNTING}")):
         folder, study = path.rsplit("/", 1)[0], study_of(path)
         results = f"{folder}/results.jsonl"
@@ -382,10 +387,9 @@ def read_unfinished_draws(scan: Scan) -> None:
         for kept, sidecar in sorted(sidecars.items()):
             cell = kept.split("/")[1]
             match = CELL_KEY.match(cell)
-            if match and sidecar.get("ledger_file"):
-                pointed = posixpath.normpath(posixpath.join(posixpath.dirname(kept), sidecar["ledger_file"]))
-                if pointed in ledgers and ledgers[pointed].get("run") == sidecar.get("ledger_run"):
-                    named.add(pointed)  # the run the sidecar names (not another run made since at its path)
+            pointed = _ledger_path(kept, sidecar)
+            if match and pointed in ledgers and _names(sidecar, Ledger.from_dict(ledgers[pointed], pointed)):
+                named.add(pointed)
             if cell in finished or not match or not sidecar.get("dp") or sidecar.get("noise_only"):
                 continue
             method, epsilon = match["method"], float(match["eps"])
@@ -646,6 +650,19 @@ def _pe_entries(
     )
 
 
+def _ledger_path(kept: str, sidecar: dict[str, Any]) -> str | None:
+    """The path (in the grid's ``accounting.json``) of the ledger the sidecar kept as ``kept`` names; None: none."""
+    pointer = sidecar.get("ledger_file")
+    return posixpath.normpath(posixpath.join(posixpath.dirname(kept), pointer)) if isinstance(pointer, str) else None
+
+
+def _names(sidecar: dict[str, Any], ledger: Ledger) -> bool:
+    """Whether a set's sidecar accounts for all of ``ledger`` (the kept ledger at the path it names): the run its
+    ``ledger_run`` names (none for both: an older privlm), no more steps than the sidecar's own copy holds."""
+    steps = sum(LedgerEntry.from_dict(item).count for item in sidecar.get("ledger") or [])
+    return sidecar.get("ledger_run") == ledger.run and ledger.count <= steps
+
+
 def _sidecar(scan: Scan, folder: str, row: dict[str, Any]) -> dict[str, Any]:
     """The sidecar of a grid row's set as ``folder``'s ``accounting.json`` keeps it (``{}``: none kept)."""
     path = f"{folder}/{ACCOUNTING}"
@@ -657,29 +674,38 @@ def _sidecar(scan: Scan, folder: str, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_key(folder: str, kept: str, sidecar: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(grid folder, ledger path, run identity) of the DP-SGD run that the sidecar kept as ``kept`` in the grid's
-    ``accounting.json`` names; None when it names no identity (an older privlm): such a row is its own release."""
-    run, pointer = sidecar.get("ledger_run"), sidecar.get("ledger_file")
-    if not isinstance(run, str) or not isinstance(pointer, str):
+    """(grid folder, ledger path, run identity) of the DP-SGD run in the grid's private cache that the sidecar kept
+    as ``kept`` in the grid's ``accounting.json`` names; None when it names no identity (an older privlm) or a
+    ledger outside the cache (a run of one cell): such a row is its own release."""
+    run, path = sidecar.get("ledger_run"), _ledger_path(kept, sidecar)
+    if not isinstance(run, str) or path is None or not path.startswith(f"work/{SHARED}/"):
         return None
-    return folder, posixpath.normpath(posixpath.join(posixpath.dirname(kept), pointer)), run
+    return folder, path, run
 
 
 def _count_run(scan: Scan, key: tuple[str, str, str] | None, release: Release) -> None:
-    """Add a DP-SGD set's ``release`` to ``scan``, or, when an earlier release counts the run ``key`` names and both
-    were rebuilt, fold it into that one (one run, counted once): its rows join, the larger ε and the longer
-    ledger stay (the sets of one run were sampled from it at different steps of its ledger, or at the same)."""
+    """Add a DP-SGD set's ``release`` to ``scan``, or, when an earlier release counts the run ``key`` names, both were
+    rebuilt and one's ledger continues the other's (:func:`privlm.experiments.grid_privacy.continues`), fold it
+    into that one (one run, counted once): its rows join, the larger ε and the longer ledger stay (the sets of
+    one run were sampled from it at different steps of its ledger, or at the same), and ``serves`` counts it."""
     earlier = None if key is None else scan.runs.get(key)
-    if earlier is None or earlier.entries is None or release.entries is None:
+    if earlier is None or earlier.entries is None or release.entries is None or not _one_run(earlier, release):
         scan.releases.append(release)
         if key is not None and release.entries is not None:
             scan.runs.setdefault(key, release)
         return
     earlier.rows += release.rows
+    earlier.serves += release.serves
     earlier.epsilon = max(earlier.epsilon, release.epsilon)
     earlier.unfinished = earlier.unfinished and release.unfinished
     if sum(e.count for e in release.entries) > sum(e.count for e in earlier.entries):
         earlier.entries, earlier.source = release.entries, release.source
+
+
+def _one_run(a: Release, b: Release) -> bool:
+    """Whether the rebuilt ledgers of ``a`` and ``b`` are one run's: one of them continues the other."""
+    first, second = Ledger(list(a.entries or ())), Ledger(list(b.entries or ()))
+    return continues(first, second) or continues(second, first)
 
 
 def _dpft_entries(scan: Scan, folder: str, row: dict[str, Any]) -> tuple[tuple[LedgerEntry, ...] | None, str]:
@@ -688,7 +714,7 @@ def _dpft_entries(scan: Scan, folder: str, row: dict[str, Any]) -> tuple[tuple[L
     path, kept = f"{folder}/{ACCOUNTING}", f"work/{row['cell']}/synthetic.privacy.json"
     if path not in scan.files:
         return None, DPFT_NOT_REBUILT
-    sidecar = scan.json(path)["sidecars"].get(kept)
+    sidecar = _sidecar(scan, folder, row)
     if not sidecar or not sidecar.get("dp") or not sidecar.get("ledger"):
         return None, f"not rebuilt: {path} keeps no DP sidecar {kept}; counted at its stated ε"
     entries = tuple(LedgerEntry.from_dict(item) for item in sidecar["ledger"])
@@ -801,6 +827,8 @@ def _study_entry(scan: Scan, study: str, data: str) -> dict[str, Any]:
                 for release in releases if short else ():
                     release.entries = None
                     release.source = f"not rebuilt: {path} states more than the rebuilt events give"
+                    # a run serving k sets counts k times at its stated (ε, δ): as if each set were its own run
+                    release.epsilon, release.delta = release.epsilon * release.serves, release.delta * release.serves
             stated.append(entry)
     return {
         "study": study,

@@ -239,32 +239,51 @@ def test_a_kept_ledger_no_cell_s_set_names_is_counted(script: ModuleType, tmp_pa
 
 
 def test_rows_whose_sidecars_name_one_run_are_one_release(script: ModuleType, tmp_path: Path) -> None:
-    """dp-finetune-gen trains once per (ε, seed) for every n: rows (finished or not) whose sidecars name one ledger
-    and one run identity are one release; a row naming no identity (an older privlm) is its own release, and a
-    kept ledger of another run than the one a sidecar names at its path still counts."""
+    """dp-finetune-gen trains once per (ε, seed) for every n: rows (finished or not) whose sidecars name one run in
+    the private cache (its ledger and identity) are one release, with the longest ledger and the largest ε; a row
+    naming no identity (an older privlm) or a ledger outside the cache is its own release; a kept ledger of
+    another run than the one a sidecar names at its path, or longer than every sidecar naming it, still counts."""
     from privlm.privacy import Ledger, LedgerEntry, PoissonGaussianStep
 
-    steps = LedgerEntry(PoissonGaussianStep(0.05, 1.5, "exact", None, 0), 30, "steps")
-    epsilon = Ledger([steps]).epsilon(1e-5)
+    step = PoissonGaussianStep(0.05, 1.5, "exact", None, 0)
 
-    def side(run: str | None, path: str) -> dict[str, Any]:
+    def side(run: str | None, path: str, count: int = 30) -> dict[str, Any]:
+        ledger = Ledger([LedgerEntry(step, count, "steps")])
         named = {"ledger_run": run} if run else {}
-        return {"dp": True, "ledger": [steps.to_dict()], "epsilon_accounted": epsilon, "ledger_file": path, **named}
+        return {
+            "dp": True,
+            "ledger": [entry.to_dict() for entry in ledger],
+            "epsilon_accounted": ledger.epsilon(1e-5),
+            "ledger_file": path,
+            **named,
+        }
 
-    shared, other = "../private-cache/h/dpft-a/privacy.json", "../private-cache/h/dpft-b/privacy.json"
-    sidecars = {
-        "work/dp-finetune-gen_n100_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),
-        "work/dp-finetune-gen_n1000_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),
-        "work/dp-finetune-gen_n2000_seed0_eps4/synthetic.privacy.json": side("a" * 16, shared),  # no row yet
-        "work/dp-finetune-gen_n100_seed1_eps4/synthetic.privacy.json": side(None, other),
-        "work/dp-finetune-gen_n1000_seed1_eps4/synthetic.privacy.json": side(None, other),
-        "work/dp-finetune-gen_n100_seed2_eps4/synthetic.privacy.json": side(
-            "d" * 16, "../private-cache/h/c/privacy.json"
-        ),
-    }
-    ledgers = {  # the ledger at dpft-c's path is a later run's ("c"), not the one the seed-2 set came from ("d")
-        "work/private-cache/h/dpft-a/privacy.json": Ledger([steps], run="a" * 16).to_dict(),
-        "work/private-cache/h/c/privacy.json": Ledger([steps], run="c" * 16).to_dict(),
+    def kept(count: int, run: str | None) -> dict[str, Any]:
+        return Ledger([LedgerEntry(step, count, "steps")], run=run).to_dict()
+
+    cache = "../private-cache/h"
+    cells = [f"dp-finetune-gen_n{n}_seed{s}_eps4" for s in range(5) for n in (100, 1000)]
+    named = [
+        side("a" * 16, f"{cache}/a/privacy.json"),
+        side("a" * 16, f"{cache}/a/privacy.json"),
+        side(None, f"{cache}/b/privacy.json"),
+        side(None, f"{cache}/b/privacy.json"),
+        side("d" * 16, f"{cache}/c/privacy.json"),  # run "d", lost; "c" was made at its path since
+        side(None, f"{cache}/c/privacy.json"),  # seed 2's n1000 cell: drawn, no row yet
+        side("e" * 16, "../elsewhere/privacy.json"),  # one ledger outside the private cache, named twice
+        side("e" * 16, "../elsewhere/privacy.json"),
+        side("f" * 16, f"{cache}/f/privacy.json"),
+        side("f" * 16, f"{cache}/f/privacy.json"),
+    ]
+    sidecars = {f"work/{cell}/synthetic.privacy.json": body for cell, body in zip(cells, named)}
+    sidecars["work/dp-finetune-gen_n2000_seed0_eps4/synthetic.privacy.json"] = side(
+        "a" * 16, f"{cache}/a/privacy.json", 40
+    )
+    ledgers = {
+        "work/private-cache/h/a/privacy.json": kept(40, "a" * 16),  # named by the n2000 sidecar, which has 40 steps
+        "work/private-cache/h/b/privacy.json": kept(30, None),
+        "work/private-cache/h/c/privacy.json": kept(30, "c" * 16),  # a later run at c's path: no sidecar names it
+        "work/private-cache/h/f/privacy.json": kept(45, "f" * 16),  # grown beyond every set its sidecars account
     }
     config = {
         "pool_per_class": "all",
@@ -273,8 +292,11 @@ def test_rows_whose_sidecars_name_one_run_are_one_release(script: ModuleType, tm
         "delta": 1e-5,
         "methods": [{"name": "dp-finetune-gen", "params": {}}],
     }
-    cells = [f"dp-finetune-gen_n{n}_seed{s}_eps4" for s, n in ((0, 100), (0, 1000), (1, 100), (1, 1000), (2, 100))]
-    rows = [{"cell": c, "method": "dp-finetune-gen", "epsilon": 4.0, "delta": 1e-5, "config_hash": "h"} for c in cells]
+    finished = [cell for cell in cells if cell != "dp-finetune-gen_n1000_seed2_eps4"]
+    rows = [
+        {"cell": c, "method": "dp-finetune-gen", "epsilon": 4.0, "delta": 1e-5, "config_hash": "h"} for c in finished
+    ]
+    rows[1]["epsilon_spent"] = 4.5
     grid = tmp_path / "research" / "grid"
     (grid / "configs").mkdir(parents=True)
     (grid / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": ledgers, "sidecars": sidecars}))
@@ -285,18 +307,48 @@ def test_rows_whose_sidecars_name_one_run_are_one_release(script: ModuleType, tm
     scan = script.Scan(tmp_path, frozenset(f"research/grid/{name}" for name in files))
     script.read_experiment_grids(scan)
     script.read_unfinished_draws(scan)
-    found = sorted((sorted(r.rows), r.name.split(" ")[0]) for r in scan.releases)
-    row = "research/grid/results.jsonl#"
-    assert found == sorted(
+    found = {r.name.split(" ")[0].removeprefix("grid/"): r for r in scan.releases}
+    assert sorted(found) == sorted(
         [
-            ([], "grid/work/private-cache/h/c/privacy.json"),  # run "c": no sidecar names it
-            (
-                sorted([f"{row}{cells[0]}", f"{row}{cells[1]}"]),
-                f"grid/{cells[0]}",
-            ),  # one run "a", the unfinished n2000 too
-            ([f"{row}{cells[2]}"], f"grid/{cells[2]}"),
-            ([f"{row}{cells[3]}"], f"grid/{cells[3]}"),
-            ([f"{row}{cells[4]}"], f"grid/{cells[4]}"),
+            cells[0],  # run "a": both rows and the unfinished n2000 set, one release
+            cells[2],
+            cells[3],  # no identity: each row its own release
+            cells[4],
+            cells[5],  # seed 2's unfinished n1000 set: its own (no identity)
+            "work/private-cache/h/c/privacy.json",  # run "c": no sidecar names it
+            cells[6],
+            cells[7],  # a ledger outside the cache: never merged
+            cells[8],  # run "f": one release of its two rows ...
+            "work/private-cache/h/f/privacy.json",  # ... and its kept ledger, longer than their copies, counted too
         ]
     )
-    assert all(r.entries is not None and r.entries[0].count == 30 for r in scan.releases)
+    shared = found[cells[0]]
+    assert sorted(shared.rows) == sorted(f"research/grid/results.jsonl#{cell}" for cell in cells[:2])
+    assert (shared.serves, shared.epsilon, shared.entries[0].count, shared.unfinished) == (3, 4.5, 40, False)
+    assert found[cells[8]].serves == 2 and found["work/private-cache/h/f/privacy.json"].entries[0].count == 45
+
+
+def test_a_study_whose_stated_total_exceeds_its_composition_counts_a_shared_run_per_set(script: ModuleType) -> None:
+    """When a README states more than the rebuilt releases compose to, every release falls back to its stated
+    (ε, δ), and a run that served k sets counts k times (as if each set had been its own run)."""
+    from privlm.privacy import GaussianRelease, LedgerEntry
+
+    def release(rows: list[str], serves: int) -> Any:
+        made = script.Release(
+            "s", "s/x", "d", "train", "all", "m", 1.0, 1e-6, rows, (LedgerEntry(GaussianRelease(3.0)),), ""
+        )
+        made.serves = serves
+        return made
+
+    readme = "research/s/README.md"
+    text = "The 3 DP cells, published together, cost at most ε = 50.0 at δ = 1e-5."
+
+    class Stub(script.Scan):
+        def text(self, path: str) -> str:
+            return text if path == readme else super().text(path)
+
+    scan = Stub(Path("/nonexistent"), frozenset({readme}))
+    scan.releases = [release(["r1", "r2"], 2), release(["r3"], 1)]
+    entry = script._study_entry(scan, "s", "d")
+    assert entry["stated_totals"][0]["check"].startswith("the composition rebuilt here is below it")
+    assert entry["pld"]["epsilon"] == pytest.approx(3.0) and entry["pld"]["delta"] == pytest.approx(3e-6)

@@ -188,7 +188,7 @@ class _Ledgers:
 
     def count_runs(self) -> None:
         """Count every write-ahead ledger under ``out/work`` and ``out/stale`` (symbolic links followed) and every
-        kept copy that the live ledger at its path does not continue (:func:`_continues`: its folder was lost, or a
+        kept copy that the live ledger at its path does not continue (:func:`continues`: its folder was lost, or a
         new run was made there), less those inside a run folder whose own counted ledger continues theirs (a
         checkpoint's copy)."""
         found = [key for rel in _live_ledgers(self.out) if (key := self.live_key(rel)) is not None]
@@ -197,7 +197,7 @@ class _Ledgers:
             self.position[kept] = rel.split(DISPLACED, 1)[0]
             live = None if DISPLACED in rel else self.live_key(rel)
             copy, now = self.get(kept), None if live is None else self.get(live)
-            if copy is not None and now is not None and _continues(now, copy):
+            if copy is not None and now is not None and continues(now, copy):
                 self.alias[kept] = str(live)
             else:
                 found.append(kept)
@@ -264,13 +264,14 @@ def keep_accounting(out: Path) -> tuple[int, int]:
     the privacy statement published beside a set; neither holds a row, a statistic or a hash of the data (a run's
     identity is a random token). A DP-SGD step's sampling rate q = B/N tells the number of private examples N,
     which privlm's DP-SGD accounting assumes public (``docs/accounting.md``); GRADMM's and PE's events do not
-    depend on N. A kept ledger is replaced by the live one only when that continues it (:func:`_continues`: the
+    depend on N. A kept ledger is replaced by the live one only when that continues it (:func:`continues`: the
     run went on); otherwise (the folder was lost and a new run made at the same path) the old copy stays, as
-    ``<path>#displaced-<digest>``, and counts beside the new one. A checkpoint's copy inside a run folder whose ledger begins with it is not kept. The runner
-    calls this as soon as a cell's set is written (its evaluation releases nothing) and at the end of a run: draws
-    still being made (a DP-SGD run in its steps) are kept by the next call, so a machine lost in the middle of
-    making a set loses those draws' ledger together with their outputs; call it by hand
-    (``privlm experiment CONFIG --out DIR --keep-accounting``) before a machine goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
+    ``<path>#displaced-<digest>``, and counts beside the new one. A checkpoint's copy inside a run folder whose
+    ledger continues it is not kept. The runner calls this as soon as a cell's set is written (its evaluation
+    releases nothing) and at the end of a run: draws still being made (a DP-SGD run in its steps) are kept by
+    the next call, so a machine lost in the middle of making a set loses those draws' ledger together with
+    their outputs; call it by hand (``privlm experiment CONFIG --out DIR --keep-accounting``) before a machine
+    goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
     out = Path(out)
     unreadable: list[str] = []
     ledgers, sidecars = _read_kept(out / KEPT, unreadable)
@@ -292,7 +293,7 @@ def keep_accounting(out: Path) -> tuple[int, int]:
         old = ledgers.get(rel)
         if old is not None:
             try:
-                grown = _continues(ledger, Ledger.from_dict(old, rel))
+                grown = continues(ledger, Ledger.from_dict(old, rel))
             except UserError:
                 grown = False
             if not grown:
@@ -309,8 +310,7 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
     after checking that they account for each finished DP cell of ``rows`` (module docstring)."""
     ledgers = _Ledgers(Path(out))
     ledgers.count_runs()
-    claims: dict[str, list[str | None]] = defaultdict(list)  # ledger key -> the run identity each claim names
-    cells_of: dict[str, list[str]] = defaultdict(list)
+    claims: dict[str, list[tuple[str, str | None]]] = defaultdict(list)  # ledger key -> (cell, the run it names)
     dp_cells, unaccounted = 0, []
     budgets: dict[str, tuple[float, float] | None] = {}
     for row in rows:
@@ -326,14 +326,13 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
         if accounting is None:
             unaccounted.append(row["cell"])
         else:
-            claims[accounting].append(sidecar.get("ledger_run"))
+            claims[accounting].append((row["cell"], sidecar.get("ledger_run")))
             ledgers.counted.add(accounting)
-            cells_of[accounting].append(row["cell"])
-    for key, cells in cells_of.items():
-        if len(cells) > 1 and not ledgers.position[key].startswith(f"work/{SHARED}/"):
-            unaccounted.extend(cells)
+    for key, claimed in claims.items():
+        if len(claimed) > 1 and not ledgers.position[key].startswith(f"work/{SHARED}/"):
+            unaccounted.extend(cell for cell, _ in claimed)
     counted = [ledgers.read[key] for key in sorted(ledgers.counted)]  # only ledgers that were read are counted
-    times = [_runs_served(claims.get(key, [])) for key in sorted(ledgers.counted)]
+    times = [_runs_served([run for _, run in claims.get(key, [])]) for key in sorted(ledgers.counted)]
     merged = Ledger(
         [entry for ledger, k in zip(counted, times) if ledger is not None for _ in range(k) for entry in ledger]
     )
@@ -357,10 +356,11 @@ def grid_privacy(out: Path, rows: Sequence[dict[str, Any]], delta: float) -> Gri
 
 def _runs_served(claims: Sequence[str | None]) -> int:
     """How many runs a ledger claimed by finished cells (each claim: the run identity its sidecar names) counts
-    for: one for every claim that names the ledger's identity (:func:`_accounting_ledger` matched it), one more
-    for each claim that names none (module docstring); one for a ledger no finished cell claims."""
+    for: one per distinct identity the claims name (:func:`_accounting_ledger` matched each to the ledger's, so
+    at most one), one more for each claim that names none (module docstring); one for a ledger no finished cell
+    claims."""
     unnamed = sum(run is None for run in claims)
-    return max(1, unnamed + (len(claims) > unnamed))
+    return max(1, unnamed + len({run for run in claims if run is not None}))
 
 
 def _stated_budget(row: dict[str, Any], sidecar: dict[str, Any]) -> tuple[float, float] | None:
@@ -419,12 +419,13 @@ def _accounting_ledger(cell: str, sidecar: dict[str, Any], ledgers: _Ledgers) ->
 def _a_copy_inside(where: PurePosixPath, ledger: Ledger, runs: Sequence[tuple[PurePosixPath, Ledger]]) -> bool:
     """Whether the ledger at ``where`` lies inside the folder of one of ``runs`` (path, ledger) whose ledger
     continues it: a checkpoint's copy, which counts no draw of its own."""
-    return any(run != where and run.parent in where.parents and _continues(outer, ledger) for run, outer in runs)
+    return any(run != where and run.parent in where.parents and continues(outer, ledger) for run, outer in runs)
 
 
-def _continues(ledger: Ledger, earlier: Ledger) -> bool:
-    """Whether ``ledger`` is ``earlier`` gone on: the same run's identity (none for both: ledgers of an older
-    privlm) and ``earlier``'s releases first."""
+def continues(ledger: Ledger, earlier: Ledger) -> bool:
+    """Whether ``ledger`` is ``earlier`` gone on (or equal to it): the same run's identity (none for both: ledgers
+    of an older privlm) and ``earlier``'s releases first (consecutive releases of one event merged, however
+    their entries were cut)."""
     return ledger.run == earlier.run and _starts_with(ledger, _releases(earlier))
 
 

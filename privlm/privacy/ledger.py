@@ -13,7 +13,8 @@ has none.)
 Guarantees: :meth:`Ledger.save` writes a temporary file in the same folder and ``os.replace``-s it, so a
 crash never leaves a half-written ledger; it refuses to overwrite a ledger file whose entries are not a
 prefix of this ledger's entries (so a stale in-memory copy can never drop entries recorded by another
-run, or belonging to another run). Entries are never removed or edited.
+run) or that names another run than this ledger's (a file without a name, from an older privlm, may be
+continued by a ledger with one). Entries are never removed or edited.
 """
 
 from __future__ import annotations

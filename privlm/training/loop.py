@@ -632,6 +632,11 @@ def _resumed_ledger(path: Path, state: ckpt.Checkpoint, event: PoissonGaussianSt
     if not path.exists():
         return state.ledger, state.step
     on_disk = Ledger.load(path)
+    if on_disk.run is not None and state.ledger.run is not None and on_disk.run != state.ledger.run:
+        raise UserError(
+            f"{path} is run {on_disk.run}'s ledger but {state.path} was written by run {state.ledger.run}; "
+            "the run folder is inconsistent"
+        )
     for entry in on_disk:
         if entry.event != event:
             raise UserError(f"{path}: ledger event {entry.event} differs from this run's {event}")

@@ -223,6 +223,7 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     killed_at = int(checkpoint.name.removeprefix("checkpoint-"))
     assert killed_at < 36 and not (out / "model").exists()
     assert sum(e.count for e in Ledger.load(checkpoint / "privacy.json")) == killed_at
+    identity = Ledger.load(out / "privacy.json").run
 
     assert _train([*RUN, "--data", data, "--out", str(out), "--resume", "--lr", "1e-2"]) == 2  # other settings
     assert "(lr: 0.005 then, 0.01 now)" in capsys.readouterr().err
@@ -245,6 +246,7 @@ def test_resume_after_kill_equals_the_uninterrupted_run(data, uninterrupted, tmp
     ledger, full = Ledger.load(out / "privacy.json"), Ledger.load(uninterrupted / "privacy.json")
     assert _ledger_steps(ledger) == list(range(1, 37))  # every step once, none lost, none twice
     assert ledger.entries == full.entries and ledger.private_release == full.private_release
+    assert ledger.run == identity and full.run not in (None, identity)  # the resumed run kept its identity
     steps = [
         json.loads(line)["step"]
         for line in (out / "metrics.jsonl").read_text().splitlines()

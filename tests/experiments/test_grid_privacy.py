@@ -299,6 +299,9 @@ def test_cells_that_name_one_runs_identity_count_it_once_and_a_cell_naming_none_
     found = grid_privacy(tmp_path, [_row(cell, 1.0) for cell in cells], DELTA)
     assert (found.unaccounted, found.releases) == ((), 2 * 40)
     assert found.epsilon == pytest.approx(Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA))
+    # a prefix of the run's events inside its folder, but another run's ledger (another identity): it counts
+    _ledger(run / "checkpoint-30" / "privacy.json", LedgerEntry(STEP, 20, "steps 1-20"), run="z" * 16)
+    assert grid_privacy(tmp_path, [_row(cell, 1.0) for cell in cells], DELTA).releases == 2 * 40 + 20
 
 
 def test_a_run_made_again_at_a_lost_runs_path_is_told_apart_by_its_identity(tmp_path: Path) -> None:
@@ -315,11 +318,13 @@ def test_a_run_made_again_at_a_lost_runs_path_is_told_apart_by_its_identity(tmp_
     shutil.rmtree(work)  # the machine is lost
     _ledger(path, steps, run="b" * 16)  # a new run, the same events
     _sidecar(work, "dp-finetune-gen_n5_seed0_eps1", [steps.to_dict()], ledger_file=ledger_file, ledger_run="b" * 16)
+    rows = [_row("dp-finetune-gen_n10_seed0_eps1", 1.0), _row("dp-finetune-gen_n5_seed0_eps1", 1.0)]
+    two_runs = Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA)
+    found = grid_privacy(tmp_path, rows, DELTA)  # before any copy was kept again: the live "b" and the kept "a"
+    assert (found.unaccounted, found.ledgers, found.releases, found.kept) == ((), 2, 2 * 40, 1)
     keep_accounting(tmp_path)
     kept = json.loads((tmp_path / "accounting.json").read_text())["ledgers"]
     assert sorted(Ledger.from_dict(ledger).run for ledger in kept.values()) == ["a" * 16, "b" * 16]
-    rows = [_row("dp-finetune-gen_n10_seed0_eps1", 1.0), _row("dp-finetune-gen_n5_seed0_eps1", 1.0)]
-    two_runs = Ledger([LedgerEntry(STEP, 80)]).epsilon(DELTA)
     for _ in range(2):
         found = grid_privacy(tmp_path, rows, DELTA)
         assert (found.unaccounted, found.ledgers, found.releases) == ((), 2, 2 * 40)

@@ -148,3 +148,7 @@ def test_a_run_never_writes_over_another_runs_ledger_even_with_the_same_events(t
     resumed.record(GaussianRelease(noise_multiplier=2.0), 1, "release")
     resumed.save(path)  # the same run goes on
     assert Ledger.load(path).count == 2 and Ledger.load(path).run == first.run
+    older = tmp_path / "older.json"
+    Ledger(first.entries).save(older)  # written by an older privlm: no identity
+    Ledger([*first.entries, *first.entries], run=first.run).save(older)  # may be continued under one
+    assert Ledger.load(older).run == first.run

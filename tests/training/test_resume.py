@@ -180,6 +180,16 @@ def test_resume_with_other_data_of_the_same_size_is_refused(crashed):
     assert (crashed / "privacy.json").read_text() == before and _metrics_steps(crashed) == [1, 2, 3]
 
 
+def test_a_run_folder_holding_another_runs_ledger_is_not_resumed(crashed):
+    """The same events under another run's identity (a ledger copied from a run made again elsewhere): the
+    checkpoint was written by this folder's run, so the folder is inconsistent."""
+    ledger = Ledger.load(crashed / "privacy.json")
+    other = Ledger(ledger.entries, ledger.private_release, run="f" * 16)
+    (crashed / "privacy.json").write_text(json.dumps(other.to_dict()))
+    with pytest.raises(UserError, match="inconsistent"):
+        train_loop(_run(), crashed, resume=True)
+
+
 def test_resume_with_reordered_rows_is_refused(crashed):
     with pytest.raises(UserError, match="other training data"):
         train_loop(_run(texts=TEXTS[1:] + TEXTS[:1]), crashed, resume=True)
