@@ -28,8 +28,9 @@ run's ledger with its identity (a training checkpoint's copy).
 The check behind the number (ASSUMPTION made explicit): every finished DP cell's set is accounted by a
 write-ahead ledger that begins with the ledger its sidecar (``synthetic.privacy.json``) reports — the one
 its ``ledger_file`` names (:func:`privlm.runfolder.epsilon_statement`), of the run its ``ledger_run`` names when
-it names one, or, for sidecars written before ``ledger_file``, one inside the cell's own folder — and a ledger outside ``DIR/work/private-cache`` accounts for one
-cell only (two cells claiming one such ledger would hide a draw: a copied sidecar or run folder). A cell
+it names one, or, for sidecars written before ``ledger_file``, one inside the cell's own folder — and a ledger
+outside ``DIR/work/private-cache`` accounts for one cell only (two cells claiming one such ledger would hide a
+draw: a copied sidecar or run folder). A cell
 that fails (a set from an older privlm, a deleted run folder), an unreadable ledger or sidecar, or a ledger
 of seeded draws (``private_release`` false: noise a user seed reproduces, no guarantee) is named, and the
 grid's ε is then not stated from its ledgers rather than stated too small. Noise-only controls read no private
