@@ -108,7 +108,7 @@ UNSNAPPED_GRIDS = {
     "synthetic_pool50": "its GRADMM releases were drawn before privlm snapped any (its README: 'not snapped'), "
     "so their ledgers and stated ε carry no snapping slack",
 }
-# the grid methods whose set comes from a DP-SGD run (read from its kept ledger); each row counts its own run
+# the grid methods whose set comes from a DP-SGD run (read from its kept ledger); rows naming one run are one release
 DP_SGD_SETS = {
     "dp-finetune-gen": "dp-finetune-gen: DP fine-tuning (DP-SGD), then sampling from the model",
     "dp-head-pool": "dp-head-pool: DP-SGD of the head-only labeller, then a draw of the public candidates it accepts",
@@ -231,10 +231,14 @@ class Scan:
     releases: list[Release] = field(default_factory=list)
     excluded: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
     runs: dict[tuple[str, str, str], Release] = field(default_factory=dict)  # DP-SGD releases by :func:`_run_key`
+    parsed: dict[str, Any] = field(default_factory=dict)  # :meth:`json`'s files, each read once
 
     def json(self, path: str) -> Any:
-        """The committed JSON file ``path`` (relative to the root)."""
-        return json.loads((self.root / path).read_text(encoding="utf-8"))
+        """The committed JSON file ``path`` (relative to the root), read and parsed once (a grid's
+        ``accounting.json`` is asked for by every DP-SGD row); callers never modify what it returns."""
+        if path not in self.parsed:
+            self.parsed[path] = json.loads((self.root / path).read_text(encoding="utf-8"))
+        return self.parsed[path]
 
     def text(self, path: str) -> str:
         """The committed text file ``path`` (relative to the root)."""
