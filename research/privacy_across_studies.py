@@ -919,10 +919,13 @@ def render_markdown(result: dict[str, Any]) -> str:
         )
     lines.append("")
     for entry in result["data_sets"]:
+        shown: dict[tuple[str, str, str], int] = defaultdict(int)  # lost draws' mechanisms differ in their story
+        for m in entry["not_rebuilt"]:
+            reason = m["reason"].removeprefix("not rebuilt: ")
+            shown[(m["mechanism"].split(":")[0], m["study"], reason)] += m["releases"]
         missing = "; ".join(
-            f"{m['releases']} {m['mechanism'].split(':')[0]} releases of {m['study']} "
-            f"({m['reason'].removeprefix('not rebuilt: ')})"
-            for m in entry["not_rebuilt"]
+            f"{count} {mechanism} release{'s' if count > 1 else ''} of {study} ({reason})"
+            for (mechanism, study, reason), count in shown.items()
         )
         superseded = (
             f" Counted too: {entry['earlier_draws']} earlier draws that no committed row accounts for "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -110,6 +111,19 @@ def test_the_audit_and_each_noise_only_or_no_dp_reason_is_named(script: ModuleTy
     reasons = {(entry["study"], entry["reason"]) for entry in result["excluded"]}
     assert ("audit", script.EXCLUDED_FOLDERS["audit"]) in reasons
     assert {reason for _, reason in reasons} >= {script.NO_DP, script.NOISE_ONLY}
+
+
+def test_each_kind_of_release_not_rebuilt_is_told_once(script: ModuleType, result: dict[str, Any]) -> None:
+    """Lost draws of one method differ only in their story: the note names each (method, study, reason) once,
+    with all of their releases, so a reader adds the counts and finds every release not rebuilt."""
+    text = script.render_markdown(result)
+    for entry in result["data_sets"]:
+        note = next(line for line in text.splitlines() if line.startswith(f"- **{entry['data']}**"))
+        told = re.findall(r"(?:all but |; )(\d+) (\S+) releases? of (\S+) \(", note)
+        groups = {(m["mechanism"].split(":")[0], m["study"], m["reason"]) for m in entry["not_rebuilt"]}
+        assert len(told) == len(groups)
+        assert {(mechanism, study) for _, mechanism, study in told} == {group[:2] for group in groups}
+        assert sum(int(count) for count, _, _ in told) == sum(m["releases"] for m in entry["not_rebuilt"])
 
 
 def test_a_data_set_made_of_another_s_records_composes_with_it(result: dict[str, Any]) -> None:

@@ -41,15 +41,17 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # with the head-only reading).
 # After the pool's draws: what the grid asks for before the filter ablation's fine-tunes. PE first (the
 # one method of the grid with no row yet: seed 0 at both eps, then the other seeds), beside it the short
-# n = 100 DP cells; then the best DP set's fine-tunes at eps = 4 (its head-only readings are in) and the DP
-# generator at eps = 4; then the filter and its control, the whole split and the rest.
+# n = 100 DP cells; then the rest of the issue's own grid: the DP generator at eps = 4, n = 1,000 (it samples
+# the runs the n = 100 cells trained) and one seed of the whole-split reference (about 4 h); then the best DP
+# set's fine-tunes at eps = 4 (its head-only readings are in); then the filter and its control, the whole
+# split's other seeds and the rest.
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
         "instruct-pool_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
         "pe_n100_seed0_*"
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"
         "dp-finetune-gen_n100_*_eps[14]" "pe_*"
-        "dp-head-pool_n1000_*_eps4" "dp-finetune-gen_n1000_*_eps4"
+        "dp-finetune-gen_n1000_*_eps4" "full-pool_*_seed0_*" "dp-head-pool_n1000_*_eps4"
         "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
         "full-pool_*" "*")
