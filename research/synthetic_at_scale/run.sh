@@ -45,15 +45,18 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # the runs the n = 100 cells trained) and one seed of the whole-split reference (about 4 h); then the best DP
 # set's fine-tunes at eps = 4 (its head-only readings are in); then the filter and its control, the whole
 # split's other seeds and the rest.
+# PE at n = 1,000 (added after the rest of the grid had run: about 6 h a cell, resumed iteration by iteration)
+# comes right after the DP generator at eps = 4: seed 0 at eps = 1 (the targets' setting), then after the
+# whole split's first seed, seed 0 at eps = 4; its other seeds after the whole split's.
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
         "instruct-pool_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
         "pe_n100_seed0_*"
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"
-        "dp-finetune-gen_n100_*_eps[14]" "pe_*"
-        "dp-finetune-gen_n1000_*_eps4" "full-pool_*_seed0_*" "dp-head-pool_n1000_*_eps4"
-        "gradmm@instruct_n1000_seed0_epsnone"
+        "dp-finetune-gen_n100_*_eps[14]" "pe_n100_*"
+        "dp-finetune-gen_n1000_*_eps4" "pe_n1000_seed0_eps1" "full-pool_*_seed0_*" "pe_n1000_seed0_eps4"
+        "dp-head-pool_n1000_*_eps4" "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
-        "full-pool_*" "*")
+        "full-pool_*" "pe_n1000_*" "*")
 worker() { for cells in "${queue[@]}"; do run --cells "$cells"; done; }
 worker & worker & wait
