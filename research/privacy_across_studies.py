@@ -50,7 +50,7 @@ rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by constru
 pessimistic PLD and a non-negative snapping slack); a study whose README or report states the composition of
 as many DP cells as it holds is checked against that statement, and if the rebuilt composition is smaller
 (draws the rows do not show), every release of that study falls back to its stated ε. Draws no committed row
-accounts for but a committed README still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
+accounts for but a study's committed README or history (``HISTORY.md``) still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
 rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
 A draw whose cell is still running has no row yet either: a grid's committed ``accounting.json`` keeps its
 sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands; a kept ledger
@@ -115,19 +115,23 @@ DP_SGD_SETS = {
 }
 REBUILD_TOLERANCE = 1e-6  # a rebuilt DP-SGD run's own ε may fall this far below its stated ε (float rounding)
 DPFT_NOT_REBUILT = (  # a DP-SGD run's σ is no closed-form function of (ε, δ): it needs the run's ledger
-    "not rebuilt: its ledger is in no committed file (it was in the ignored work/, and the grid keeps no "
-    "accounting.json copy of it); counted at its stated ε"
+    "not rebuilt: no committed file holds a ledger to rebuild from (ledgers lived in the ignored work/, and the "
+    "grid kept no accounting.json copy); counted at the stated ε"
 )
 ACCOUNTING = "accounting.json"  # a grid's committed copy of its ledgers and sidecars (privlm.experiments.grid_privacy)
 DIGITS = 7  # significant digits of the numbers written
 
 
+STUDY_PROSE = ("HISTORY.md",)  # beside a study's README: its history of the runs, where lost draws are told
+
+
 @dataclass(frozen=True)
 class EarlierDraw:
-    """Draws that no committed row of ``study`` accounts for but its README still tells of (``quote``): the
-    ``method`` cells at ``per_class`` (None: dp-finetune-gen's one training run for every n) and ``epsilon``
-    for ``seeds``, with the study's current parameters. ``why``: ``superseded`` (a rerun replaced them in the
-    rows) or ``lost`` (their run folder went with a machine before their cell finished; the rerun draws again)."""
+    """Draws that no committed row of ``study`` accounts for but its README or history still tells of
+    (``quote``): the ``method`` cells at ``per_class`` (None: dp-finetune-gen's one training run for every n)
+    and ``epsilon`` for ``seeds``, with the study's current parameters. ``why``: ``superseded`` (a rerun replaced
+    them in the rows) or ``lost`` (their run folder went with a machine before their cell finished; the rerun
+    draws again)."""
 
     study: str
     method: str
@@ -427,13 +431,24 @@ def read_unfinished_draws(scan: Scan) -> None:
             scan.releases.append(release)
 
 
+def told_in(scan: Scan, study: str, quote: str) -> str | None:
+    """The study's README, or else its committed :data:`STUDY_PROSE`, that quotes ``quote`` (whitespace
+    collapsed); None when none does."""
+    paths = [f"research/{study}/README.md"]
+    paths += [f"research/{study}/{name}" for name in STUDY_PROSE if f"research/{study}/{name}" in scan.files]
+    return next((path for path in paths if quote in " ".join(scan.text(path).split())), None)
+
+
 def read_earlier_draws(scan: Scan) -> None:
     """The draws of :data:`EARLIER_DRAWS`, rebuilt like the study's current cells of their method; each quote
-    must still be in the study's README (else the list is stale and must be revisited)."""
+    must still be in the study's README or history (else the list is stale and must be revisited)."""
     for old in EARLIER_DRAWS:
-        readme = f"research/{old.study}/README.md"
-        if old.quote not in " ".join(scan.text(readme).split()):
-            raise ValueError(f"{readme} no longer quotes {old.quote!r}: revisit EARLIER_DRAWS")
+        readme = told_in(scan, old.study, old.quote)
+        if readme is None:
+            raise ValueError(
+                f"neither research/{old.study}/README.md nor its {', '.join(STUDY_PROSE)} quotes {old.quote!r} now: "
+                "revisit EARLIER_DRAWS"
+            )
         config = scan.json(f"research/{old.study}/config.json")
         params = next(m for m in config["methods"] if m["name"] == old.method)["params"]
         kind = old.method.split("@")[0]
@@ -929,8 +944,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         )
         superseded = (
             f" Counted too: {entry['earlier_draws']} earlier draws that no committed row accounts for "
-            "(superseded by a rerun, or lost with a machine before their cell finished) and that a README "
-            "still tells of."
+            "(superseded by a rerun, or lost with a machine before their cell finished) and that a study's "
+            "README or history still tells of."
             if entry["earlier_draws"]
             else ""
         )

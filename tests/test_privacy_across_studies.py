@@ -153,6 +153,19 @@ def test_a_dp_finetune_run_is_rebuilt_from_the_grid_s_kept_ledger(script: Module
         assert Ledger(entries).epsilon(release["delta"]) == pytest.approx(sidecar["epsilon_accounted"], rel=1e-9)
 
 
+def test_an_earlier_draw_is_found_in_the_study_s_committed_history(script: ModuleType, tmp_path: Path) -> None:
+    study = tmp_path / "research" / "s"
+    study.mkdir(parents=True)
+    (study / "README.md").write_text("The results.\n")
+    (study / "HISTORY.md").write_text("- the first run\n  (seed 0) was lost with a machine\n")
+    quote = "the first run (seed 0) was lost"
+    assert script.told_in(script.Scan(tmp_path, frozenset()), "s", quote) is None  # the history is not committed
+    committed = script.Scan(tmp_path, frozenset({"research/s/README.md", "research/s/HISTORY.md"}))
+    assert script.told_in(committed, "s", quote) == "research/s/HISTORY.md"
+    assert script.told_in(committed, "s", "The results.") == "research/s/README.md"
+    assert script.told_in(committed, "s", "the second run") is None
+
+
 def _kept(tmp_path: Path, script: ModuleType, sidecars: dict[str, Any]) -> Any:
     (tmp_path / "grid").mkdir(parents=True)
     (tmp_path / "grid" / script.ACCOUNTING).write_text(json.dumps({"format": "x", "ledgers": {}, "sidecars": sidecars}))
