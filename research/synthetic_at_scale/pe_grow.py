@@ -25,18 +25,18 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import statistics
 import time
 
 import torch
 from head_steps import HERE, Study, accuracy, converged, load_study, validation_chosen
+from report import _mean_sd
 
 from privlm.atomic import write_text_atomic
 from privlm.experiments.config import load_config
 from privlm.experiments.records import read_training_set
 from privlm.lm.generation import sample_many
 from privlm.synthesis.pe.config import PEConfig
-from privlm.synthesis.pe.mechanism import rewrite_prompt
+from privlm.synthesis.pe.mechanism import rewrite_prompt, rewrite_seed
 from privlm.training.head_probe import fit_rows
 
 GROWN = HERE / "work" / "pe-grow"
@@ -64,7 +64,7 @@ def grow(study: Study, row: dict) -> tuple[list[tuple[str, int]], float]:
     for k, name in enumerate(study.label_names):
         texts = [text for text, label in examples if label == k]
         prompts = [rewrite_prompt(study.tokenizer, config, name, text) for text in texts]
-        seed = config.seed * 1_000_003 + k * 10_007 + config.iterations
+        seed = rewrite_seed(config.seed, k, config.iterations + 1)  # one more iteration after the run's last
         rewrites = sample_many(study.model, study.tokenizer, prompts, GROWTH - 1, seed, config.sampling)
         grown += [(text, k) for text in texts] + [(text, k) for group in rewrites for text in group]
         print(f"{row['cell']}: class {name} grown to {len(texts) * GROWTH}", flush=True)
@@ -116,20 +116,12 @@ def main() -> None:
         }
         print(row["cell"], {k: round(100 * done[row["cell"]][k], 1) for k in READINGS}, flush=True)
         out_path.write_text(json.dumps(sorted(done.values(), key=lambda r: r["cell"]), indent=1) + "\n")
-        write_table(list(done.values()))
+        write_table(list(done.values()), study.rows)
 
 
-def _mean_sd(values: list[float]) -> str:
-    """Mean ± sd (%) of fractions, with the count."""
-    percent = [100 * v for v in values]
-    spread = f" ± {statistics.stdev(percent):.1f}" if len(percent) > 1 else ""
-    return f"{statistics.fmean(percent):.1f}{spread} ({len(percent)})"
-
-
-def write_table(out: list[dict]) -> None:
+def write_table(out: list[dict], grid: list[dict]) -> None:
     """``pe_grow.md``: by method and ε, the n = 100 sets and the same sets grown (both fits), beside the grid's
-    n = 1,000 rows of the method (the grid's fit)."""
-    grid = [json.loads(line) for line in (HERE / "results.jsonl").read_text().splitlines() if line.strip()]
+    n = 1,000 rows (``grid``) of the method (the grid's fit)."""
     lines = [
         "# PE's n = 100 sets grown to 1,000 per class by public rewrites",
         "",
@@ -149,11 +141,11 @@ def write_table(out: list[dict]) -> None:
         if not rows:
             continue
         reference = [
-            r["head_accuracy"]
+            100 * r["head_accuracy"]
             for r in grid
             if r["method"] == method and r["n_per_class"] == SIZE * GROWTH and r["epsilon"] == epsilon
         ]
-        readings = " | ".join(_mean_sd([r[k] for r in rows]) for k in READINGS)
+        readings = " | ".join(_mean_sd([100 * r[k] for r in rows]) for k in READINGS)
         eps = "–" if epsilon is None else f"{epsilon:g}"
         lines.append(f"| {method} | {eps} | {readings} | {_mean_sd(reference) if reference else 'no row yet'} |")
     (HERE / "pe_grow.md").write_text("\n".join(lines) + "\n")

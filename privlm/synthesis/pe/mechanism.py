@@ -267,6 +267,11 @@ def check_rewrite_context(
         )
 
 
+def rewrite_seed(seed: int, label: int, t: int) -> int:
+    """The public sampling seed of class ``label``'s rewrites in iteration ``t`` (1-based) of a run seeded ``seed``."""
+    return seed * 1_000_003 + label * 10_007 + t - 1
+
+
 def next_population(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -398,7 +403,7 @@ def run_pe(
                     histograms[k],
                     label_names[k],
                     config,
-                    config.seed * 1_000_003 + k * 10_007 + t - 1,
+                    rewrite_seed(config.seed, k, t),
                     written,
                 )
                 for k in range(n_classes)
