@@ -50,8 +50,9 @@ rebuilt (a GRADMM or PE event rebuilt from (ε, δ) gives at least ε by constru
 pessimistic PLD and a non-negative snapping slack); a study whose README or report states the composition of
 as many DP cells as it holds is checked against that statement, and if the rebuilt composition is smaller
 (draws the rows do not show), every release of that study falls back to its stated ε. Draws no committed row
-accounts for but a study's committed README or history (``HISTORY.md``) still tells of are releases too (:data:`EARLIER_DRAWS`): superseded by a
-rerun whose rows replaced theirs, or lost with a machine before their cell finished (the rerun draws again).
+accounts for but a study's committed README or history (``HISTORY.md``) still tells of are releases too
+(:data:`EARLIER_DRAWS`): superseded by a rerun whose rows replaced theirs, or lost with a machine before their
+cell finished (the rerun draws again).
 A draw whose cell is still running has no row yet either: a grid's committed ``accounting.json`` keeps its
 sidecar, and that ledger counts it (:func:`read_unfinished_draws`) until the cell's row lands; a kept ledger
 no cell's sidecar names, with its identity (a training still running, a ledger displaced by a new run at its
@@ -236,6 +237,7 @@ class Scan:
     excluded: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
     runs: dict[tuple[str, str, str], Release] = field(default_factory=dict)  # DP-SGD releases by :func:`_run_key`
     parsed: dict[str, Any] = field(default_factory=dict)  # :meth:`json`'s files, each read once
+    read: dict[str, str] = field(default_factory=dict)  # :meth:`text`'s files, each read once
 
     def json(self, path: str) -> Any:
         """The committed JSON file ``path`` (relative to the root), read and parsed once (a grid's
@@ -245,8 +247,11 @@ class Scan:
         return self.parsed[path]
 
     def text(self, path: str) -> str:
-        """The committed text file ``path`` (relative to the root)."""
-        return (self.root / path).read_text(encoding="utf-8")
+        """The committed text file ``path`` (relative to the root), read once (a README is asked for by each of
+        its study's :data:`EARLIER_DRAWS`)."""
+        if path not in self.read:
+            self.read[path] = (self.root / path).read_text(encoding="utf-8")
+        return self.read[path]
 
     def exclude(self, study: str, reason: str, row: str) -> None:
         """Set ``row`` of ``study`` aside for ``reason``."""
