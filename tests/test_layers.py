@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "privlm"
 FLOORS = {
-    1: {"randomness", "chacha", "atomic", "errors", "names", "norm_modes", "digest", "progress"},
+    1: {"randomness", "chacha", "atomic", "journal", "errors", "names", "norm_modes", "digest", "progress"},
     2: {"privacy", "resources"},
     3: {"dpsgd", "lm", "runfolder"},
     4: {"training", "evaluation"},

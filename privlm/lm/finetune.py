@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -53,9 +55,10 @@ def finetune_classifier(
     every epoch and the weights of the best epoch (earliest on ties) are kept; without it, the last.
     ``on_step(step, loss)`` is called after every optimizer step (for progress bars).
 
-    With ``checkpoint``, the state after every epoch is saved there, and a state saved by an earlier call
-    with the same model, rows and settings is resumed after its epoch (the result is the uninterrupted
-    run's: :mod:`privlm.lm.finetune_checkpoint`, which says why such a file is private).
+    With ``checkpoint``, the state after every epoch (and within an epoch every ``checkpoint.every_s``
+    seconds) is saved there, and a state saved by an earlier call with the same model, rows and settings is
+    resumed where it was saved (the result is the uninterrupted run's: :mod:`privlm.lm.finetune_checkpoint`,
+    which says why such a file is private).
     """
     if not train:
         raise UserError("no training examples to fine-tune on")
@@ -77,12 +80,13 @@ def finetune_classifier(
     generator = torch.Generator().manual_seed(config.seed)
     result = FinetuneResult(model=model, config=config)
     best_state: list[torch.Tensor] | None = None
-    step, done_epochs = 0, 0
+    per_epoch = math.ceil(len(options) / config.batch_size)
+    step, done_epochs, within = 0, 0, None
     if checkpoint is not None:
         key = checkpoint.key(config, list(train), list(validation or ()), template, list(label_words))
         state = checkpoint.load(key)
         if state is not None:
-            done_epochs, best_state = state["epoch"], state["best_state"]
+            done_epochs, best_state, within = state["epoch"], state["best_state"], state.get("within")
             with torch.no_grad():
                 for p, saved in zip(params, state["params"], strict=True):
                     p.copy_(saved)
@@ -91,12 +95,35 @@ def finetune_classifier(
             torch.set_rng_state(state["torch_rng"])
             result.history = state["history"]
             result.best_epoch, result.validation_accuracy = state["best_epoch"], state["validation_accuracy"]
-            step = done_epochs * math.ceil(len(options) / config.batch_size)
+            step = done_epochs * per_epoch + (0 if within is None else within["next"] // config.batch_size)
+
+    def save(epoch: int, within: dict[str, Any] | None) -> float:
+        """Save the state after ``epoch`` whole epochs (and ``within`` the next one); returns when."""
+        checkpoint.save(
+            {
+                "key": key,
+                "epoch": epoch,
+                "within": within,
+                "params": [p.detach() for p in params],
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "history": result.history,
+                "best_epoch": result.best_epoch,
+                "validation_accuracy": result.validation_accuracy,
+                "best_state": best_state,
+            }
+        )
+        return time.monotonic()
+
+    saved_at = time.monotonic()
     for epoch in range(done_epochs + 1, config.epochs + 1):
         model.train()
-        order = torch.randperm(len(options), generator=generator).tolist()
-        losses = []
-        for start in range(0, len(order), config.batch_size):
+        if within is None:
+            order, losses, first = torch.randperm(len(options), generator=generator).tolist(), [], 0
+        else:  # resumed within this epoch: its order and losses so far are the saved ones
+            order, losses, first, within = within["order"], within["losses"], within["next"], None
+        for start in range(first, len(order), config.batch_size):
             batch = collate([options[i] for i in order[start : start + config.batch_size]], pad)
             loss = -option_logprobs(model, batch).mean()
             optimizer.zero_grad(set_to_none=True)
@@ -104,6 +131,9 @@ def finetune_classifier(
             optimizer.step()
             step += 1
             losses.append(loss.item())
+            following = start + config.batch_size
+            if checkpoint is not None and following < len(order) and time.monotonic() - saved_at >= checkpoint.every_s:
+                saved_at = save(epoch - 1, {"order": order, "next": following, "losses": losses})
             if on_step is not None:
                 on_step(step, losses[-1])
         record = {"epoch": epoch, "train_loss": sum(losses) / len(losses)}
@@ -117,20 +147,7 @@ def finetune_classifier(
                 best_state = [p.detach().clone() for p in params]
         result.history.append(record)
         if checkpoint is not None:
-            checkpoint.save(
-                {
-                    "key": key,
-                    "epoch": epoch,
-                    "params": [p.detach() for p in params],
-                    "optimizer": optimizer.state_dict(),
-                    "generator": generator.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "history": result.history,
-                    "best_epoch": result.best_epoch,
-                    "validation_accuracy": result.validation_accuracy,
-                    "best_state": best_state,
-                }
-            )
+            saved_at = save(epoch, None)
     if best_state is None:
         result.best_epoch = config.epochs
     else:

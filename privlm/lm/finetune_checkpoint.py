@@ -1,11 +1,13 @@
-"""Per-epoch checkpoints of a label-word fine-tune, so that a killed evaluation resumes at its last epoch.
+"""Checkpoints of a label-word fine-tune, so that a killed evaluation resumes where it was last saved.
 
-:func:`privlm.lm.finetune.finetune_classifier` given an :class:`EpochCheckpoint` writes, after every epoch,
-one file (atomically, :mod:`privlm.atomic`) holding everything the rest of the run reads: the trainable
-weights, the AdamW state, the shuffling generator's and torch's global RNG states, the per-epoch history,
-the best epoch so far and its weights. A later call with the same key continues after that epoch and
-returns what the uninterrupted run returns (bitwise on the same machine: the same tensors, the same
-random draws). A file whose key differs is ignored and overwritten: the run starts from scratch.
+:func:`privlm.lm.finetune.finetune_classifier` given an :class:`EpochCheckpoint` writes, after every epoch
+and within an epoch at the first step after every ``every_s`` seconds, one file (atomically,
+:mod:`privlm.atomic`) holding everything the rest of the run reads: the trainable weights, the AdamW state,
+the shuffling generator's and torch's global RNG states, the per-epoch history, the best epoch so far and
+its weights, and within an epoch the epoch's example order, the next batch and the losses so far. A later
+call with the same key continues from there and returns what the uninterrupted run returns (bitwise on the
+same machine: the same tensors, the same random draws, whenever the saves fell). A file whose key differs
+is ignored and overwritten: the run starts from scratch.
 
 The key binds a checkpoint to everything the run depends on: the caller's ``model_key`` (a fingerprint of
 the model it fine-tunes, e.g. :func:`privlm.training.fingerprint.model_fingerprint`), the hyperparameters,
@@ -18,7 +20,7 @@ key is a hash of them. Keep it beside the private data (the experiment runner pu
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +34,16 @@ from privlm.lm.scoring import Example
 
 @dataclass(frozen=True)
 class EpochCheckpoint:
-    """Where a fine-tune keeps its per-epoch state (``path``, one file) and the fingerprint of the model it
-    starts from (``model_key``)."""
+    """Where a fine-tune keeps its state (``path``, one file), the fingerprint of the model it starts from
+    (``model_key``) and how often it saves within an epoch (``every_s`` seconds; 0: after every step)."""
 
     path: Path
     model_key: str
+    every_s: float = 600.0
 
     def numbered(self, index: int) -> EpochCheckpoint:
         """The checkpoint of the ``index``-th configuration of a grid (its own file beside this one)."""
-        return EpochCheckpoint(self.path.with_name(f"{self.path.stem}-{index}{self.path.suffix}"), self.model_key)
+        return replace(self, path=self.path.with_name(f"{self.path.stem}-{index}{self.path.suffix}"))
 
     def key(
         self,
@@ -61,6 +64,6 @@ class EpochCheckpoint:
         return state if state.get("key") == key else None
 
     def save(self, state: dict[str, Any]) -> None:
-        """Write ``state`` (with its ``key``) atomically, replacing the previous epoch's."""
+        """Write ``state`` (with its ``key``) atomically, replacing the previous one."""
         with atomic_path(self.path) as tmp:
             torch.save(state, tmp)

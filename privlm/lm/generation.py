@@ -7,11 +7,15 @@ Evolution and DP fine-tune-then-generate. Sampling is seeded: same seed, same te
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.digest import digest
 from privlm.errors import UserError
+from privlm.journal import Journal
 from privlm.lm.prompts import pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.progress import Task
@@ -55,6 +59,7 @@ def sample_many(
     sampling: Sampling,
     batch_size: int = 48,
     task: Task | None = None,
+    journal: Path | None = None,
 ) -> list[list[str]]:
     """``per_prompt`` non-empty cleaned continuations of each prompt, generated for ≈ ``batch_size``
     sequences at a time (prompts left-padded to a common length); empty ones are resampled up to
@@ -62,7 +67,11 @@ def sample_many(
 
     Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
     in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`. Each prompt is
-    run through the model once for all its samples (:func:`_prompt_cache`)."""
+    run through the model once for all its samples (:func:`_prompt_cache`).
+
+    ``journal``: a file (:class:`privlm.journal.Journal`) where every finished chunk's texts are kept, so that a
+    killed call resumes after them with the same result. It is keyed to the arguments, not to the model's
+    weights: keep it in a folder bound to one model (PE's run folder checks the model's fingerprint)."""
     encoded = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
     context = model.config.max_position_embeddings
     longest = max((len(ids) for ids in encoded), default=0)
@@ -73,8 +82,16 @@ def sample_many(
     pad = pad_token_id(tokenizer)
     step = max(1, batch_size // per_prompt)
     texts: list[list[str]] = [[] for _ in prompts]
+    key = digest([list(prompts), per_prompt, seed, asdict(sampling), batch_size])
+    finished = None if journal is None else Journal(journal, key)
     for first in range(0, len(prompts), step):
         chunk = range(first, min(first + step, len(prompts)))
+        if finished is not None and first in finished.done:
+            for j, kept in zip(chunk, finished.done[first], strict=True):
+                texts[j] = kept
+                if task is not None:
+                    task.advance(len(kept))
+            continue
         for round_ in range(sampling.max_rounds):
             todo = [j for j in chunk if len(texts[j]) < per_prompt]
             if not todo:
@@ -107,6 +124,8 @@ def sample_many(
                 raise UserError(
                     f"the model gave only {len(texts[j])} non-empty texts out of {per_prompt} for prompt {prompts[j][:60]!r}"
                 )
+        if finished is not None:
+            finished.add(first, [texts[j] for j in chunk])
     return texts
 
 

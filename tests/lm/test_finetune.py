@@ -110,18 +110,26 @@ def kill_at(step: int):
     return on_step, seen
 
 
+LORA = {"lora_rank": 4, "lora_alpha": 8, "lr": 1e-2}
+
+
 @pytest.mark.parametrize(
-    ("name", "overrides", "validation"),
-    [("tiny-llama", {}, VALID), ("tiny-gpt2", {"lora_rank": 4, "lora_alpha": 8, "lr": 1e-2}, None)],
+    ("name", "overrides", "validation", "every_s", "kill", "resumed_from"),
+    [
+        ("tiny-llama", {}, VALID, 600, 10, 9),  # killed at the third epoch's second step: epochs 1–2 are saved
+        ("tiny-gpt2", LORA, None, 600, 10, 9),
+        ("tiny-llama", {}, VALID, 0, 10, 11),  # saved after every step: resumed after step 10
+        ("tiny-gpt2", LORA, None, 0, 8, 8),  # an epoch's last step is saved with the epoch: resumed after 7
+    ],
 )
-def test_a_killed_finetune_resumes_after_its_last_epoch_and_returns_the_uninterrupted_result(
-    tmp_path, name, overrides, validation
+def test_a_killed_finetune_resumes_at_its_last_save_and_returns_the_uninterrupted_result(
+    tmp_path, name, overrides, validation, every_s, kill, resumed_from
 ) -> None:
     model, tok = build_tiny_model(name, seed=0)
     config = preset("tiny", epochs=4, batch_size=8, **overrides)  # 32 rows: 4 steps per epoch
     whole = finetune_classifier(model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation)
-    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m")
-    on_step, seen = kill_at(10)  # the third epoch's second step: epochs 1–2 are saved
+    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m", every_s=every_s)
+    on_step, seen = kill_at(kill)
     with pytest.raises(Killed):
         finetune_classifier(
             model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
@@ -130,7 +138,7 @@ def test_a_killed_finetune_resumes_after_its_last_epoch_and_returns_the_uninterr
     resumed = finetune_classifier(
         model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
     )
-    assert seen == list(range(9, 17))  # epochs 3 and 4 only
+    assert seen == list(range(resumed_from, 17))
     assert resumed.history == whole.history and resumed.best_epoch == whole.best_epoch
     assert resumed.validation_accuracy == whole.validation_accuracy
     assert all(

@@ -61,6 +61,41 @@ def test_sample_many_gives_the_uncached_texts_and_counts_each(lm, monkeypatch) -
     assert [len(texts) for texts in cached] == [3, 3, 3] and counted.count == 9
 
 
+class _Kill(Exception):
+    pass
+
+
+class _KillAfter(Task):
+    def __init__(self, texts: int) -> None:
+        self.left = texts
+
+    def advance(self, amount: float = 1) -> None:
+        self.left -= amount
+        if self.left <= 0:
+            raise _Kill
+
+
+def test_a_killed_call_resumes_from_its_journal_after_the_finished_chunks_with_the_same_texts(lm, tmp_path) -> None:
+    model, tokenizer = lm
+    prompts = ["one", "two words", "three short words", "and a fourth", "five"]
+    whole = sample_many(model, tokenizer, prompts, 2, 5, SAMPLING, batch_size=4)  # chunks of 2 prompts
+    journal = tmp_path / "rewrites.jsonl"
+    with pytest.raises(_Kill):  # killed in the second chunk: only the first is kept
+        sample_many(model, tokenizer, prompts, 2, 5, SAMPLING, batch_size=4, task=_KillAfter(6), journal=journal)
+    generated = []
+    real_generate = model.generate
+    model.generate = lambda *args, **kwargs: generated.append(1) or real_generate(*args, **kwargs)
+    try:
+        counted = _Counter()
+        resumed = sample_many(model, tokenizer, prompts, 2, 5, SAMPLING, batch_size=4, task=counted, journal=journal)
+    finally:
+        del model.generate
+    assert resumed == whole and counted.count == 10
+    assert len(generated) == 2  # the second and third chunks; the first came from the journal
+    other_seed = sample_many(model, tokenizer, prompts, 2, 6, SAMPLING, batch_size=4, journal=journal)
+    assert other_seed == sample_many(model, tokenizer, prompts, 2, 6, SAMPLING, batch_size=4)  # not the journal's
+
+
 def test_a_one_token_prompt_is_sampled_without_a_cache(lm) -> None:
     model, tokenizer = lm
     one = tokenizer.convert_ids_to_tokens(5)

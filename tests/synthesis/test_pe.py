@@ -148,7 +148,7 @@ def test_without_noise_pe_converges_to_the_candidates_nearest_the_private_exampl
             for text in [f"distractor {k} {j} zz" for j in range(n - 2)] + mine[k]
         ]
 
-    def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling, task=None):
+    def rewrites(model, tokenizer, prompts, per_prompt, seed, sampling, task=None, journal=None):
         return [[f"rewrite {seed} {i} {j} qq" for j in range(per_prompt)] for i in range(len(prompts))]
 
     monkeypatch.setattr(pe, "zero_shot", proposals)
@@ -230,6 +230,44 @@ def test_resume_after_a_crash_reuses_every_histogram_and_never_redraws(lm, tmp_p
     assert len(result.privacy["ledger"]) == CONFIG.iterations
     again = _run(lm, out, lambda: pytest.fail("every histogram is saved"), resume=True)
     assert drawn == [1, 1] and again.reused_histograms == 2 and again.rows == result.rows
+
+
+def test_a_run_killed_in_its_rewrites_resumes_after_the_classes_it_finished_with_the_same_output(
+    lm, reference, tmp_path, monkeypatch
+) -> None:
+    """Killed while class 1 of iteration 1 is rewritten: class 0's rewrites come back from their journal (no
+    generation), class 1's are written again, and the output is the uninterrupted run's; the journals go once
+    the population is saved."""
+    model, _ = lm
+    monkeypatch.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))  # the reference's noise key
+    out, real = tmp_path / "pe.jsonl", pe.sample_many
+
+    def killed_at_class_1(*args, journal=None, **kwargs):
+        if journal == PEPaths(out).rewrites(1, 1):
+            raise KeyboardInterrupt
+        return real(*args, journal=journal, **kwargs)
+
+    monkeypatch.setattr(pe, "sample_many", killed_at_class_1)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, out, lambda: list(PRIVATE))
+    assert PEPaths(out).rewrites(1, 0).exists() and not PEPaths(out).population(1).exists()
+    generated: dict[str, int] = {}
+    real_generate = model.generate
+
+    def counted(*args, journal=None, **kwargs):
+        calls = []
+        monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real_generate(*a, **k))
+        try:
+            return real(*args, journal=journal, **kwargs)
+        finally:
+            monkeypatch.delattr(model, "generate")
+            generated[journal.name] = len(calls)
+
+    monkeypatch.setattr(pe, "sample_many", counted)
+    result = _run(lm, out, lambda: list(PRIVATE), resume=True)
+    assert generated["rewrites1-0.jsonl"] == 0 and generated["rewrites1-1.jsonl"] >= 1
+    assert result.reused_histograms == 1 and out.read_bytes() == reference.read_bytes()
+    assert not list(PEPaths(out).workdir.glob("rewrites*"))
 
 
 def test_a_run_shows_its_stages_with_public_counts_and_the_private_pass_without_one(

@@ -29,8 +29,11 @@ inputs only.
 **Files** next to ``FILE.jsonl``, in ``FILE.jsonl.pe/``: ``privacy.json`` — the write-ahead ledger (an
 entry is durable before each draw; a draw that died before its histogram was saved is redrawn and
 counted again: an over-count, never an under-count); ``run.json`` — the public settings a resume must
-repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it; ``population{t}.json`` — iteration t's public candidates; ``histogram{t}.json`` — iteration t's
-noisy histogram, saved the moment it is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
+repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it;
+``population{t}.json`` — iteration t's public candidates; ``rewrites{t}-{k}.jsonl`` — class k's rewrites of
+iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
+once the population is saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it
+is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
 ``FILE.privacy.json`` are written atomically at the end.
 
 **Progress** (on a :class:`~privlm.progress.Progress`): the histograms (T), the zero-shot candidates (M per
@@ -198,6 +201,9 @@ class PEPaths(RunFolder):
     def histogram(self, t: int) -> Path:
         return self.workdir / f"histogram{t}.json"
 
+    def rewrites(self, t: int, label: int) -> Path:
+        return self.workdir / f"rewrites{t}-{label}.jsonl"
+
 
 @dataclass(frozen=True)
 class PEResult:
@@ -281,14 +287,18 @@ def next_population(
     config: PEConfig,
     seed: int,
     task: Task | None = None,
+    journal: Path | None = None,
 ) -> list[str]:
     """Public post-processing of one class's noisy histogram: the top ⌈M/(1+V)⌉ candidates by noisy
     votes (ties to the lower index), followed by V rewrites of each by the public LM, M in all (``task``:
-    advanced by each rewrite)."""
+    advanced by each rewrite; ``journal``: where finished rewrites are kept for a resume,
+    :func:`privlm.lm.generation.sample_many`)."""
     keep = np.argsort(-histogram, kind="stable")[: config.survivors(len(population))]
     survivors = [population[i] for i in keep]
     prompts = [rewrite_prompt(tokenizer, config, label_name, text) for text in survivors]
-    rewrites = sample_many(model, tokenizer, prompts, config.variations, seed, config.sampling, task=task)
+    rewrites = sample_many(
+        model, tokenizer, prompts, config.variations, seed, config.sampling, task=task, journal=journal
+    )
     return (survivors + [text for group in rewrites for text in group])[: len(population)]
 
 
@@ -405,6 +415,7 @@ def run_pe(
                     config,
                     rewrite_seed(config.seed, k, t),
                     written,
+                    paths.rewrites(t, k),
                 )
                 for k in range(n_classes)
             ]
@@ -424,6 +435,8 @@ def run_pe(
         for t in range(config.iterations):
             if t:
                 population = json_once(paths.population(t), partial(variations, t, population, histograms))
+                for k in range(n_classes):
+                    paths.rewrites(t, k).unlink(missing_ok=True)
             reused += paths.histogram(t).exists()
             saved = json_once(paths.histogram(t), partial(noisy, t, population))
             if saved["population_sha256"] != _digest(population):
