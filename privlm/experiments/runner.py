@@ -25,8 +25,8 @@ row also holds ``head_accuracy`` (and its interval): the head-only classifier fi
 ``DIR/work/private-cache/<shared hash>/`` holds what methods compute once from the private pool for all
 cells (GRADMM's per-example last-layer factors): PRIVATE, as sensitive as the data (``work/`` is never
 published; ``work/`` folders are git-ignored). ``DIR/work/<cell>/evaluation/`` holds a running cell's
-evaluation state — the head-only result and the fine-tune's per-epoch checkpoint
-(:mod:`privlm.lm.finetune_checkpoint`) — so a killed cell resumes at its last finished epoch; it is private
+evaluation state — the head-only result and the fine-tune's checkpoint, saved every epoch and every ten minutes
+within one (:mod:`privlm.lm.finetune_checkpoint`) — so a killed cell resumes where it was last saved; it is private
 too (weights fitted without noise to the cell's set, which is real data for the ``random`` reference) and
 is deleted once the cell's row is written.
 """

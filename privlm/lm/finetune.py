@@ -175,7 +175,7 @@ def select_and_finetune(
 
     Returns the kept result and one row per configuration (its fields and validation accuracy).
     ``on_step`` counts steps across the whole grid. With ``checkpoint``, each configuration keeps its
-    own per-epoch checkpoint (:meth:`EpochCheckpoint.numbered`).
+    own checkpoint (:meth:`EpochCheckpoint.numbered`).
     """
     if not grid or not validation:
         raise UserError("hyperparameter selection needs a non-empty grid and a validation split")

@@ -337,7 +337,8 @@ def run_pe(
         per_class: synthetic examples per class (≥ 1).
         config: population sizes, iterations and sampling (:class:`PEConfig`).
         epsilon, delta: the target; ``epsilon=None`` runs without noise (not private).
-        resume: continue the run folder's last finished iteration (settings must match).
+        resume: continue the run folder's last finished iteration, after the rewrites it journaled (settings
+            must match).
         settings, embedding_cache: see above.
         progress: where the run shows its stages (module docstring, "Progress").
 
