@@ -3,7 +3,8 @@
 A :class:`Journal` is one JSON-lines file: a header ``{"key": ...}`` (the caller's hash of everything the
 chunks depend on), then one ``{"chunk": i, "value": ...}`` line per finished chunk, appended and fsync'd
 the moment the chunk is done. Opening it returns the chunks a job with the same key finished; a file with
-another key, or none, starts empty (the file is rewritten). A last line cut short by a kill is dropped.
+another key, or none, starts empty (the file is rewritten). A last line cut short by a kill is dropped (and
+with it any line after an unreadable one: the journal then holds less, never a wrong chunk).
 
 The journal holds whatever the chunks hold: it is as private as its values (and its key, when the key hashes
 private rows), so keep it in the run folder it belongs to.
@@ -25,17 +26,21 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str], key: str) -> None:
         self.path, self.key = Path(path), key
         self.done: dict[int, Any] = {}
-        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
         entries = []
-        for line in lines:
+        for line in text.splitlines():
             try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a kill: only ever the last
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a kill; anything after it is dropped too
                 break
+            if not isinstance(entry, dict) or (entries and set(entry) != {"chunk", "value"}):
+                break
+            entries.append(entry)
         if entries and entries[0] == {"key": key}:
             self.done = {e["chunk"]: e["value"] for e in entries[1:]}
-        if len(entries) != len(lines) or not entries or entries[0] != {"key": key}:
-            write_text_atomic(self.path, [json.dumps(e) + "\n" for e in [{"key": key}, *self._lines()]])
+        kept = "".join(json.dumps(e) + "\n" for e in [{"key": key}, *self._lines()])
+        if text != kept:  # another key, a cut or unreadable line, or a last line without its newline
+            write_text_atomic(self.path, kept)
 
     def _lines(self) -> list[dict[str, Any]]:
         return [{"chunk": i, "value": v} for i, v in self.done.items()]

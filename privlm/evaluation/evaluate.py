@@ -36,8 +36,9 @@ def fit_and_score(
     kept (``config`` then only sets ``max_length`` for scoring); the row gets ``selected`` and ``grid``.
 
     An empty ``train`` (a method whose filtering kept nothing) scores ``model`` itself: a classifier
-    trained on nothing is the base model. With ``checkpoint``, a killed fine-tune resumes at its last
-    finished epoch (:mod:`privlm.lm.finetune_checkpoint`; the file is private).
+    trained on nothing is the base model. With ``checkpoint``, a killed fine-tune resumes where it was last
+    saved, every epoch and every ``checkpoint.every_s`` seconds within one (:mod:`privlm.lm.finetune_checkpoint`;
+    the file is private).
 
     Returns a JSON-ready dict: test ``accuracy`` with its 95% bootstrap interval, ``n_train``,
     ``n_test``, ``best_epoch``, ``validation_accuracy``, and — when ``members`` and ``nonmembers``

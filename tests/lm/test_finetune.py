@@ -113,6 +113,14 @@ def kill_at(step: int):
 LORA = {"lora_rank": 4, "lora_alpha": 8, "lr": 1e-2}
 
 
+def with_dropout(model, p: float = 0.2):
+    """``model`` with every dropout layer at ``p``: training then draws from torch's global generator."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+    return model
+
+
 @pytest.mark.parametrize(
     ("name", "overrides", "validation", "every_s", "kill", "resumed_from"),
     [
@@ -120,20 +128,30 @@ LORA = {"lora_rank": 4, "lora_alpha": 8, "lr": 1e-2}
         ("tiny-gpt2", LORA, None, 600, 10, 9),
         ("tiny-llama", {}, VALID, 0, 10, 11),  # saved after every step: resumed after step 10
         ("tiny-gpt2", LORA, None, 0, 8, 8),  # an epoch's last step is saved with the epoch: resumed after 7
+        ("tiny-gpt2", {}, VALID, 0, 6, 7),  # with dropout (the global generator's state is resumed too)
     ],
 )
 def test_a_killed_finetune_resumes_at_its_last_save_and_returns_the_uninterrupted_result(
     tmp_path, name, overrides, validation, every_s, kill, resumed_from
 ) -> None:
     model, tok = build_tiny_model(name, seed=0)
+    if name == "tiny-gpt2" and not overrides:
+        model = with_dropout(model)
     config = preset("tiny", epochs=4, batch_size=8, **overrides)  # 32 rows: 4 steps per epoch
+    torch.manual_seed(1)
     whole = finetune_classifier(model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation)
     checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m", every_s=every_s)
     on_step, seen = kill_at(kill)
+    torch.manual_seed(1)
     with pytest.raises(Killed):
         finetune_classifier(
             model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
         )
+    if every_s:  # as written before saves within an epoch existed: no "within" entry
+        state = torch.load(checkpoint.path, weights_only=True)
+        del state["within"]
+        torch.save(state, checkpoint.path)
+    torch.manual_seed(2)  # the resumed run takes the saved generator state, not the caller's
     on_step, seen = kill_at(-1)
     resumed = finetune_classifier(
         model, tok, TRAIN, SUFFIX, WORDS, config, validation=validation, on_step=on_step, checkpoint=checkpoint
@@ -170,15 +188,16 @@ def test_a_checkpoint_of_other_rows_settings_or_model_is_not_resumed(tmp_path) -
         assert fresh.history == finetune_classifier(model, tok, rows, SUFFIX, WORDS, cfg).history
 
 
-def test_a_killed_grid_selection_keeps_the_configurations_it_finished(tmp_path) -> None:
+@pytest.mark.parametrize(("every_s", "resumed"), [(600, [13, 14, 15, 16]), (0, [15, 16])])
+def test_a_killed_grid_selection_keeps_the_configurations_it_finished(tmp_path, every_s, resumed) -> None:
     model, tok = build_tiny_model("tiny-llama", seed=0)
     grid = [preset("tiny", epochs=2, lr=1e-5), preset("tiny", epochs=2, lr=3e-3)]
     whole, rows = select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid)
-    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m")
+    checkpoint = EpochCheckpoint(tmp_path / "ft.pt", model_key="m", every_s=every_s)
     on_step, _ = kill_at(14)  # the second configuration's second epoch
     with pytest.raises(Killed):
         select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid, on_step, checkpoint)
     on_step, seen = kill_at(-1)
-    resumed, resumed_rows = select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid, on_step, checkpoint)
-    assert seen == [13, 14, 15, 16] and resumed_rows == rows and resumed.config == whole.config
+    result, resumed_rows = select_and_finetune(model, tok, TRAIN, VALID, SUFFIX, WORDS, grid, on_step, checkpoint)
+    assert seen == resumed and resumed_rows == rows and result.config == whole.config
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft-0.pt", "ft-1.pt"]

@@ -92,8 +92,16 @@ def test_a_killed_call_resumes_from_its_journal_after_the_finished_chunks_with_t
         del model.generate
     assert resumed == whole and counted.count == 10
     assert len(generated) == 2  # the second and third chunks; the first came from the journal
-    other_seed = sample_many(model, tokenizer, prompts, 2, 6, SAMPLING, batch_size=4, journal=journal)
-    assert other_seed == sample_many(model, tokenizer, prompts, 2, 6, SAMPLING, batch_size=4)  # not the journal's
+    finished = journal.read_bytes()  # every chunk of this call
+    for per_prompt, seed, sampling, batch_size in [  # one other argument each: not the journal's texts
+        (3, 5, SAMPLING, 4),
+        (2, 6, SAMPLING, 4),
+        (2, 5, Sampling(max_new_tokens=8, temperature=0.5), 4),
+        (2, 5, SAMPLING, 2),
+    ]:
+        journal.write_bytes(finished)
+        fresh = sample_many(model, tokenizer, prompts, per_prompt, seed, sampling, batch_size=batch_size)
+        assert sample_many(model, tokenizer, prompts, per_prompt, seed, sampling, batch_size, journal=journal) == fresh
 
 
 def test_a_one_token_prompt_is_sampled_without_a_cache(lm) -> None:
