@@ -19,7 +19,7 @@ from privlm.privacy import Ledger
 from privlm.randomness import SecureRandom
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
-from privlm.training import loop, prefix_cache
+from privlm.training import prefix_cache
 from privlm.training.data import TaskData, encode, make_collate
 from privlm.training.head import LabelWordHead, head_losses, label_token_ids
 from privlm.training.loop import TrainConfig, prepare, train_loop
@@ -263,24 +263,15 @@ def _session(data: str, cache_dir):
     return set_up("tiny-llama", data, config, labels="neg=good,pos=great", cache_dir=cache_dir)
 
 
-def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, killed_after_step):
     data = tmp_path / "reviews.jsonl"
     data.write_text("".join(json.dumps({"text": t, "label": ["neg", "pos"][y]}) + "\n" for t, y in TRAIN * 2))
     full = _session(f"jsonl:{data}", tmp_path / "cache")
     reference = train_loop(full.run, tmp_path / "full")
     assert reference.steps >= 8
 
-    write = loop.append_metrics
-
-    def append_then_crash(run_dir, record):
-        write(run_dir, record)
-        if record.get("step") == 5:
-            raise Crash("killed after step 5")
-
-    monkeypatch.setattr(loop, "append_metrics", append_then_crash)
-    with pytest.raises(Crash):
+    with killed_after_step(5):
         train_loop(_session(f"jsonl:{data}", tmp_path / "cache").run, tmp_path / "resumed")
-    monkeypatch.undo()
     resumed = _session(f"jsonl:{data}", tmp_path / "cache")  # reads the cache, checked against the rows and model
     result = train_loop(resumed.run, tmp_path / "resumed", resume=True)
     assert result.resumed_from == 4 and result.steps == reference.steps

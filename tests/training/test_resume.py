@@ -17,7 +17,6 @@ from privlm.errors import UserError
 from privlm.privacy import Ledger
 from privlm.resources.tiny import build_tiny_model
 from privlm.training import checkpoint as ckpt
-from privlm.training import loop
 from privlm.training.data import TaskData, encode, make_collate
 from privlm.training.fingerprint import canonical_bytes, data_fingerprint, model_fingerprint
 from privlm.training.loop import TrainConfig, prepare, train_loop
@@ -51,18 +50,6 @@ def _covered(run_dir) -> int:
     return sum(entry.count for entry in Ledger.load(run_dir / "privacy.json"))
 
 
-def _crash_after_metrics(monkeypatch, at_step: int) -> None:
-    """Kill the run right after the metrics line of ``at_step`` is on disk."""
-    write = loop.append_metrics
-
-    def append_then_crash(run_dir, record):
-        write(run_dir, record)
-        if record.get("step") == at_step:
-            raise Crash(f"killed after the metrics line of step {at_step}")
-
-    monkeypatch.setattr(loop, "append_metrics", append_then_crash)
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("full") / "run"
@@ -74,13 +61,11 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.fixture
-def crashed(tmp_path, monkeypatch):
+def crashed(tmp_path, killed_after_step):
     """A run killed right after the metrics line of step 3 (last checkpoint: step 2)."""
     run_dir = tmp_path / "run"
-    _crash_after_metrics(monkeypatch, 3)
-    with pytest.raises(Crash):
+    with killed_after_step(3):
         train_loop(_run(), run_dir)
-    monkeypatch.undo()
     return run_dir
 
 
@@ -93,10 +78,9 @@ def test_a_crash_after_a_metrics_write_leaves_every_logged_step_in_the_ledger(cr
 
 
 @pytest.mark.parametrize("at_step", [1, 2, 4, 5, 6])
-def test_the_ledger_covers_every_metrics_line_whenever_the_run_dies(tmp_path, monkeypatch, at_step):
+def test_the_ledger_covers_every_metrics_line_whenever_the_run_dies(tmp_path, killed_after_step, at_step):
     run_dir = tmp_path / "run"
-    _crash_after_metrics(monkeypatch, at_step)
-    with pytest.raises(Crash):
+    with killed_after_step(at_step):
         train_loop(_run(), run_dir)
     assert _metrics_steps(run_dir)[-1] == at_step
     assert _covered(run_dir) >= at_step
@@ -147,14 +131,12 @@ def test_a_crash_between_the_ledger_and_its_checkpoint_is_resumed_without_double
         assert torch.equal(p, uninterrupted[1][name]), name
 
 
-def test_a_checkpoint_ledger_never_covers_steps_beyond_its_weights(tmp_path, monkeypatch):
+def test_a_checkpoint_ledger_never_covers_steps_beyond_its_weights(tmp_path, monkeypatch, killed_after_step):
     """Resumed with another --checkpoint-every (a resume-insensitive setting), a checkpoint can fall inside
     the steps the ledger already covers: its own ledger still holds exactly its steps."""
     run_dir = tmp_path / "run"
-    _crash_after_metrics(monkeypatch, 5)
-    with pytest.raises(Crash):
+    with killed_after_step(5):
         train_loop(_run(config=TrainConfig(**{**CONFIG.__dict__, "checkpoint_every": 4})), run_dir)
-    monkeypatch.undo()
     assert _covered(run_dir) == 5
     seen = []
     save = ckpt.save_checkpoint

@@ -26,7 +26,7 @@ from privlm.privacy import Ledger
 from privlm.randomness import SecureRandom
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
-from privlm.training import loop, top_blocks
+from privlm.training import top_blocks
 from privlm.training.data import TaskData, encode, make_collate
 from privlm.training.head import label_token_ids
 from privlm.training.loop import TrainConfig, prepare, train_loop
@@ -346,10 +346,6 @@ def test_a_block_count_beyond_the_model_is_refused():
         TrainConfig(noise_multiplier=1.0, train_layers=2, head_only=True)
 
 
-class Crash(RuntimeError):
-    """The simulated kill."""
-
-
 def _session(data: str, cache_dir, lora: int, physical: int | None = None):
     config = TrainConfig(
         physical_batch_size=physical,
@@ -373,7 +369,7 @@ def _session(data: str, cache_dir, lora: int, physical: int | None = None):
 @pytest.mark.parametrize(
     ("lora", "physical"), [(0, None), (4, None), (4, 1)], ids=["full-blocks", "lora", "lora-other-micro-batches"]
 )
-def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, monkeypatch, lora, physical):
+def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, killed_after_step, lora, physical):
     """``physical``: the resume runs micro-batches of that many rows (memory only, so a resume may change it):
     the same run up to rounding."""
     data = tmp_path / "rows.jsonl"
@@ -383,17 +379,8 @@ def test_resume_with_a_cache_equals_the_uninterrupted_run(tmp_path, monkeypatch,
     reference = train_loop(full.run, tmp_path / "full")
     assert reference.steps >= 8
 
-    write = loop.append_metrics
-
-    def append_then_crash(run_dir, record):
-        write(run_dir, record)
-        if record.get("step") == 5:
-            raise Crash("killed after step 5")
-
-    monkeypatch.setattr(loop, "append_metrics", append_then_crash)
-    with pytest.raises(Crash):
+    with killed_after_step(5):
         train_loop(_session(f"jsonl:{data}", tmp_path / "cache", lora).run, tmp_path / "resumed")
-    monkeypatch.undo()
     resumed = _session(f"jsonl:{data}", tmp_path / "cache", lora, physical)  # reads the cache, checked as well
     assert resumed.features.build_s is None
     result = train_loop(resumed.run, tmp_path / "resumed", resume=True)
