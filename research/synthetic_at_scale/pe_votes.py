@@ -1,0 +1,94 @@
+"""Reading: how much of PE's noisy histograms is votes and how much is noise (post-processing: no new ε).
+
+Each PE iteration releases, per class, the vote counts c of its M candidates plus independent N(0, σ²) noise
+per count. The noise is independent of the counts, so across one class's candidates
+
+    var(noisy) = var(c) + σ²,    corr(noisy, c) = sd(c) / sd(noisy),
+
+and ``var(noisy) − σ²`` estimates how unevenly the private votes fall on the candidates (standard error about
+``var(noisy)·√(2/(M − 1))``; a Gaussian approximation). Votes spread at random over the candidates would give
+var(c) ≈ mean(c), about 2 at n = 1,000; a larger excess means some candidates gather many votes. The correlation
+says how well a ranking by noisy votes (what PE keeps) follows the ranking by true votes. Everything here is
+computed from the released histograms and the published σ, so it is post-processing of the DP release.
+
+    python research/synthetic_at_scale/pe_votes.py   # reads work/pe_*/, adds to pe_votes.json, writes pe_votes.md
+
+The histograms live in the cells' run folders under the git-ignored ``work/`` (and go when a cell's row is
+written); ``pe_votes.json`` keeps every reading made, so the table outlives them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from head_steps import HERE
+
+from privlm.atomic import write_text_atomic
+from privlm.synthesis.pe.mechanism import PEPaths
+
+OUT = HERE / "pe_votes.json"
+
+
+def readings(out: Path) -> list[dict[str, float | int]]:
+    """One row per (iteration, class) of the PE run writing ``out``: the noisy histogram's mean and variance,
+    the excess over σ² with its standard error, and the implied correlation with the true counts."""
+    paths = PEPaths(Path(out))
+    sigma = json.loads(paths.manifest.read_text())["noise_multiplier"]
+    rows, t = [], 0
+    while paths.histogram(t).exists():
+        for label, counts in enumerate(json.loads(paths.histogram(t).read_text())["histograms"]):
+            noisy = np.asarray(counts, dtype=np.float64)
+            variance = float(noisy.var(ddof=1))
+            excess = variance - sigma**2
+            rows.append(
+                {
+                    "iteration": t,
+                    "label": label,
+                    "candidates": len(noisy),
+                    "sigma": sigma,
+                    "mean": float(noisy.mean()),
+                    "variance": variance,
+                    "excess": excess,
+                    "excess_se": variance * math.sqrt(2 / (len(noisy) - 1)),
+                    "correlation": math.sqrt(max(excess, 0.0) / variance),
+                }
+            )
+        t += 1
+    return rows
+
+
+def main() -> None:
+    kept = json.loads(OUT.read_text()) if OUT.exists() else {}
+    for folder in sorted((HERE / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")):
+        found = readings(folder.parent / "synthetic.jsonl")
+        if len(found) >= len(kept.get(folder.parent.name, [])):
+            kept[folder.parent.name] = found
+    write_text_atomic(OUT, json.dumps(kept, indent=1) + "\n")
+    lines = [
+        "# PE's noisy histograms: votes against noise (`pe_votes.py`, post-processing of the releases)",
+        "",
+        "Per PE run, over its histograms drawn so far (every iteration and class; each histogram's row is in",
+        "`pe_votes.json`): the candidates M per class, σ, the noisy counts' mean, the variance above σ² (the true",
+        "counts' spread; a random spread of the votes would give about the mean) and the implied correlation",
+        "between noisy and true counts, as the range over histograms.",
+        "",
+        "| cell | M | σ | histograms | mean count | excess over σ² | corr(noisy, true) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cell, rows in kept.items():
+        span = {key: (min(r[key] for r in rows), max(r[key] for r in rows)) for key in ("excess", "correlation")}
+        mean = sum(r["mean"] for r in rows) / len(rows)
+        lines.append(
+            f"| {cell} | {rows[0]['candidates']} | {rows[0]['sigma']:.2f} | {len(rows)} | {mean:.1f} "
+            f"| {span['excess'][0]:.0f} to {span['excess'][1]:.0f} (se ≤ {max(r['excess_se'] for r in rows):.0f}) "
+            f"| {span['correlation'][0]:.2f} to {span['correlation'][1]:.2f} |"
+        )
+    write_text_atomic(HERE / "pe_votes.md", "\n".join(lines) + "\n")
+    print(f"{sum(map(len, kept.values()))} histograms of {len(kept)} run(s) in {OUT.name} and pe_votes.md")
+
+
+if __name__ == "__main__":
+    main()
