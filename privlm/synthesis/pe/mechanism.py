@@ -324,9 +324,11 @@ def run_pe(
     ``embedding_cache``: a file for the private embeddings (PRIVATE; keyed by the caller to one data set,
     model, pooling and ``max_tokens``). ``settings``: the caller's public settings (the data spec string,
     ``private_per_class``, ...), saved in ``run.json`` with the run's own (ε, δ, σ, config, labels and the
-    model's fingerprint) and checked on resume. The content of the private data is NOT bound: a resume with
+    fingerprint of the model's LM head, :func:`~privlm.synthesis.gradmm.release.model_fingerprint`) and checked
+    on resume. Neither the content of the private data nor the model below its head is bound: a resume with
     another data set under the same spec is not detected (a plain hash of it in the published folder would let
-    anyone test a guessed data set). The run folder is locked (``flock``) for the whole run: a second process
+    anyone test a guessed data set), nor one with a model changed below an unchanged head (e.g. a merged LoRA
+    on the attention layers); either mixes two runs' texts, never spends ε unaccounted. The run folder is locked (``flock``) for the whole run: a second process
     gets a :class:`UserError`.
 
     Args:
