@@ -6,8 +6,9 @@ and within an epoch at the first step after every ``every_s`` seconds, one file 
 the shuffling generator's and torch's global RNG states, the per-epoch history, the best epoch so far and
 its weights, and within an epoch the epoch's example order, the next batch and the losses so far. A later
 call with the same key continues from there and returns what the uninterrupted run returns (bitwise on the
-same machine: the same tensors, the same random draws, whenever the saves fell). A file whose key differs
-is ignored and overwritten: the run starts from scratch.
+same machine: the same tensors, the same random draws, whenever the saves fell). Only torch's CPU generator is
+saved: a model on a GPU that uses dropout would resume with other dropout masks (the experiment runner loads
+its models on the CPU). A file whose key differs is ignored and overwritten: the run starts from scratch.
 
 The key binds a checkpoint to everything the run depends on: the caller's ``model_key`` (a fingerprint of
 the model it fine-tunes, e.g. :func:`privlm.training.fingerprint.model_fingerprint`), the hyperparameters,
