@@ -5,16 +5,18 @@ per count. The noise is independent of the counts, so across one class's candida
 
     var(noisy) = var(c) + σ²,    corr(noisy, c) = sd(c) / sd(noisy),
 
-and ``var(noisy) − σ²`` estimates how unevenly the private votes fall on the candidates (standard error about
-``var(noisy)·√(2/(M − 1))``; a Gaussian approximation). Votes spread at random over the candidates would give
+and ``var(noisy) − σ²`` estimates how unevenly the private votes fall on the candidates: the spread of this
+histogram's true counts, unbiased over the noise, with standard error ``√((4σ²·spread + 2σ⁴)/(M − 1))`` over the
+noise with the counts held fixed (Monte Carlo checked in ``tests/test_synthetic_at_scale_pe_votes.py``, on
+counts with a few candidates holding most votes). Votes spread at random over the candidates would give
 var(c) ≈ mean(c), about 2 at n = 1,000; a larger excess means some candidates gather many votes. The correlation
 says how well a ranking by noisy votes (what PE keeps) follows the ranking by true votes. Everything here is
 computed from the released histograms and the published σ, so it is post-processing of the DP release.
 
     python research/synthetic_at_scale/pe_votes.py   # reads work/pe_*/, adds to pe_votes.json, writes pe_votes.md
 
-The histograms live in the cells' run folders under the git-ignored ``work/`` (and go when a cell's row is
-written); ``pe_votes.json`` keeps every reading made, so the table outlives them.
+The histograms live in the cells' run folders under the git-ignored ``work/`` (never committed, so a new
+machine lacks them); ``pe_votes.json`` keeps every reading made, so the table outlives them.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import math
 from pathlib import Path
 
 import numpy as np
-from head_steps import HERE
 
 from privlm.atomic import write_text_atomic
 from privlm.synthesis.pe.mechanism import PEPaths
 
+HERE = Path(__file__).resolve().parent
 OUT = HERE / "pe_votes.json"
 
 
@@ -52,7 +54,7 @@ def readings(out: Path) -> list[dict[str, float | int]]:
                     "mean": float(noisy.mean()),
                     "variance": variance,
                     "excess": excess,
-                    "excess_se": variance * math.sqrt(2 / (len(noisy) - 1)),
+                    "excess_se": math.sqrt((4 * sigma**2 * max(excess, 0.0) + 2 * sigma**4) / (len(noisy) - 1)),
                     "correlation": math.sqrt(max(excess, 0.0) / variance),
                 }
             )
