@@ -24,7 +24,7 @@ class Journal:
     """The finished chunks of the job hashed to ``key``, kept in ``path`` (module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str], key: str) -> None:
-        self.path, self.key = Path(path), key
+        self.path = Path(path)
         self.done: dict[int, Any] = {}
         text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
         entries = []
@@ -38,12 +38,11 @@ class Journal:
             entries.append(entry)
         if entries and entries[0] == {"key": key}:
             self.done = {e["chunk"]: e["value"] for e in entries[1:]}
-        kept = "".join(json.dumps(e) + "\n" for e in [{"key": key}, *self._lines()])
+        kept = "".join(
+            json.dumps(e) + "\n" for e in [{"key": key}, *({"chunk": i, "value": v} for i, v in self.done.items())]
+        )
         if text != kept:  # another key, a cut or unreadable line, or a last line without its newline
             write_text_atomic(self.path, kept)
-
-    def _lines(self) -> list[dict[str, Any]]:
-        return [{"chunk": i, "value": v} for i, v in self.done.items()]
 
     def add(self, chunk: int, value: Any) -> None:
         """Record ``value`` as chunk ``chunk``'s result, durably (appended, flushed and fsync'd)."""
