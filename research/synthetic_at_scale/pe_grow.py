@@ -1,6 +1,6 @@
 """Ablation: PE's n = 100 sets grown to 1,000 per class by public rewrites (post-processing: no new ε).
 
-PE at n = 1,000 votes over 2,000 candidates per class, so each candidate gets about 2 of the 4,226 private votes
+PE at n = 1,000 votes over 2,000 candidates per class, so each candidate gets about 2 of the about 4,200 private votes
 of its class against Gaussian noise of σ = 11.8 on every count at ε = 1 (T = 10); at n = 100 the same σ faces
 about 21 votes a candidate. This script asks whether 1,000 per class do better grown from the n = 100 run's
 released set: each of its 100 texts per class (chosen by the better-powered histograms) is rewritten V = 9

@@ -9,9 +9,13 @@ and ``var(noisy) − σ²`` estimates how unevenly the private votes fall on the
 histogram's true counts, unbiased over the noise, with standard error ``√((4σ²·spread + 2σ⁴)/(M − 1))`` over the
 noise with the counts held fixed (Monte Carlo checked in ``tests/test_synthetic_at_scale_pe_votes.py``, on
 counts with a few candidates holding most votes). Votes spread at random over the candidates would give
-var(c) ≈ mean(c), about 2 at n = 1,000; a larger excess means some candidates gather many votes. The correlation
-says how well a ranking by noisy votes (what PE keeps) follows the ranking by true votes. Everything here is
-computed from the released histograms and the published σ, so it is post-processing of the DP release.
+var(c) ≈ mean(c), about 2 at n = 1,000; a larger excess means the votes bunch. The noise is symmetric, so the
+noisy counts' third central moment is the true counts' too (in expectation), and their skewness
+(third moment / spread^1.5) says whether the bunching is a few candidates with many votes (large and
+positive). The correlation is Pearson's, so the largest counts dominate it: it says how well the noisy counts
+pick out the candidates with many votes (what PE's top ⌈M/(1+V)⌉ keep), not how well they order the rest.
+Everything here is computed from the released histograms and the published σ, so it is post-processing of the
+DP release.
 
     python research/synthetic_at_scale/pe_votes.py   # reads work/pe_*/, adds to pe_votes.json, writes pe_votes.md
 
@@ -45,6 +49,7 @@ def readings(out: Path) -> list[dict[str, float | int]]:
             noisy = np.asarray(counts, dtype=np.float64)
             variance = float(noisy.var(ddof=1))
             excess = variance - sigma**2
+            third = float(np.mean((noisy - noisy.mean()) ** 3))
             rows.append(
                 {
                     "iteration": t,
@@ -56,6 +61,7 @@ def readings(out: Path) -> list[dict[str, float | int]]:
                     "excess": excess,
                     "excess_se": math.sqrt((4 * sigma**2 * max(excess, 0.0) + 2 * sigma**4) / (len(noisy) - 1)),
                     "correlation": math.sqrt(max(excess, 0.0) / variance),
+                    "skewness": third / excess**1.5 if excess > 0 else None,
                 }
             )
         t += 1
@@ -74,18 +80,22 @@ def main() -> None:
         "",
         "Per PE run, over its histograms drawn so far (every iteration and class; each histogram's row is in",
         "`pe_votes.json`): the candidates M per class, σ, the noisy counts' mean, the variance above σ² (the true",
-        "counts' spread; a random spread of the votes would give about the mean) and the implied correlation",
-        "between noisy and true counts, as the range over histograms.",
+        "counts' spread; a random spread of the votes would give about the mean), the true counts' skewness (read",
+        "from the noisy third moment) and the implied Pearson correlation between noisy and true counts, as the",
+        "range over histograms.",
         "",
-        "| cell | M | σ | histograms | mean count | excess over σ² | corr(noisy, true) |",
-        "|---|---|---|---|---|---|---|",
+        "| cell | M | σ | histograms | mean count | excess over σ² | skewness | corr(noisy, true) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for cell, rows in kept.items():
-        span = {key: (min(r[key] for r in rows), max(r[key] for r in rows)) for key in ("excess", "correlation")}
+        span = {
+            key: (min(r[key] for r in rows), max(r[key] for r in rows)) for key in ("excess", "skewness", "correlation")
+        }
         mean = sum(r["mean"] for r in rows) / len(rows)
         lines.append(
             f"| {cell} | {rows[0]['candidates']} | {rows[0]['sigma']:.2f} | {len(rows)} | {mean:.1f} "
             f"| {span['excess'][0]:.0f} to {span['excess'][1]:.0f} (se ≤ {max(r['excess_se'] for r in rows):.0f}) "
+            f"| {span['skewness'][0]:.1f} to {span['skewness'][1]:.1f} "
             f"| {span['correlation'][0]:.2f} to {span['correlation'][1]:.2f} |"
         )
     write_text_atomic(HERE / "pe_votes.md", "\n".join(lines) + "\n")
