@@ -8,8 +8,12 @@ intra-op thread and restores the previous setting afterwards.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 import os
+import sys
+import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +25,24 @@ from privlm.randomness import SecureRandom
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def research_script():
+    """``research_script("synthetic_at_scale/report.py")``: the research script loaded as a module (registered in
+    ``sys.modules`` while it executes, as dataclasses need), without running its ``main``."""
+
+    def load(relative: str) -> types.ModuleType:
+        path = Path(__file__).resolve().parents[1] / "research" / relative
+        name = "research_" + relative.removesuffix(".py").replace("/", "_")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(autouse=True)

@@ -4,11 +4,9 @@ per data set the PLD composition lies between the largest single release and bas
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -21,13 +19,8 @@ SCRIPT = ROOT / "research" / "privacy_across_studies.py"
 
 
 @pytest.fixture(scope="module")
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("privacy_across_studies", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+def script(research_script) -> ModuleType:
+    return research_script("privacy_across_studies.py")
 
 
 @pytest.fixture(scope="module")

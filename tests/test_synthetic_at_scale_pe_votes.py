@@ -7,7 +7,6 @@ counts'."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -20,12 +19,8 @@ SIGMA, M, DRAWS = 11.8, 2000, 1000
 
 
 @pytest.fixture(scope="module")
-def pe_votes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("synthetic_at_scale_pe_votes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def pe_votes(research_script) -> ModuleType:
+    return research_script("synthetic_at_scale/pe_votes.py")
 
 
 def _counts(rng: np.random.Generator, hubs: int) -> np.ndarray:

@@ -4,7 +4,6 @@ the interval's side of the threshold."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import statistics
@@ -18,12 +17,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "research" / "synthetic_at_scale"
 
 
 @pytest.fixture(scope="module")
-def report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("synthetic_at_scale_report", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def report(research_script) -> ModuleType:
+    return research_script("synthetic_at_scale/report.py")
 
 
 def _welch(a: list[float], b: list[float]) -> tuple[float, float]:
