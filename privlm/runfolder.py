@@ -51,6 +51,13 @@ class RunFolder:
     def sidecar(self) -> Path:
         return sidecar_path(self.out)
 
+    def public_files(self) -> list[Path]:
+        """The files of the run folder that a resume on another machine needs besides the ledger and that are
+        public: functions of the ledger's noisy draws and of public inputs only (never of the private data
+        otherwise). :mod:`privlm.experiments.kept_runs` publishes them for an unfinished run. Default: none (the
+        run restarts on a new machine, its lost draws still counted from the kept ledger)."""
+        return []
+
 
 @contextlib.contextmanager
 def claim(path: Path, *, wait: bool = False) -> Iterator[bool]:

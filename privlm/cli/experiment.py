@@ -48,7 +48,8 @@ def experiment_command(
         False,
         "--keep-accounting",
         help="Run no cell: copy the ledgers and privacy statements of every draw under DIR/work, a DP training "
-        "still in its steps included, into DIR/accounting.json (commit it before giving up a machine).",
+        "still in its steps included, into DIR/accounting.json, and the public state of unfinished runs (PE) into "
+        "DIR/kept-runs, from which a new machine resumes them (commit both before giving up a machine).",
     ),
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
@@ -113,20 +114,35 @@ def experiment_command(
 
 
 def keep_command(out: Path, chosen: bool, as_json: bool) -> None:
-    """``--keep-accounting``: :func:`~privlm.experiments.grid_privacy.keep_accounting` on ``out`` (CONFIG is not
+    """``--keep-accounting``: :func:`~privlm.experiments.kept_runs.keep_runs`, then
+    :func:`~privlm.experiments.grid_privacy.keep_accounting` on ``out`` (CONFIG is not
     read: the copies are of whatever draws the folder holds). ``chosen``: whether cells were chosen too (refused:
     the copy is of the whole folder)."""
     from privlm.experiments.grid_privacy import KEPT, keep_accounting
+    from privlm.experiments.kept_runs import KEPT_RUNS, keep_runs
 
     if chosen:
         raise UserError("--keep-accounting copies the whole folder's accounting: drop --only, --cells and --shard")
     if not any((out / name).exists() for name in ("work", "stale", KEPT)):
         raise UserError(f"{out}: not an experiment folder (no work/, stale/ or {KEPT}): nothing to keep")
+    runs = keep_runs(out)  # first: the ledgers copied next go at least as far as the runs' mirrored files
     ledgers, sidecars = keep_accounting(out)
     if as_json:
-        print_json({"out": str(out), "accounting": str(out / KEPT), "ledgers": ledgers, "sidecars": sidecars})
+        print_json(
+            {
+                "out": str(out),
+                "accounting": str(out / KEPT),
+                "ledgers": ledgers,
+                "sidecars": sidecars,
+                "kept_runs": str(out / KEPT_RUNS),
+                "runs": runs,
+            }
+        )
         return
-    console.print(f"{out / KEPT}: {ledgers} ledgers and {sidecars} set privacy statements kept; commit it")
+    console.print(
+        f"{out / KEPT}: {ledgers} ledgers and {sidecars} set privacy statements kept; {out / KEPT_RUNS}: the public "
+        f"state of {runs} unfinished runs; commit both"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -54,6 +54,7 @@ from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.experiments.grid_privacy import keep_accounting
+from privlm.experiments.kept_runs import KEPT_RUNS, drop_kept_run, keep_runs, restore_run
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
@@ -162,6 +163,7 @@ def _set_aside(out: Path, key: str) -> None:
         if source.exists():
             target.mkdir(parents=True, exist_ok=True)
             source.rename(target / source.name)
+    drop_kept_run(out, key)  # its ledger stays counted from accounting.json
 
 
 def run_experiment(
@@ -274,11 +276,14 @@ def run_experiment(
                 private_cache=private_cache,
                 progress=hooks.progress,
             )
+            for folder in restore_run(out, cell.key):  # an unfinished run kept public by another machine
+                hooks.phase(f"{cell.key}: resuming the run kept in {KEPT_RUNS}/ ({folder.name})")
             write_jsonl_atomic(set_path, method(ctx))
             write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")
         # the draw is made (here or by an earlier process): its ledger, sidecar and card go public now, not after
         # the hour of evaluation, so that a machine lost meanwhile loses neither the set (commit sets/) nor its
         # statement (accounting.json)
+        keep_runs(out)
         keep_accounting(out)
         card(cell)
         # the time the set took when it was made, by this process or an earlier one (None: not kept)
@@ -360,6 +365,7 @@ def run_experiment(
         if cell.key in done:
             card(cell)
     rows = [done[c.key] for c in cells if c.key in done]
+    keep_runs(out)
     keep_accounting(out)
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows

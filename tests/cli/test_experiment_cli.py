@@ -70,6 +70,11 @@ def test_keep_accounting_copies_a_training_still_in_its_steps_and_refuses_a_choi
     running = out / "work" / "private-cache" / "h" / "dpft-x" / "privacy.json"  # no set and no sidecar yet
     running.parent.mkdir(parents=True)
     Ledger([LedgerEntry(PoissonGaussianStep(0.05, 1.2), 7, "steps 1-7")]).save(running)
+    pe_run = out / "work" / "pe_n2_seed0_eps1" / "synthetic.jsonl.pe"  # an unfinished PE run: its public state is kept
+    pe_run.mkdir(parents=True)
+    Ledger([LedgerEntry(PoissonGaussianStep(1.0, 9.0), 1, "PE histogram 0")], run="r1").save(pe_run / "privacy.json")
+    for name in ("run.json", "histogram0.json", "population0.json"):
+        (pe_run / name).write_text("{}\n")
     assert run(["experiment", config, "--out", str(out), "--keep-accounting", "--cells", "gradmm_*"]) == 2
     assert "drop --only, --cells and --shard" in capsys.readouterr().err
     assert not (out / "accounting.json").exists()
@@ -80,8 +85,17 @@ def test_keep_accounting_copies_a_training_still_in_its_steps_and_refuses_a_choi
     assert json.loads(capsys.readouterr().out) | {"out": None, "accounting": None} == {
         "out": None,
         "accounting": None,
-        "ledgers": 1,
+        "ledgers": 2,
         "sidecars": 0,
+        "kept_runs": str(out / "kept-runs"),
+        "runs": 1,
     }
+    mirrored = out / "kept-runs" / "work" / "pe_n2_seed0_eps1" / "synthetic.jsonl.pe"
+    assert sorted(p.name for p in mirrored.iterdir()) == [
+        "histogram0.json",
+        "population0.json",
+        "privacy.json",
+        "run.json",
+    ]
     kept = json.loads((out / "accounting.json").read_text())["ledgers"]
     assert Ledger.from_dict(kept["work/private-cache/h/dpft-x/privacy.json"]).count == 7

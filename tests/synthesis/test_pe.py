@@ -210,6 +210,22 @@ def test_poisoning_private_data_after_the_histograms_leaves_output_bit_identical
     assert out.read_bytes() == reference.read_bytes()
 
 
+def test_a_resume_starts_at_the_latest_population_and_needs_no_earlier_one(
+    lm, reference, tmp_path, monkeypatch
+) -> None:
+    """Another machine's resume holds the histograms and the latest population only (kept_runs): the run goes on
+    from there, with no zero-shot population made again and no private read, to the uninterrupted output."""
+    out = tmp_path / "pe.jsonl"
+    _copy_state(reference, out)
+    PEPaths(out).population(0).unlink()
+    monkeypatch.setattr(pe, "zero_shot", lambda *a, **k: pytest.fail("population 0 is not needed"))
+    result = _run(lm, out, lambda: pytest.fail("every histogram is saved"), resume=True)
+    assert result.reused_histograms == 2 and out.read_bytes() == reference.read_bytes()
+    PEPaths(out).histogram(0).unlink()
+    with pytest.raises(UserError, match="histogram0.json is not"):
+        _run(lm, out, lambda: list(PRIVATE), resume=True)
+
+
 def test_resume_after_a_crash_reuses_every_histogram_and_never_redraws(lm, tmp_path, monkeypatch) -> None:
     out, drawn = tmp_path / "pe.jsonl", []
     real_noise, real_next = pe.noisy_histograms, pe.next_population

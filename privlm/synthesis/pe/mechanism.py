@@ -33,7 +33,9 @@ repeat (checked key by key); ``.lock`` — held (``flock``) by the process runni
 ``population{t}.json`` — iteration t's public candidates; ``rewrites{t}-{k}.jsonl`` — class k's rewrites of
 iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
 once the population is saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it
-is drawn and reused by a resume, never redrawn. ``FILE.jsonl`` and
+is drawn and reused by a resume, never redrawn. A resume starts at the latest saved population (the earlier
+ones may be gone); :meth:`PEPaths.public_files` names what another machine needs to resume (kept public by
+:mod:`privlm.experiments.kept_runs`). ``FILE.jsonl`` and
 ``FILE.privacy.json`` are written atomically at the end.
 
 **Progress** (on a :class:`~privlm.progress.Progress`): the histograms (T), the zero-shot candidates (M per
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -203,6 +206,20 @@ class PEPaths(RunFolder):
 
     def rewrites(self, t: int, label: int) -> Path:
         return self.workdir / f"rewrites{t}-{label}.jsonl"
+
+    def latest_population(self) -> int:
+        """The last iteration whose population is saved (0 when none is: iteration 0's is made first)."""
+        saved = (re.fullmatch(r"population(0|[1-9][0-9]*)\.json", p.name) for p in self.workdir.glob("population*"))
+        return max((int(m.group(1)) for m in saved if m), default=0)
+
+    def public_files(self) -> list[Path]:
+        """``run.json``, every noisy histogram, the latest population and the rewrites journaled after it: the
+        settings, the releases themselves and their public post-processing (the rewrites are the public LM's, of
+        candidates chosen by the noisy votes). With the ledger, enough to resume where the run is."""
+        t = self.latest_population()
+        files = [self.manifest, *sorted(self.workdir.glob("histogram*.json")), self.population(t)]
+        files += sorted(self.workdir.glob(f"rewrites{t + 1}-*.jsonl"))
+        return [f for f in files if f.is_file()]
 
 
 @dataclass(frozen=True)
@@ -434,9 +451,21 @@ def run_pe(
             )
             return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
 
-        reused, population, histograms = 0, json_once(paths.population(0), first_population), []
+        # a resume starts at the latest saved population: the earlier ones are not needed (their histograms are
+        # saved, and the population after each was made from it) and may be gone (kept_runs keeps the latest only)
+        start = min(paths.latest_population(), config.iterations - 1)
+        reused, histograms = 0, []
+        population = json_once(paths.population(start), first_population)  # made only when start is 0
         for t in range(config.iterations):
-            if t:
+            if t < start:
+                if not paths.histogram(t).exists():
+                    raise UserError(
+                        f"{paths.population(start)} is saved but {paths.histogram(t)} is not; remove {paths.workdir}"
+                    )
+                reused += 1
+                drawn_so_far.advance()
+                continue
+            if t > start:
                 population = json_once(paths.population(t), partial(variations, t, population, histograms))
                 for k in range(n_classes):
                     paths.rewrites(t, k).unlink(missing_ok=True)

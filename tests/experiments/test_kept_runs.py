@@ -1,0 +1,183 @@
+"""The public state of an unfinished PE run outlives its machine: kept, restored on a new machine, resumed without
+a redraw of what was drawn, and counted once; a restore that could leave a draw uncounted is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import privlm.randomness as randomness
+import privlm.synthesis.pe.mechanism as pe
+from privlm.errors import UserError
+from privlm.experiments.config import load_config
+from privlm.experiments.grid_privacy import KEPT, grid_privacy, keep_accounting
+from privlm.experiments.kept_runs import KEPT_RUNS, keep_runs, restore_run
+from privlm.experiments.runner import run_experiment
+from privlm.privacy.events import GaussianRelease
+from privlm.privacy.ledger import Ledger, LedgerEntry
+
+CELL = "pe_n2_seed0_eps4"
+RUN = f"work/{CELL}/synthetic.jsonl.pe"
+
+
+def _grid(tmp_path: Path) -> Path:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    words = [("dull and slow", 0), ("warm and funny", 1), ("wooden, tired", 0), ("smart and moving", 1)]
+    data.write_text(
+        "".join(json.dumps({"text": f"the film is {t} {i}", "label": y}) + "\n" for i in range(10) for t, y in words)
+    )
+    toml.write_text(
+        f'model = "tiny-llama"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 6\n'
+        'n_per_class = [2]\nseeds = [0]\ntest_size = 6\n\n[finetune]\npreset = "tiny"\nepochs = 1\n\n'
+        "[methods.pe]\nepsilons = [4.0]\niterations = 3\npopulation = 2.0\nvariations = 1\nmax_new_tokens = 6\n"
+        "max_tokens = 16\n"
+    )
+    return toml
+
+
+@pytest.fixture
+def fixed_noise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One fixed noise key for every histogram (so two runs can be compared), and a count of the draws."""
+    monkeypatch.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))
+    drawn: list[int] = []
+    real = pe.noisy_histograms
+    monkeypatch.setattr(pe, "noisy_histograms", lambda counts, sigma: drawn.append(1) or real(counts, sigma))
+    return drawn
+
+
+def _lose_the_machine_in_the_rewrites(toml: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the grid into PE's second rewrites (histograms 0 and 1 drawn, population 1 saved), keep as the CLI's
+    --keep-accounting does, then lose every private file (``work/``)."""
+    real, classes = pe.next_population, []
+
+    def lost_in_iteration_2(*args, **kwargs):
+        classes.append(1)
+        if len(classes) > 2:  # iteration 1 wrote both classes' rewrites
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pe, "next_population", lost_in_iteration_2)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(load_config(toml), out)
+    assert keep_runs(out) == 1
+    keep_accounting(out)
+    shutil.rmtree(out / "work")
+
+
+def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixed_noise: list[int]
+) -> None:
+    toml = _grid(tmp_path)
+    (reference,) = run_experiment(load_config(toml), tmp_path / "reference")  # uninterrupted, same noise key
+    assert len(fixed_noise) == 3
+    out = tmp_path / "out"
+    _lose_the_machine_in_the_rewrites(toml, out, monkeypatch)
+    assert len(fixed_noise) == 5
+    mirror = out / KEPT_RUNS / RUN
+    kept_files = ["histogram0.json", "histogram1.json", "population1.json", "privacy.json", "run.json"]
+    assert sorted(p.name for p in mirror.iterdir()) == kept_files  # the latest population only
+    kept_ledger = Ledger.load(mirror / "privacy.json")
+    assert kept_ledger.count == 2 and kept_ledger.run is not None
+
+    monkeypatch.setattr(pe, "zero_shot", lambda *a, **k: pytest.fail("the kept population is not made again"))
+    (row,) = run_experiment(load_config(toml), out, resume=True)
+    assert len(fixed_noise) == 6  # only histogram 2 was drawn on the new machine
+    made = out / "sets" / f"{CELL}.jsonl"
+    assert made.read_bytes() == (tmp_path / "reference" / "sets" / f"{CELL}.jsonl").read_bytes()
+    assert row["accuracy"] == reference["accuracy"]
+    ledger = Ledger.load(out / RUN / "privacy.json")
+    assert ledger.run == kept_ledger.run and ledger.count == 3  # the lost machine's draws and this one's, once each
+    assert not (out / KEPT_RUNS / "work" / CELL).exists()  # the set is made: its run's state is no longer kept
+    kept = json.loads((out / KEPT).read_text())["ledgers"]
+    assert list(kept) == [f"{RUN}/privacy.json"] and len(kept[f"{RUN}/privacy.json"]["entries"]) == 3
+    grid = grid_privacy(out, [row], 1e-5)
+    assert grid.releases == 3 and grid.epsilon is not None
+
+
+def _mirror(out: Path, mirrored: Ledger, accounted: Ledger | None) -> Path:
+    """A mirrored run folder of one file and ``mirrored`` as its ledger; ``accounted``: accounting.json's copy."""
+    folder = out / KEPT_RUNS / RUN
+    folder.mkdir(parents=True)
+    (folder / "histogram0.json").write_text("{}\n")
+    mirrored.save(folder / "privacy.json")
+    ledgers = {} if accounted is None else {f"{RUN}/privacy.json": accounted.to_dict()}
+    (out / KEPT).write_text(json.dumps({"format": "privlm-grid-accounting", "ledgers": ledgers, "sidecars": {}}))
+    return folder
+
+
+def _entries(n: int) -> list[LedgerEntry]:
+    return [LedgerEntry(GaussianRelease(5.0), 1, f"PE histogram {t}") for t in range(n)]
+
+
+@pytest.mark.parametrize("mirrored_count, accounted_count", [(1, 3), (3, 1), (2, None)])
+def test_a_restore_takes_the_kept_ledger_that_goes_further(
+    tmp_path: Path, mirrored_count: int, accounted_count: int | None
+) -> None:
+    """accounting.json's copy may have grown after the mirror was made (a later keep of the ledgers alone): the
+    restored ledger is the longer of the two, so a draw booked by either stays counted."""
+    mirrored = Ledger(_entries(mirrored_count), run="a1")
+    accounted = None if accounted_count is None else Ledger(_entries(accounted_count), run="a1")
+    _mirror(tmp_path, mirrored, accounted)
+    (restored,) = restore_run(tmp_path, CELL)
+    assert restored == tmp_path / RUN
+    ledger = Ledger.load(restored / "privacy.json")
+    assert ledger.run == "a1" and ledger.count == max(mirrored_count, accounted_count or 0)
+    assert (restored / "histogram0.json").read_text() == "{}\n"
+    assert restore_run(tmp_path, CELL) == []  # a live run folder is never written over
+
+
+@pytest.mark.parametrize(
+    "other", [Ledger(_entries(2), run="b2"), Ledger([LedgerEntry(GaussianRelease(9.0), 1)], run="a1")]
+)
+def test_a_restore_whose_two_kept_ledgers_are_not_one_run_going_on_is_refused_and_writes_nothing(
+    tmp_path: Path, other: Ledger
+) -> None:
+    _mirror(tmp_path, Ledger(_entries(1), run="a1"), other)
+    with pytest.raises(UserError, match="not one run going on"):
+        restore_run(tmp_path, CELL)
+    assert not (tmp_path / "work").exists()
+
+
+def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go(tmp_path: Path) -> None:
+    """The mirror holds what PE names public (never the lock, an embedding cache or anything else in the folder),
+    follows the run (an older population leaves it) and goes once the cell's set is made."""
+    run = tmp_path / RUN
+    run.mkdir(parents=True)
+    Ledger(_entries(2), run="a1").save(run / "privacy.json")
+    for name in (
+        "run.json",
+        "histogram0.json",
+        "histogram1.json",
+        "population0.json",
+        "population1.json",
+        "rewrites2-0.jsonl",
+        "rewrites1-0.jsonl",
+        ".lock",
+        "private.npz",
+    ):
+        (run / name).write_text(f"{name}\n")
+    assert keep_runs(tmp_path) == 1
+    mirror = tmp_path / KEPT_RUNS / RUN
+    expected = [
+        "histogram0.json",
+        "histogram1.json",
+        "population1.json",
+        "privacy.json",
+        "rewrites2-0.jsonl",
+        "run.json",
+    ]
+    assert sorted(p.name for p in mirror.iterdir()) == expected
+    assert (mirror / "population1.json").read_text() == "population1.json\n"
+    (run / "rewrites2-0.jsonl").unlink()
+    (run / "population2.json").write_text("population2.json\n")
+    keep_runs(tmp_path)
+    assert sorted(p.name for p in mirror.iterdir()) == sorted(
+        {*expected, "population2.json"} - {"population1.json", "rewrites2-0.jsonl"}
+    )
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "sets" / f"{CELL}.jsonl").write_text("")
+    assert keep_runs(tmp_path) == 0 and not (tmp_path / KEPT_RUNS / "work" / CELL).exists()
