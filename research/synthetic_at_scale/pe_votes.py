@@ -17,10 +17,12 @@ pick out the candidates with many votes (what PE's top ⌈M/(1+V)⌉ keep), not 
 Everything here is computed from the released histograms and the published σ, so it is post-processing of the
 DP release.
 
-    python research/synthetic_at_scale/pe_votes.py   # reads work/pe_*/, adds to pe_votes.json, writes pe_votes.md
+    python research/synthetic_at_scale/pe_votes.py   # reads work/ and kept-runs/, adds to pe_votes.json, writes pe_votes.md
 
 The histograms live in the cells' run folders under the git-ignored ``work/`` (never committed, so a new
-machine lacks them); ``pe_votes.json`` keeps every reading made, so the table outlives them.
+machine lacks them) and, for a run not finished yet, in its public mirror under ``kept-runs/``
+(:mod:`privlm.experiments.kept_runs`); ``pe_votes.json`` keeps every reading made (per cell, the one of the most
+histograms), so the table outlives them.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def readings(out: Path) -> list[dict[str, float | int]]:
 
 def main() -> None:
     kept = json.loads(OUT.read_text()) if OUT.exists() else {}
-    for folder in sorted((HERE / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")):
+    for folder in [
+        *sorted((HERE / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),
+        *sorted((HERE / "kept-runs" / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),  # public mirrors
+    ]:
         found = readings(folder.parent / "synthetic.jsonl")
         if len(found) >= len(kept.get(folder.parent.name, [])):
             kept[folder.parent.name] = found
