@@ -114,19 +114,18 @@ def experiment_command(
 
 
 def keep_command(out: Path, chosen: bool, as_json: bool) -> None:
-    """``--keep-accounting``: :func:`~privlm.experiments.kept_runs.keep_runs`, then
-    :func:`~privlm.experiments.grid_privacy.keep_accounting` on ``out`` (CONFIG is not
+    """``--keep-accounting``: :func:`~privlm.experiments.kept_runs.keep_runs` on ``out``: the unfinished runs' public
+    state, then :func:`~privlm.experiments.grid_privacy.keep_accounting` (CONFIG is not
     read: the copies are of whatever draws the folder holds). ``chosen``: whether cells were chosen too (refused:
     the copy is of the whole folder)."""
-    from privlm.experiments.grid_privacy import KEPT, keep_accounting
-    from privlm.experiments.kept_runs import KEPT_RUNS, keep_runs
+    from privlm.experiments.grid_privacy import KEPT, KEPT_RUNS
+    from privlm.experiments.kept_runs import keep_runs
 
     if chosen:
         raise UserError("--keep-accounting copies the whole folder's accounting: drop --only, --cells and --shard")
     if not any((out / name).exists() for name in ("work", "stale", KEPT)):
         raise UserError(f"{out}: not an experiment folder (no work/, stale/ or {KEPT}): nothing to keep")
-    runs = keep_runs(out)  # first: the ledgers copied next go at least as far as the runs' mirrored files
-    ledgers, sidecars = keep_accounting(out)
+    runs, ledgers, sidecars = keep_runs(out)  # the mirrors, then accounting.json (it folds their ledgers in)
     if as_json:
         print_json(
             {

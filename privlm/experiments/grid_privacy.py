@@ -51,7 +51,7 @@ import math
 import os
 import posixpath
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -61,7 +61,7 @@ from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.privacy.events import Event, event_from_dict
 from privlm.privacy.ledger import Ledger, LedgerEntry
-from privlm.runfolder import LEDGER, sidecar_path
+from privlm.runfolder import LEDGER, claim, sidecar_path
 from privlm.synthesis.registry import SET_FILE
 
 SIDECAR = sidecar_path(Path(SET_FILE)).name
@@ -69,6 +69,8 @@ SHARED = "private-cache"  # the experiment's cache folder under work/: runs ther
 KEPT = "accounting.json"  # the public copies of the grid's ledgers and sidecars (keep_accounting)
 KEPT_FORMAT = "privlm-grid-accounting"
 KEPT_KEY = KEPT + ":"
+KEPT_RUNS = "kept-runs"  # the public state of unfinished runs, paths as under DIR (privlm.experiments.kept_runs)
+KEEP_LOCK = ".keep.lock"  # under DIR/work: one keep_accounting at a time
 DISPLACED = "#displaced-"
 
 
@@ -233,10 +235,13 @@ def _read_kept(path: Path, unreadable: list[str]) -> tuple[dict[str, Any], dict[
         return {}, {}
 
 
-def kept_copy(out: Path, rel: str) -> dict[str, Any] | None:
+def kept_copy(out: Path, rel: str, *, strict: bool = False) -> dict[str, Any] | None:
     """The copy of the ledger or set sidecar ``rel`` (relative to ``out``) kept in ``out/accounting.json``; None
-    when there is none or the file cannot be read."""
-    ledgers, sidecars = _read_kept(Path(out) / KEPT, [])
+    when there is none or the file cannot be read (``strict``: :class:`UserError` when it cannot be read)."""
+    unreadable: list[str] = []
+    ledgers, sidecars = _read_kept(Path(out) / KEPT, unreadable)
+    if strict and unreadable:
+        raise UserError(f"{unreadable[0]}: not a readable {KEPT_FORMAT} file")
     found = sidecars.get(rel, ledgers.get(rel))
     return dict(found) if isinstance(found, dict) else None
 
@@ -256,7 +261,7 @@ def _live_files(out: Path) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def keep_accounting(out: Path) -> tuple[int, int]:
+def keep_accounting(out: Path, before: Callable[[], None] | None = None) -> tuple[int, int]:
     """Copy every write-ahead ledger and set sidecar under ``out/work`` and ``out/stale`` into ``out/accounting.json``
     (by path relative to ``out``), so that :func:`grid_privacy` can still state the grid's ε when the private work
     folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
@@ -272,12 +277,28 @@ def keep_accounting(out: Path) -> tuple[int, int]:
     releases nothing) and at the end of a run: draws still being made (a DP-SGD run in its steps) are kept by
     the next call, so a machine lost in the middle of making a set loses those draws' ledger together with
     their outputs; call it by hand (``privlm experiment CONFIG --out DIR --keep-accounting``) before a machine
-    goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds."""
+    goes to keep them too. Returns how many ledgers and sidecars ``out/accounting.json`` now holds.
+
+    The ledgers mirrored under ``out/kept-runs`` (:mod:`privlm.experiments.kept_runs`: unfinished runs' public state,
+    restored on a new machine) are folded in like live ones where no live ledger is at their path, except that a
+    kept copy that goes on from a mirrored ledger stays as it is (the mirror is behind: one run). One process keeps
+    at a time (an ``flock``); ``before`` runs under it first, after ``accounting.json`` was found readable (the
+    mirror is made there, so that no mirror exists whose ledger this call does not fold)."""
     out = Path(out)
-    unreadable: list[str] = []
-    ledgers, sidecars = _read_kept(out / KEPT, unreadable)
-    if unreadable:
-        raise UserError(f"{unreadable[0]}: not a readable {KEPT_FORMAT} file; move it aside to keep the ledgers again")
+    with claim(out / "work" / KEEP_LOCK, wait=True):
+        unreadable: list[str] = []
+        ledgers, sidecars = _read_kept(out / KEPT, unreadable)
+        if unreadable:
+            raise UserError(
+                f"{unreadable[0]}: not a readable {KEPT_FORMAT} file; move it aside to keep the ledgers again"
+            )
+        if before is not None:
+            before()
+        return _keep(out, ledgers, sidecars)
+
+
+def _keep(out: Path, ledgers: dict[str, Any], sidecars: dict[str, Any]) -> tuple[int, int]:
+    """:func:`keep_accounting`'s copy, under its lock."""
     live: dict[str, Ledger] = {}
     for rel, name in _live_files(out):
         try:
@@ -287,16 +308,27 @@ def keep_accounting(out: Path) -> tuple[int, int]:
                 sidecars[rel] = json.loads((out / rel).read_text(encoding="utf-8"))
         except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # grid_privacy names an unreadable live file
+    mirrored: dict[str, Ledger] = {}
+    for path in sorted((out / KEPT_RUNS).rglob(LEDGER)):
+        rel = path.relative_to(out / KEPT_RUNS).as_posix()
+        if rel not in live:
+            try:
+                mirrored[rel] = Ledger.load(path)
+            except UserError:
+                continue  # kept_runs refuses to restore from it
     runs = [(PurePosixPath(rel), ledger) for rel, ledger in live.items()]
-    for rel, ledger in live.items():
-        if _a_copy_inside(PurePosixPath(rel), ledger, runs):
+    for rel, ledger in [*live.items(), *mirrored.items()]:
+        if rel in live and _a_copy_inside(PurePosixPath(rel), ledger, runs):
             continue
         old = ledgers.get(rel)
         if old is not None:
             try:
-                grown = continues(ledger, Ledger.from_dict(old, rel))
+                copy = Ledger.from_dict(old, rel)
+                grown, behind = continues(ledger, copy), rel in mirrored and continues(copy, ledger)
             except UserError:
-                grown = False
+                grown, behind = False, False
+            if behind:
+                continue
             if not grown:
                 ledgers[f"{rel}{DISPLACED}{digest(old)}"] = old
         ledgers[rel] = ledger.to_dict()

@@ -9,20 +9,26 @@ histograms, its latest population and the rewrites journaled after it), each a f
 draws and of public inputs only.
 
 :func:`keep_runs` mirrors them, for every cell whose set is not made yet, into ``DIR/kept-runs/`` (the same
-relative paths as under ``DIR``; commit it with ``accounting.json``), the run's ledger last. :func:`restore_run`
-writes a cell's mirrored run folders back where none exists (the runner calls it before a cell's method runs),
-with the ledger of the two kept copies that goes further (the mirror's, or ``accounting.json``'s, which a later
-:func:`keep_accounting` may have grown), and the run resumes: it draws only what it had not drawn.
+relative paths as under ``DIR``; commit it with ``accounting.json``), each run's ledger read after its other files,
+and in the same call, under one lock, :func:`~privlm.experiments.grid_privacy.keep_accounting` folds every mirrored
+ledger into ``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the
+runner calls it before a cell's method runs), with the ledger of the two kept copies that goes further (the
+mirror's, or ``accounting.json``'s), and the run resumes: it draws only what it had not drawn.
 
-**Why the count stays whole.** A file of the mirror was read before the ledger it was kept with, and a mechanism
-books a draw in its ledger before the draw's output exists (write-ahead), so a mirrored output's draw is in the
-mirrored ledger. The restored ledger begins with that one (:func:`~privlm.experiments.grid_privacy.continues`;
-otherwise the restore is refused), has its run identity, and so stands for the copy in ``accounting.json``: the
-resumed run's later draws are appended to the draws of the lost machine that anything published came from. A draw
-the lost machine made after the last keep, whose output nothing published came from, may be drawn once more,
-and is counted once or twice, never less than once per draw whose output was kept. The mirror holds no private
-data (the mechanism's claim, stated in its ``public_files``); it is removed when the cell's set is made (the set
-and its statement are then published) or the cell is set aside.
+**Why the count stays whole.** A mechanism books a draw in its ledger before the draw's output exists
+(write-ahead), and a mirrored file was read before the ledger it is mirrored with, so a mirrored output's draw is
+in the mirrored ledger; the mirror's ledger is written before its files (a kill part-way leaves a ledger ahead of
+them), and ``accounting.json`` holds it from the same call. The restored ledger begins with it
+(:func:`~privlm.experiments.grid_privacy.continues`; otherwise, or when ``accounting.json`` cannot be read, the
+restore is refused) and has its run identity, so it stands for the kept copy: the resumed run's later draws are
+appended to those of the lost machine. A draw the lost machine made after the last keep, whose output nothing
+published came from, may be drawn once more and is then counted once or twice. PE also refuses a folder holding
+more histograms than its ledger books. ASSUMPTION (said in ``docs/synthesis.md``): a machine given up is not used
+again, and one machine resumes a given mirror; two machines resuming one mirror would write two ledgers of one
+identity, and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the
+mechanism's claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact
+counts); it is removed when the cell's set is made (the set and its statement are then published) or the cell is
+set aside, its ledger staying in ``accounting.json``.
 """
 
 from __future__ import annotations
@@ -33,14 +39,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from privlm.atomic import fsync_folder, write_text_atomic
 from privlm.errors import UserError
-from privlm.experiments.grid_privacy import continues, kept_copy
+from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keep_accounting, kept_copy
 from privlm.privacy.ledger import Ledger
-from privlm.runfolder import LEDGER, RunFolder, claim
+from privlm.runfolder import LEDGER, RunFolder
 from privlm.synthesis.registry import SET_FILE, load_methods
 
-KEPT_RUNS = "kept-runs"  # under DIR: the mirrored public state of unfinished runs (relative paths as under DIR)
+RESTORING = ".restoring"  # under DIR, outside work/ and stale/ (whose ledgers count): a restore being built
 
 
 def _run_folder_kinds() -> list[Callable[[Path], RunFolder]]:
@@ -54,56 +59,88 @@ def _cell_runs(work: Path) -> list[RunFolder]:
     return sorted((f for f in folders if f.ledger.is_file()), key=lambda f: f.workdir.name)
 
 
-def keep_runs(out: Path) -> int:
+def keep_runs(out: Path) -> tuple[int, int, int]:
     """Mirror the public files of every unfinished cell's run folders under ``out/work`` into ``out/kept-runs``
-    (module docstring), each folder's ledger read last; drop the mirrors of cells whose set is made. Returns how
-    many run folders are mirrored now. Call :func:`~privlm.experiments.grid_privacy.keep_accounting` after it."""
+    (module docstring) and drop the mirrors of cells whose set is made, then copy the ledgers and sidecars into
+    ``accounting.json`` (:func:`~privlm.experiments.grid_privacy.keep_accounting`, which folds the mirrored
+    ledgers in), all under one lock. Returns how many run folders are mirrored and how many ledgers and
+    sidecars ``accounting.json`` holds."""
     out = Path(out)
     mirror = out / KEPT_RUNS
-    with claim(out / "work" / f"{KEPT_RUNS}.lock", wait=True):  # one mirror at a time: each a consistent snapshot
-        for cell in sorted(mirror.glob("work/*")):
-            if _set_made(out, cell.name):
-                shutil.rmtree(cell)
-        for cell in sorted((out / "work").glob("*/")):
-            if not _set_made(out, cell.name):
-                _mirror_cell(out, cell)
-    return sum(1 for _ in mirror.glob("work/*/*"))
+    ledgers, sidecars = keep_accounting(out, before=lambda: _mirror_all(out))
+    return sum(1 for _ in mirror.glob("work/*/*")), ledgers, sidecars
+
+
+def _mirror_all(out: Path) -> None:
+    for cell in sorted((out / KEPT_RUNS).glob("work/*")):
+        if _set_made(out, cell.name):
+            shutil.rmtree(cell)  # keep_accounting already holds its ledger: it folded it when it was mirrored
+    for cell in sorted((out / "work").glob("*/")):
+        if not _set_made(out, cell.name):
+            for run in _cell_runs(cell):
+                _mirror_run(out, run)
 
 
 def _set_made(out: Path, cell: str) -> bool:
     return (out / "sets" / f"{cell}.jsonl").exists()
 
 
-def _mirror_cell(out: Path, cell: Path) -> None:
-    """Mirror the public files of ``cell``'s run folders, each ledger read after its folder's other files."""
-    for run in _cell_runs(cell):
-        files = {path.name: path.read_bytes() for path in run.public_files() if path.parent == run.workdir}
-        if not files:
-            continue
-        files[LEDGER] = run.ledger.read_bytes()  # last: it books every draw behind the files read above
-        target = out / KEPT_RUNS / run.workdir.relative_to(out)
-        target.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            if not (target / name).is_file() or (target / name).read_bytes() != data:
-                write_text_atomic(target / name, data.decode("utf-8"))
-        for stale in target.iterdir():
-            if stale.name not in files:
-                stale.unlink()
+def _snapshot(run: RunFolder, tries: int = 3) -> dict[str, bytes]:
+    """The run's public files and, read after them, its ledger (it books every draw behind them: write-ahead); read
+    again when a file goes while being read (the run, in another process, moved on); {} when it names none."""
+    for attempt in range(tries):
+        try:
+            files = {
+                p.name: p.read_bytes() for p in run.public_files() if p.parent == run.workdir and not p.is_symlink()
+            }
+            if files:
+                files[LEDGER] = run.ledger.read_bytes()
+            return files
+        except FileNotFoundError:
+            if attempt == tries - 1:
+                raise
+    return {}
+
+
+def _mirror_run(out: Path, run: RunFolder) -> None:
+    """Mirror one run folder: its ledger written first (a kill part-way leaves a ledger ahead of the files: an
+    over-count, never files whose draws it lacks), then its files; files it no longer names go."""
+    files = _snapshot(run)
+    if not files:
+        return
+    target = out / KEPT_RUNS / run.workdir.relative_to(out)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in [LEDGER, *sorted(set(files) - {LEDGER})]:
+        if not (target / name).is_file() or (target / name).read_bytes() != files[name]:
+            _write_durably(target / name, files[name])
+    for stale in target.iterdir():
+        if stale.name not in files:
+            stale.unlink()
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary file, fsync'd and renamed (a kill leaves the old file or the new)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def drop_kept_run(out: Path, cell: str) -> None:
-    """Remove the mirror of cell ``cell`` (its set is made, or the cell is set aside)."""
+    """Remove the mirror of cell ``cell`` (set aside: its ledger is in ``accounting.json``, folded when mirrored)."""
     shutil.rmtree(Path(out) / KEPT_RUNS / "work" / cell, ignore_errors=True)
 
 
 def restore_run(out: Path, cell: str) -> list[Path]:
     """Write back the mirrored run folders of cell ``cell`` that do not exist under ``out/work`` (module
-    docstring); returns the folders restored. Each is built beside its place and renamed into it, so a kill leaves
-    either nothing or the whole folder.
+    docstring); returns the folders restored. Each is built under ``out/.restoring`` (where no ledger counts),
+    every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder.
 
     Raises:
-        UserError: the mirror's ledger and the copy kept in ``accounting.json`` are not one run's, one going on
-            from the other (restoring either could leave a draw uncounted)."""
+        UserError: ``accounting.json`` cannot be read, or the mirror's ledger and the copy kept there are not one
+            run's, one going on from the other (restoring either could leave a draw uncounted)."""
     out = Path(out)
     restored = []
     for kept in sorted((out / KEPT_RUNS / "work" / cell).glob("*")):
@@ -111,17 +148,18 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         place = out / rel
         if place.exists() or not (kept / LEDGER).is_file():
             continue
-        ledger = _further_ledger(Ledger.load(kept / LEDGER), kept_copy(out, f"{rel.as_posix()}/{LEDGER}"), kept)
-        building = place.with_name(place.name + ".restoring")
+        accounted = kept_copy(out, f"{rel.as_posix()}/{LEDGER}", strict=True)
+        ledger = _further_ledger(Ledger.load(kept / LEDGER), accounted, kept)
+        building = out / RESTORING / rel
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
-        for file in kept.iterdir():
-            if file.name != LEDGER:
-                shutil.copyfile(file, building / file.name)
+        for file in sorted(kept.iterdir()):
+            if file.name != LEDGER and file.is_file() and not file.is_symlink():
+                _write_durably(building / file.name, file.read_bytes())
         ledger.save(building / LEDGER)
-        fsync_folder(building)
+        place.parent.mkdir(parents=True, exist_ok=True)
         os.rename(building, place)
-        fsync_folder(place.parent)
+        shutil.rmtree(out / RESTORING, ignore_errors=True)
         restored.append(place)
     return restored
 
@@ -130,7 +168,7 @@ def _further_ledger(mirrored: Ledger, accounted: dict[str, Any] | None, where: P
     """Of the mirror's ledger and ``accounting.json``'s copy (None: none kept), the one that goes on from the other."""
     if accounted is None:
         return mirrored
-    copy = Ledger.from_dict(accounted, f"{KEPT_RUNS}: accounting.json's copy for {where}")
+    copy = Ledger.from_dict(accounted, f"accounting.json's copy for {where}")
     if continues(copy, mirrored):
         return copy
     if continues(mirrored, copy):
@@ -138,5 +176,6 @@ def _further_ledger(mirrored: Ledger, accounted: dict[str, Any] | None, where: P
     raise UserError(
         f"{where}: its ledger and the copy kept in accounting.json are not one run going on (run {mirrored.run} "
         f"with {mirrored.count} releases, run {copy.run} with {copy.count}); restoring either could leave a draw "
-        f"uncounted: remove {where} to start the run afresh (the kept draws stay counted)"
+        f"uncounted: to start the run afresh, run `privlm experiment CONFIG --out DIR --keep-accounting` (it folds the "
+        f"mirror's ledger into accounting.json, so its draws stay counted), then remove {where}"
     )

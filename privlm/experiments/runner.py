@@ -53,8 +53,8 @@ from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
-from privlm.experiments.grid_privacy import keep_accounting
-from privlm.experiments.kept_runs import KEPT_RUNS, drop_kept_run, keep_runs, restore_run
+from privlm.experiments.grid_privacy import KEPT_RUNS
+from privlm.experiments.kept_runs import drop_kept_run, keep_runs, restore_run
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
@@ -276,15 +276,24 @@ def run_experiment(
                 private_cache=private_cache,
                 progress=hooks.progress,
             )
-            for folder in restore_run(out, cell.key):  # an unfinished run kept public by another machine
+            restored = restore_run(out, cell.key)  # an unfinished run kept public by another machine
+            for folder in restored:
                 hooks.phase(f"{cell.key}: resuming the run kept in {KEPT_RUNS}/ ({folder.name})")
-            write_jsonl_atomic(set_path, method(ctx))
+            try:
+                rows = method(ctx)
+            except UserError as err:
+                if not restored:
+                    raise
+                raise UserError(
+                    f"{err}\n(that run was restored from {KEPT_RUNS}/work/{cell.key}; to start it afresh, remove that "
+                    "too: accounting.json keeps its draws counted)"
+                ) from err
+            write_jsonl_atomic(set_path, rows)
             write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")
         # the draw is made (here or by an earlier process): its ledger, sidecar and card go public now, not after
         # the hour of evaluation, so that a machine lost meanwhile loses neither the set (commit sets/) nor its
         # statement (accounting.json)
-        keep_runs(out)
-        keep_accounting(out)
+        keep_runs(out)  # and accounting.json
         card(cell)
         # the time the set took when it was made, by this process or an earlier one (None: not kept)
         generation_s = json.loads(set_time.read_text())["set_s"] if set_time.exists() else None
@@ -365,8 +374,7 @@ def run_experiment(
         if cell.key in done:
             card(cell)
     rows = [done[c.key] for c in cells if c.key in done]
-    keep_runs(out)
-    keep_accounting(out)
+    keep_runs(out)  # and accounting.json
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
 

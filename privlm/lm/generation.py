@@ -72,7 +72,9 @@ def sample_many(
     ``journal``: a file (:class:`privlm.journal.Journal`) where every finished chunk's texts are kept, so that a
     killed call resumes after them with the same result. It is keyed to the prompts, ``per_prompt``, ``seed``,
     ``sampling`` and ``batch_size``, not to the model, the tokenizer or the device: keep it in a folder bound to
-    one model on one machine (PE's run folder checks its LM head's fingerprint on resume)."""
+    one model (PE's run folder checks its LM head's fingerprint on resume). Moved to another machine (PE's public
+    mirror), it resumes with the same kept texts, but the chunks written there may round differently: the result
+    is then not bitwise the one-machine run's."""
     encoded = [tokenizer(p, add_special_tokens=not tokenizer.chat_template)["input_ids"] for p in prompts]
     context = model.config.max_position_embeddings
     longest = max((len(ids) for ids in encoded), default=0)

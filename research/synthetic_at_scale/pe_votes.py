@@ -22,7 +22,8 @@ DP release.
 The histograms live in the cells' run folders under the git-ignored ``work/`` (never committed, so a new
 machine lacks them) and, for a run not finished yet, in its public mirror under ``kept-runs/``
 (:mod:`privlm.experiments.kept_runs`); ``pe_votes.json`` keeps every reading made (per cell, the one of the most
-histograms), so the table outlives them.
+histograms), so the table outlives them. Run it right after ``privlm experiment … --keep-accounting``, so that
+every histogram it reads is booked in the committed ``accounting.json``.
 """
 
 from __future__ import annotations

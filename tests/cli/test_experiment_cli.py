@@ -73,7 +73,8 @@ def test_keep_accounting_copies_a_training_still_in_its_steps_and_refuses_a_choi
     pe_run = out / "work" / "pe_n2_seed0_eps1" / "synthetic.jsonl.pe"  # an unfinished PE run: its public state is kept
     pe_run.mkdir(parents=True)
     Ledger([LedgerEntry(PoissonGaussianStep(1.0, 9.0), 1, "PE histogram 0")], run="r1").save(pe_run / "privacy.json")
-    for name in ("run.json", "histogram0.json", "population0.json"):
+    (pe_run / "run.json").write_text('{"noise_multiplier": 9.0}\n')
+    for name in ("histogram0.json", "population0.json"):
         (pe_run / name).write_text("{}\n")
     assert run(["experiment", config, "--out", str(out), "--keep-accounting", "--cells", "gradmm_*"]) == 2
     assert "drop --only, --cells and --shard" in capsys.readouterr().err

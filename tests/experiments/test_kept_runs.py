@@ -63,8 +63,7 @@ def _lose_the_machine_in_the_rewrites(toml: Path, out: Path, monkeypatch: pytest
         patch.setattr(pe, "next_population", lost_in_iteration_2)
         with pytest.raises(KeyboardInterrupt):
             run_experiment(load_config(toml), out)
-    assert keep_runs(out) == 1
-    keep_accounting(out)
+    assert keep_runs(out)[0] == 1  # and accounting.json, as --keep-accounting does
     shutil.rmtree(out / "work")
 
 
@@ -142,14 +141,13 @@ def test_a_restore_whose_two_kept_ledgers_are_not_one_run_going_on_is_refused_an
     assert not (tmp_path / "work").exists()
 
 
-def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go(tmp_path: Path) -> None:
-    """The mirror holds what PE names public (never the lock, an embedding cache or anything else in the folder),
-    follows the run (an older population leaves it) and goes once the cell's set is made."""
-    run = tmp_path / RUN
+def _pe_folder(out: Path, sigma: float | None = 5.0) -> Path:
+    """A PE run folder (as PE leaves it mid-run) with two booked draws and files of every kind."""
+    run = out / RUN
     run.mkdir(parents=True)
     Ledger(_entries(2), run="a1").save(run / "privacy.json")
+    (run / "run.json").write_text(json.dumps({"noise_multiplier": sigma}) + "\n")
     for name in (
-        "run.json",
         "histogram0.json",
         "histogram1.json",
         "population0.json",
@@ -160,7 +158,15 @@ def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go
         "private.npz",
     ):
         (run / name).write_text(f"{name}\n")
-    assert keep_runs(tmp_path) == 1
+    return run
+
+
+def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go(tmp_path: Path) -> None:
+    """The mirror holds what PE names public (never the lock, an embedding cache or anything else in the folder),
+    follows the run (an older population leaves it), its ledger is in accounting.json from the same call, and it
+    goes once the cell's set is made."""
+    run = _pe_folder(tmp_path)
+    assert keep_runs(tmp_path)[0] == 1
     mirror = tmp_path / KEPT_RUNS / RUN
     expected = [
         "histogram0.json",
@@ -180,4 +186,80 @@ def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go
     )
     (tmp_path / "sets").mkdir()
     (tmp_path / "sets" / f"{CELL}.jsonl").write_text("")
-    assert keep_runs(tmp_path) == 0 and not (tmp_path / KEPT_RUNS / "work" / CELL).exists()
+    assert keep_runs(tmp_path)[0] == 0 and not (tmp_path / KEPT_RUNS / "work" / CELL).exists()
+    assert Ledger.from_dict(json.loads((tmp_path / KEPT).read_text())["ledgers"][f"{RUN}/privacy.json"]).count == 2
+
+
+def test_a_run_without_noise_is_never_mirrored(tmp_path: Path) -> None:
+    """PE with epsilon 'none' saves exact private vote counts as its histograms: nothing of it is published."""
+    _pe_folder(tmp_path, sigma=None)
+    assert keep_runs(tmp_path)[0] == 0 and not (tmp_path / KEPT_RUNS).exists()
+
+
+def test_a_draw_made_while_the_mirror_is_read_is_in_the_mirrored_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PE runs in another process: a draw booked (write-ahead) and saved while the mirror is being made. The
+    ledger is read after the files, so a histogram in the mirror always has its booking there."""
+    run = _pe_folder(tmp_path)
+    real = pe.PEPaths.public_files
+
+    def drawn_meanwhile(self):
+        ledger = Ledger.load(self.ledger)
+        ledger.append(LedgerEntry(GaussianRelease(5.0), 1, "PE histogram 2"))
+        ledger.save(self.ledger)
+        (run / "histogram2.json").write_text("histogram2.json\n")
+        return real(self)
+
+    monkeypatch.setattr(pe.PEPaths, "public_files", drawn_meanwhile)
+    keep_runs(tmp_path)
+    mirror = tmp_path / KEPT_RUNS / RUN
+    assert (mirror / "histogram2.json").exists() and Ledger.load(mirror / "privacy.json").count == 3
+
+
+def test_the_mirrored_ledger_is_folded_into_accounting_json_unless_its_copy_goes_further(tmp_path: Path) -> None:
+    """On a new machine (no live ledger at the path) the mirror's ledger stands in accounting.json; a copy there
+    that went further (same run) stays, and a copy of another run is kept aside and counted too."""
+    _mirror(tmp_path, Ledger(_entries(2), run="a1"), Ledger(_entries(3), run="a1"))
+    keep_accounting(tmp_path)
+    kept = json.loads((tmp_path / KEPT).read_text())["ledgers"]
+    assert list(kept) == [f"{RUN}/privacy.json"] and Ledger.from_dict(kept[f"{RUN}/privacy.json"]).count == 3
+    (tmp_path / KEPT).unlink()
+    shutil.rmtree(tmp_path / KEPT_RUNS)
+    _mirror(tmp_path, Ledger(_entries(2), run="a1"), Ledger(_entries(1), run="zz"))
+    keep_accounting(tmp_path)
+    kept = json.loads((tmp_path / KEPT).read_text())["ledgers"]
+    assert sorted(Ledger.from_dict(v).run for v in kept.values()) == ["a1", "zz"]
+
+
+def test_a_restore_is_refused_when_accounting_json_cannot_be_read(tmp_path: Path) -> None:
+    _mirror(tmp_path, Ledger(_entries(1), run="a1"), None)
+    (tmp_path / KEPT).write_text("<<<<<<< HEAD\n")
+    with pytest.raises(UserError, match="not a readable"):
+        restore_run(tmp_path, CELL)
+    assert not (tmp_path / "work").exists()
+
+
+def test_pe_refuses_a_folder_holding_more_histograms_than_its_ledger_books(tmp_path: Path) -> None:
+    from privlm.resources.tiny import build_tiny_model
+    from privlm.synthesis.pe.config import PEConfig
+
+    run = _pe_folder(tmp_path)
+    (run / ".lock").unlink()
+    (run / "histogram2.json").write_text("{}\n")
+    model, tokenizer = build_tiny_model("tiny-llama", seed=2)
+    config = PEConfig(iterations=3, population=2.0, variations=1, max_new_tokens=6, max_tokens=16)
+    (run / "run.json").unlink()  # the settings are checked first: let this run write its own
+    with pytest.raises(UserError, match="3 noisy histograms but its ledger books 2 draws"):
+        pe.run_pe(
+            model,
+            tokenizer,
+            ["bad", "good"],
+            lambda: pytest.fail("nothing private is read"),
+            out=run.parent / "synthetic.jsonl",
+            per_class=1,
+            config=config,
+            epsilon=4.0,
+            delta=1e-5,
+            resume=True,
+        )

@@ -212,12 +212,23 @@ class PEPaths(RunFolder):
         saved = (re.fullmatch(r"population(0|[1-9][0-9]*)\.json", p.name) for p in self.workdir.glob("population*"))
         return max((int(m.group(1)) for m in saved if m), default=0)
 
+    def saved_histograms(self) -> list[Path]:
+        """The noisy histograms saved so far, in iteration order."""
+        saved = (re.fullmatch(r"histogram(0|[1-9][0-9]*)\.json", p.name) for p in self.workdir.glob("histogram*"))
+        return [self.histogram(t) for t in sorted(int(m.group(1)) for m in saved if m)]
+
     def public_files(self) -> list[Path]:
         """``run.json``, every noisy histogram, the latest population and the rewrites journaled after it: the
         settings, the releases themselves and their public post-processing (the rewrites are the public LM's, of
-        candidates chosen by the noisy votes). With the ledger, enough to resume where the run is."""
+        candidates chosen by the noisy votes). With the ledger, enough to resume where the run is. None for a run
+        without noise (its histograms are exact private counts) or whose settings cannot be read."""
+        try:
+            if json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_multiplier") is None:
+                return []
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return []
         t = self.latest_population()
-        files = [self.manifest, *sorted(self.workdir.glob("histogram*.json")), self.population(t)]
+        files = [self.manifest, *self.saved_histograms(), self.population(t)]
         files += sorted(self.workdir.glob(f"rewrites{t + 1}-*.jsonl"))
         return [f for f in files if f.is_file()]
 
@@ -402,6 +413,12 @@ def run_pe(
 
     with hold(paths.workdir):
         _start(paths, settings, resume)
+        booked = Ledger.load(paths.ledger).count if paths.ledger.exists() else 0
+        if dp and len(paths.saved_histograms()) > booked:  # each was booked before it was drawn (write-ahead)
+            raise UserError(
+                f"{paths.workdir} holds {len(paths.saved_histograms())} noisy histograms but its ledger books "
+                f"{booked} draws: a histogram whose draw is not booked would go uncounted; remove {paths.workdir}"
+            )
 
         voter = PrivateVoter(embed, load_private, n_classes, embedding_cache, progress)
         drawn_so_far = progress.task("PE: noisy histograms", total=config.iterations)
