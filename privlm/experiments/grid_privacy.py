@@ -46,12 +46,13 @@ control: the sidecar that would say so is gone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import posixpath
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -261,7 +262,7 @@ def _live_files(out: Path) -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def keep_accounting(out: Path, before: Callable[[], None] | None = None) -> tuple[int, int]:
+def keep_accounting(out: Path) -> tuple[int, int]:
     """Copy every write-ahead ledger and set sidecar under ``out/work`` and ``out/stale`` into ``out/accounting.json``
     (by path relative to ``out``), so that :func:`grid_privacy` can still state the grid's ε when the private work
     folder is lost (a new machine, a deleted cache): commit it with ``results.jsonl``.
@@ -282,8 +283,18 @@ def keep_accounting(out: Path, before: Callable[[], None] | None = None) -> tupl
     The ledgers mirrored under ``out/kept-runs`` (:mod:`privlm.experiments.kept_runs`: unfinished runs' public state,
     restored on a new machine) are folded in like live ones where no live ledger is at their path, except that a
     kept copy that goes on from a mirrored ledger stays as it is (the mirror is behind: one run). One process keeps
-    at a time (an ``flock``); ``before`` runs under it first, after ``accounting.json`` was found readable (the
-    mirror is made there, so that no mirror exists whose ledger this call does not fold)."""
+    at a time (:func:`keeping`)."""
+    with keeping(out) as keep:
+        return keep()
+
+
+@contextlib.contextmanager
+def keeping(out: Path) -> Iterator[Callable[[], tuple[int, int]]]:
+    """Hold the lock of ``out``'s keeps (an ``flock`` on ``out/work/.keep.lock``) and yield the call that makes
+    :func:`keep_accounting`'s copy (once), so that a caller can read what it mirrors before the ledgers are copied
+    and write the mirror after (:func:`privlm.experiments.kept_runs.keep_runs`). ``accounting.json`` is found
+    readable before anything is yielded. Nothing inside may take the lock again (``flock`` is per open file: it
+    would wait for itself)."""
     out = Path(out)
     with claim(out / "work" / KEEP_LOCK, wait=True):
         unreadable: list[str] = []
@@ -292,9 +303,7 @@ def keep_accounting(out: Path, before: Callable[[], None] | None = None) -> tupl
             raise UserError(
                 f"{unreadable[0]}: not a readable {KEPT_FORMAT} file; move it aside to keep the ledgers again"
             )
-        if before is not None:
-            before()
-        return _keep(out, ledgers, sidecars)
+        yield lambda: _keep(out, ledgers, sidecars)
 
 
 def _keep(out: Path, ledgers: dict[str, Any], sidecars: dict[str, Any]) -> tuple[int, int]:

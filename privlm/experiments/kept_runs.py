@@ -10,15 +10,15 @@ draws and of public inputs only.
 
 :func:`keep_runs` mirrors them, for every cell whose set is not made yet, into ``DIR/kept-runs/`` (the same
 relative paths as under ``DIR``; commit it with ``accounting.json``), each run's ledger read after its other files,
-and in the same call, under one lock, :func:`~privlm.experiments.grid_privacy.keep_accounting` folds every mirrored
-ledger into ``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the
+and in the same call, under one lock, ``accounting.json`` gets every live ledger (read after the mirrored files, so
+going at least as far) before the mirror is written: a mirror is never ahead of ``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the
 runner calls it before a cell's method runs), with the ledger of the two kept copies that goes further (the
 mirror's, or ``accounting.json``'s), and the run resumes: it draws only what it had not drawn.
 
 **Why the count stays whole.** A mechanism books a draw in its ledger before the draw's output exists
 (write-ahead), and a mirrored file was read before the ledger it is mirrored with, so a mirrored output's draw is
 in the mirrored ledger; the mirror's ledger is written before its files (a kill part-way leaves a ledger ahead of
-them), and ``accounting.json`` holds it from the same call. The restored ledger begins with it
+them), and ``accounting.json`` held it (or a ledger going further) before the mirror was written. The restored ledger begins with it
 (:func:`~privlm.experiments.grid_privacy.continues`; otherwise, or when ``accounting.json`` cannot be read, the
 restore is refused) and has its run identity, so it stands for the kept copy: the resumed run's later draws are
 appended to those of the lost machine. A draw the lost machine made after the last keep, whose output nothing
@@ -35,17 +35,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from privlm.errors import UserError
-from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keep_accounting, kept_copy
+from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keeping, kept_copy
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import LEDGER, RunFolder
 from privlm.synthesis.registry import SET_FILE, load_methods
 
-RESTORING = ".restoring"  # under DIR, outside work/ and stale/ (whose ledgers count): a restore being built
+RESTORING = ".restoring-"  # a restore being built: a folder under DIR, outside work/ and stale/ (whose ledgers count)
 
 
 def _run_folder_kinds() -> list[Callable[[Path], RunFolder]]:
@@ -60,25 +61,27 @@ def _cell_runs(work: Path) -> list[RunFolder]:
 
 
 def keep_runs(out: Path) -> tuple[int, int, int]:
-    """Mirror the public files of every unfinished cell's run folders under ``out/work`` into ``out/kept-runs``
-    (module docstring) and drop the mirrors of cells whose set is made, then copy the ledgers and sidecars into
-    ``accounting.json`` (:func:`~privlm.experiments.grid_privacy.keep_accounting`, which folds the mirrored
-    ledgers in), all under one lock. Returns how many run folders are mirrored and how many ledgers and
+    """Under the lock of ``out``'s keeps (:func:`~privlm.experiments.grid_privacy.keeping`): read the public files of
+    every unfinished cell's run folders under ``out/work`` (each run's ledger after its files), copy the ledgers
+    and sidecars into ``accounting.json`` (read later, every live ledger goes at least as far as the one read with
+    its files), then write the mirrors into ``out/kept-runs`` and drop those of cells whose set is made: a mirror
+    is never ahead of ``accounting.json``. Returns how many run folders are mirrored and how many ledgers and
     sidecars ``accounting.json`` holds."""
     out = Path(out)
-    mirror = out / KEPT_RUNS
-    ledgers, sidecars = keep_accounting(out, before=lambda: _mirror_all(out))
-    return sum(1 for _ in mirror.glob("work/*/*")), ledgers, sidecars
-
-
-def _mirror_all(out: Path) -> None:
-    for cell in sorted((out / KEPT_RUNS).glob("work/*")):
-        if _set_made(out, cell.name):
-            shutil.rmtree(cell)  # keep_accounting already holds its ledger: it folded it when it was mirrored
-    for cell in sorted((out / "work").glob("*/")):
-        if not _set_made(out, cell.name):
-            for run in _cell_runs(cell):
-                _mirror_run(out, run)
+    with keeping(out) as keep_ledgers:
+        snapshots = [
+            (run, _snapshot(run))
+            for cell in sorted((out / "work").glob("*/"))
+            if not _set_made(out, cell.name)
+            for run in _cell_runs(cell)
+        ]
+        ledgers, sidecars = keep_ledgers()
+        for cell in sorted((out / KEPT_RUNS).glob("work/*")):
+            if _set_made(out, cell.name):
+                shutil.rmtree(cell)  # accounting.json holds its ledger: it was copied before it was mirrored
+        for run, files in snapshots:
+            _mirror_run(out, run, files)
+    return sum(1 for _ in (out / KEPT_RUNS).glob("work/*/*")), ledgers, sidecars
 
 
 def _set_made(out: Path, cell: str) -> bool:
@@ -102,10 +105,10 @@ def _snapshot(run: RunFolder, tries: int = 3) -> dict[str, bytes]:
     return {}
 
 
-def _mirror_run(out: Path, run: RunFolder) -> None:
-    """Mirror one run folder: its ledger written first (a kill part-way leaves a ledger ahead of the files: an
-    over-count, never files whose draws it lacks), then its files; files it no longer names go."""
-    files = _snapshot(run)
+def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
+    """Mirror one run folder from its snapshot (:func:`_snapshot`; {}: nothing public): its ledger written first (a
+    kill part-way leaves a ledger ahead of the files: an over-count, never files whose draws it lacks), then its
+    files; files it no longer names go."""
     if not files:
         return
     target = out / KEPT_RUNS / run.workdir.relative_to(out)
@@ -129,13 +132,18 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 
 def drop_kept_run(out: Path, cell: str) -> None:
-    """Remove the mirror of cell ``cell`` (set aside: its ledger is in ``accounting.json``, folded when mirrored)."""
-    shutil.rmtree(Path(out) / KEPT_RUNS / "work" / cell, ignore_errors=True)
+    """Remove the mirror of cell ``cell`` (set aside), under the lock of the keeps and after a copy of the ledgers
+    (``accounting.json`` already holds its ledger, copied before it was mirrored: this is for a hand-made mirror)."""
+    mirror = Path(out) / KEPT_RUNS / "work" / cell
+    if mirror.exists():
+        with keeping(Path(out)) as keep_ledgers:
+            keep_ledgers()
+            shutil.rmtree(mirror, ignore_errors=True)
 
 
 def restore_run(out: Path, cell: str) -> list[Path]:
     """Write back the mirrored run folders of cell ``cell`` that do not exist under ``out/work`` (module
-    docstring); returns the folders restored. Each is built under ``out/.restoring`` (where no ledger counts),
+    docstring); returns the folders restored. Each is built in ``out/.restoring-*`` (where no ledger counts),
     every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder.
 
     Raises:
@@ -150,16 +158,16 @@ def restore_run(out: Path, cell: str) -> list[Path]:
             continue
         accounted = kept_copy(out, f"{rel.as_posix()}/{LEDGER}", strict=True)
         ledger = _further_ledger(Ledger.load(kept / LEDGER), accounted, kept)
-        building = out / RESTORING / rel
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir(parents=True)
-        for file in sorted(kept.iterdir()):
-            if file.name != LEDGER and file.is_file() and not file.is_symlink():
-                _write_durably(building / file.name, file.read_bytes())
-        ledger.save(building / LEDGER)
-        place.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(building, place)
-        shutil.rmtree(out / RESTORING, ignore_errors=True)
+        building = Path(tempfile.mkdtemp(prefix=RESTORING, dir=out))  # this call's own: others may restore too
+        try:
+            for file in sorted(kept.iterdir()):
+                if file.name != LEDGER and file.is_file() and not file.is_symlink():
+                    _write_durably(building / file.name, file.read_bytes())
+            ledger.save(building / LEDGER)
+            place.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(building, place)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
         restored.append(place)
     return restored
 

@@ -284,9 +284,10 @@ def run_experiment(
             except UserError as err:
                 if not restored:
                     raise
+                keep_runs(out)  # the restored ledger reaches accounting.json before anyone removes the folder
                 raise UserError(
-                    f"{err}\n(that run was restored from {KEPT_RUNS}/work/{cell.key}; to start it afresh, remove that "
-                    "too: accounting.json keeps its draws counted)"
+                    f"{err}\n(if it is the run restored from {KEPT_RUNS}/work/{cell.key} that is refused, remove that "
+                    "too to start afresh: accounting.json now holds its ledger, so its draws stay counted)"
                 ) from err
             write_jsonl_atomic(set_path, rows)
             write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")

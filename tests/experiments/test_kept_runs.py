@@ -250,7 +250,7 @@ def test_pe_refuses_a_folder_holding_more_histograms_than_its_ledger_books(tmp_p
     model, tokenizer = build_tiny_model("tiny-llama", seed=2)
     config = PEConfig(iterations=3, population=2.0, variations=1, max_new_tokens=6, max_tokens=16)
     (run / "run.json").unlink()  # the settings are checked first: let this run write its own
-    with pytest.raises(UserError, match="3 noisy histograms but its ledger books 2 draws"):
+    with pytest.raises(UserError, match=r"histograms its ledger does not book \(2\)"):
         pe.run_pe(
             model,
             tokenizer,
@@ -263,3 +263,33 @@ def test_pe_refuses_a_folder_holding_more_histograms_than_its_ledger_books(tmp_p
             delta=1e-5,
             resume=True,
         )
+
+
+def test_accounting_json_holds_a_runs_ledger_before_its_mirror_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keep killed while it writes the mirror leaves accounting.json with the ledger: a mirror is never ahead."""
+    import privlm.experiments.kept_runs as kept_runs
+
+    _pe_folder(tmp_path)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kept_runs, "_mirror_run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        keep_runs(tmp_path)
+    kept = json.loads((tmp_path / KEPT).read_text())["ledgers"]
+    assert Ledger.from_dict(kept[f"{RUN}/privacy.json"]).count == 2
+
+
+def test_a_restore_leaves_other_restores_being_built_alone(tmp_path: Path) -> None:
+    _mirror(tmp_path, Ledger(_entries(1), run="a1"), None)
+    other = tmp_path / ".restoring-another"  # another shard's restore of another cell, being built
+    other.mkdir()
+    (other / "histogram0.json").write_text("{}\n")
+    (restored,) = restore_run(tmp_path, CELL)
+    assert (other / "histogram0.json").exists() and sorted(p.name for p in tmp_path.glob(".restoring-*")) == [
+        other.name
+    ]
+    assert Ledger.load(restored / "privacy.json").count == 1

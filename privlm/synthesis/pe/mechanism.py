@@ -212,10 +212,10 @@ class PEPaths(RunFolder):
         saved = (re.fullmatch(r"population(0|[1-9][0-9]*)\.json", p.name) for p in self.workdir.glob("population*"))
         return max((int(m.group(1)) for m in saved if m), default=0)
 
-    def saved_histograms(self) -> list[Path]:
-        """The noisy histograms saved so far, in iteration order."""
+    def saved_histograms(self) -> list[int]:
+        """The iterations whose noisy histogram is saved, in order."""
         saved = (re.fullmatch(r"histogram(0|[1-9][0-9]*)\.json", p.name) for p in self.workdir.glob("histogram*"))
-        return [self.histogram(t) for t in sorted(int(m.group(1)) for m in saved if m)]
+        return sorted(int(m.group(1)) for m in saved if m)
 
     def public_files(self) -> list[Path]:
         """``run.json``, every noisy histogram, the latest population and the rewrites journaled after it: the
@@ -228,7 +228,7 @@ class PEPaths(RunFolder):
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
             return []
         t = self.latest_population()
-        files = [self.manifest, *self.saved_histograms(), self.population(t)]
+        files = [self.manifest, *map(self.histogram, self.saved_histograms()), self.population(t)]
         files += sorted(self.workdir.glob(f"rewrites{t + 1}-*.jsonl"))
         return [f for f in files if f.is_file()]
 
@@ -260,9 +260,14 @@ def _start(paths: PEPaths, settings: dict[str, Any], resume: bool) -> None:
     check_or_write_settings(paths.manifest, settings, indent=None)  # the layout of _write_json
 
 
+def histogram_label(t: int) -> str:
+    """The label of histogram t's ledger entry."""
+    return f"PE histogram {t}"
+
+
 def histogram_entry(sigma: float, snapped: int, t: int) -> LedgerEntry:
     """Histogram t's ledger entry: one Gaussian release of noise multiplier σ, ``snapped`` coordinates."""
-    return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, f"PE histogram {t}")
+    return LedgerEntry(GaussianRelease(sigma, snapped=snapped), 1, histogram_label(t))
 
 
 def rewrite_prompt(tokenizer: PreTrainedTokenizerBase, config: PEConfig, label_name: str, text: str) -> str:
@@ -413,11 +418,12 @@ def run_pe(
 
     with hold(paths.workdir):
         _start(paths, settings, resume)
-        booked = Ledger.load(paths.ledger).count if paths.ledger.exists() else 0
-        if dp and len(paths.saved_histograms()) > booked:  # each was booked before it was drawn (write-ahead)
+        booked = {entry.label for entry in Ledger.load(paths.ledger)} if paths.ledger.exists() else set()
+        unbooked = [t for t in paths.saved_histograms() if histogram_label(t) not in booked]
+        if dp and unbooked:  # each was booked before it was drawn (write-ahead)
             raise UserError(
-                f"{paths.workdir} holds {len(paths.saved_histograms())} noisy histograms but its ledger books "
-                f"{booked} draws: a histogram whose draw is not booked would go uncounted; remove {paths.workdir}"
+                f"{paths.workdir} holds noisy histograms its ledger does not book ({', '.join(map(str, unbooked))}): "
+                f"their draws would go uncounted; remove {paths.workdir}"
             )
 
         voter = PrivateVoter(embed, load_private, n_classes, embedding_cache, progress)
