@@ -57,6 +57,9 @@ queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" 
         "dp-finetune-gen_n1000_*_eps4" "pe_n1000_seed0_eps1" "full-pool_*_seed0_*" "pe_n1000_seed0_eps4"
         "dp-head-pool_n1000_*_eps4" "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
-        "full-pool_*" "pe_n1000_*" "*")
+        "pe_n1000_*" "full-pool_*" "*")
+# PE's state is kept across machines (kept-runs/, committed), so a PE cell goes on where the last stop left it on
+# any machine; the whole split's other seeds (about 5 h each, their checkpoints private weights that no new machine
+# gets) come last: only a machine that lives through one finishes it.
 worker() { for cells in "${queue[@]}"; do run --cells "$cells"; done; }
 worker & worker & wait
