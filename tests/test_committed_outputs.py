@@ -77,6 +77,6 @@ def test_a_committed_run_mirror_is_public_and_never_ahead_of_its_studys_accounti
     drawn = [int(n.removeprefix("histogram").removesuffix(".json")) for n in names if n.startswith("histogram")]
     assert [t for t in drawn if histogram_label(t) not in booked] == []
     study = next(p for p in mirror.parents if p.name == "kept-runs").parent
-    rel = (mirror / "privacy.json").relative_to(study / "kept-runs").as_posix()
+    rel = f"work/{(mirror / 'privacy.json').relative_to(study / 'kept-runs').as_posix()}"
     kept = json.loads((study / "accounting.json").read_text())["ledgers"]
     assert rel in kept and continues(Ledger.from_dict(kept[rel]), ledger)

@@ -70,7 +70,7 @@ SHARED = "private-cache"  # the experiment's cache folder under work/: runs ther
 KEPT = "accounting.json"  # the public copies of the grid's ledgers and sidecars (keep_accounting)
 KEPT_FORMAT = "privlm-grid-accounting"
 KEPT_KEY = KEPT + ":"
-KEPT_RUNS = "kept-runs"  # the public state of unfinished runs, paths as under DIR (privlm.experiments.kept_runs)
+KEPT_RUNS = "kept-runs"  # the public state of unfinished runs, paths as under DIR/work (privlm.experiments.kept_runs)
 KEEP_LOCK = ".keep.lock"  # under DIR/work: one keep_accounting at a time
 DISPLACED = "#displaced-"
 
@@ -319,7 +319,7 @@ def _keep(out: Path, ledgers: dict[str, Any], sidecars: dict[str, Any]) -> tuple
             continue  # grid_privacy names an unreadable live file
     mirrored: dict[str, Ledger] = {}
     for path in sorted((out / KEPT_RUNS).rglob(LEDGER)):
-        rel = path.relative_to(out / KEPT_RUNS).as_posix()
+        rel = f"work/{path.relative_to(out / KEPT_RUNS).as_posix()}"
         if rel not in live:
             try:
                 mirrored[rel] = Ledger.load(path)

@@ -9,7 +9,7 @@ histograms, its latest population and the rewrites journaled after it), each a f
 draws and of public inputs only.
 
 :func:`keep_runs` mirrors them, for every cell whose set is not made yet, into ``DIR/kept-runs/`` (the same
-relative paths as under ``DIR``; commit it with ``accounting.json``), each run's ledger read after its other files,
+relative paths as under ``DIR/work``, a name git ignores; commit it with ``accounting.json``), each run's ledger read after its other files,
 and in the same call, under one lock, ``accounting.json`` gets every live ledger (read after the mirrored files, so
 going at least as far) before the mirror is written: a mirror is never ahead of ``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the
 runner calls it before a cell's method runs), with the ledger of the two kept copies that goes further (the
@@ -76,12 +76,12 @@ def keep_runs(out: Path) -> tuple[int, int, int]:
             for run in _cell_runs(cell)
         ]
         ledgers, sidecars = keep_ledgers()
-        for cell in sorted((out / KEPT_RUNS).glob("work/*")):
+        for cell in sorted((out / KEPT_RUNS).glob("*/")):
             if _set_made(out, cell.name):
                 shutil.rmtree(cell)  # accounting.json holds its ledger: it was copied before it was mirrored
         for run, files in snapshots:
             _mirror_run(out, run, files)
-    return sum(1 for _ in (out / KEPT_RUNS).glob("work/*/*")), ledgers, sidecars
+    return sum(1 for _ in (out / KEPT_RUNS).glob("*/*/")), ledgers, sidecars
 
 
 def _set_made(out: Path, cell: str) -> bool:
@@ -111,7 +111,7 @@ def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
     files; files it no longer names go."""
     if not files:
         return
-    target = out / KEPT_RUNS / run.workdir.relative_to(out)
+    target = out / KEPT_RUNS / run.workdir.relative_to(out / "work")
     target.mkdir(parents=True, exist_ok=True)
     for name in [LEDGER, *sorted(set(files) - {LEDGER})]:
         if not (target / name).is_file() or (target / name).read_bytes() != files[name]:
@@ -134,7 +134,7 @@ def _write_durably(path: Path, data: bytes) -> None:
 def drop_kept_run(out: Path, cell: str) -> None:
     """Remove the mirror of cell ``cell`` (set aside), under the lock of the keeps and after a copy of the ledgers
     (``accounting.json`` already holds its ledger, copied before it was mirrored: this is for a hand-made mirror)."""
-    mirror = Path(out) / KEPT_RUNS / "work" / cell
+    mirror = Path(out) / KEPT_RUNS / cell
     if mirror.exists():
         with keeping(Path(out)) as keep_ledgers:
             keep_ledgers()
@@ -151,8 +151,8 @@ def restore_run(out: Path, cell: str) -> list[Path]:
             run's, one going on from the other (restoring either could leave a draw uncounted)."""
     out = Path(out)
     restored = []
-    for kept in sorted((out / KEPT_RUNS / "work" / cell).glob("*")):
-        rel = kept.relative_to(out / KEPT_RUNS)
+    for kept in sorted((out / KEPT_RUNS / cell).glob("*/")):
+        rel = Path("work") / kept.relative_to(out / KEPT_RUNS)
         place = out / rel
         if place.exists() or not (kept / LEDGER).is_file():
             continue

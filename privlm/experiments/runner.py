@@ -286,7 +286,7 @@ def run_experiment(
                     raise
                 keep_runs(out)  # the restored ledger reaches accounting.json before anyone removes the folder
                 raise UserError(
-                    f"{err}\n(if it is the run restored from {KEPT_RUNS}/work/{cell.key} that is refused, remove that "
+                    f"{err}\n(if it is the run restored from {KEPT_RUNS}/{cell.key} that is refused, remove that "
                     "too to start afresh: accounting.json now holds its ledger, so its draws stay counted)"
                 ) from err
             write_jsonl_atomic(set_path, rows)

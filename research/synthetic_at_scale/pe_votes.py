@@ -75,7 +75,7 @@ def main() -> None:
     kept = json.loads(OUT.read_text()) if OUT.exists() else {}
     for folder in [
         *sorted((HERE / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),
-        *sorted((HERE / "kept-runs" / "work").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),  # public mirrors
+        *sorted((HERE / "kept-runs").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),  # public mirrors
     ]:
         found = readings(folder.parent / "synthetic.jsonl")
         if len(found) >= len(kept.get(folder.parent.name, [])):

@@ -91,7 +91,7 @@ def test_keep_accounting_copies_a_training_still_in_its_steps_and_refuses_a_choi
         "kept_runs": str(out / "kept-runs"),
         "runs": 1,
     }
-    mirrored = out / "kept-runs" / "work" / "pe_n2_seed0_eps1" / "synthetic.jsonl.pe"
+    mirrored = out / "kept-runs" / "pe_n2_seed0_eps1" / "synthetic.jsonl.pe"
     assert sorted(p.name for p in mirrored.iterdir()) == [
         "histogram0.json",
         "population0.json",

@@ -20,7 +20,8 @@ from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 
 CELL = "pe_n2_seed0_eps4"
-RUN = f"work/{CELL}/synthetic.jsonl.pe"
+MIRROR = f"{CELL}/synthetic.jsonl.pe"  # under kept-runs/
+RUN = f"work/{MIRROR}"  # under the experiment folder
 
 
 def _grid(tmp_path: Path) -> Path:
@@ -76,7 +77,7 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
     out = tmp_path / "out"
     _lose_the_machine_in_the_rewrites(toml, out, monkeypatch)
     assert len(fixed_noise) == 5
-    mirror = out / KEPT_RUNS / RUN
+    mirror = out / KEPT_RUNS / MIRROR
     kept_files = ["histogram0.json", "histogram1.json", "population1.json", "privacy.json", "run.json"]
     assert sorted(p.name for p in mirror.iterdir()) == kept_files  # the latest population only
     kept_ledger = Ledger.load(mirror / "privacy.json")
@@ -90,7 +91,7 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
     assert row["accuracy"] == reference["accuracy"]
     ledger = Ledger.load(out / RUN / "privacy.json")
     assert ledger.run == kept_ledger.run and ledger.count == 3  # the lost machine's draws and this one's, once each
-    assert not (out / KEPT_RUNS / "work" / CELL).exists()  # the set is made: its run's state is no longer kept
+    assert not (out / KEPT_RUNS / CELL).exists()  # the set is made: its run's state is no longer kept
     kept = json.loads((out / KEPT).read_text())["ledgers"]
     assert list(kept) == [f"{RUN}/privacy.json"] and len(kept[f"{RUN}/privacy.json"]["entries"]) == 3
     grid = grid_privacy(out, [row], 1e-5)
@@ -99,7 +100,7 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
 
 def _mirror(out: Path, mirrored: Ledger, accounted: Ledger | None) -> Path:
     """A mirrored run folder of one file and ``mirrored`` as its ledger; ``accounted``: accounting.json's copy."""
-    folder = out / KEPT_RUNS / RUN
+    folder = out / KEPT_RUNS / MIRROR
     folder.mkdir(parents=True)
     (folder / "histogram0.json").write_text("{}\n")
     mirrored.save(folder / "privacy.json")
@@ -167,7 +168,7 @@ def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go
     goes once the cell's set is made."""
     run = _pe_folder(tmp_path)
     assert keep_runs(tmp_path)[0] == 1
-    mirror = tmp_path / KEPT_RUNS / RUN
+    mirror = tmp_path / KEPT_RUNS / MIRROR
     expected = [
         "histogram0.json",
         "histogram1.json",
@@ -186,7 +187,7 @@ def test_only_the_public_files_of_unfinished_runs_are_mirrored_and_stale_ones_go
     )
     (tmp_path / "sets").mkdir()
     (tmp_path / "sets" / f"{CELL}.jsonl").write_text("")
-    assert keep_runs(tmp_path)[0] == 0 and not (tmp_path / KEPT_RUNS / "work" / CELL).exists()
+    assert keep_runs(tmp_path)[0] == 0 and not (tmp_path / KEPT_RUNS / CELL).exists()
     assert Ledger.from_dict(json.loads((tmp_path / KEPT).read_text())["ledgers"][f"{RUN}/privacy.json"]).count == 2
 
 
@@ -213,7 +214,7 @@ def test_a_draw_made_while_the_mirror_is_read_is_in_the_mirrored_ledger(
 
     monkeypatch.setattr(pe.PEPaths, "public_files", drawn_meanwhile)
     keep_runs(tmp_path)
-    mirror = tmp_path / KEPT_RUNS / RUN
+    mirror = tmp_path / KEPT_RUNS / MIRROR
     assert (mirror / "histogram2.json").exists() and Ledger.load(mirror / "privacy.json").count == 3
 
 
