@@ -78,7 +78,7 @@ def main() -> None:
         *sorted((HERE / "kept-runs").glob(f"pe_*/synthetic.jsonl{PEPaths.SUFFIX}")),  # public mirrors
     ]:
         found = readings(folder.parent / "synthetic.jsonl")
-        if len(found) >= len(kept.get(folder.parent.name, [])):
+        if found and len(found) >= len(kept.get(folder.parent.name, [])):  # a run with no histogram yet: none
             kept[folder.parent.name] = found
     write_text_atomic(OUT, json.dumps(kept, indent=1) + "\n")
     lines = [
