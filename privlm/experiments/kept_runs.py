@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keeping, kept_copy
 from privlm.privacy.ledger import Ledger
@@ -115,20 +116,15 @@ def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for name in [LEDGER, *sorted(set(files) - {LEDGER})]:
         if not (target / name).is_file() or (target / name).read_bytes() != files[name]:
-            _write_durably(target / name, files[name])
+            _write_bytes_atomic(target / name, files[name])
     for stale in target.iterdir():
         if stale.name not in files:
             stale.unlink()
 
 
-def _write_durably(path: Path, data: bytes) -> None:
-    """``data`` to ``path`` through a temporary file, fsync'd and renamed (a kill leaves the old file or the new)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:  # fsync'd, renamed, folder fsync'd: a kill leaves the old file or the new
+        tmp.write_bytes(data)
 
 
 def drop_kept_run(out: Path, cell: str) -> None:
@@ -162,7 +158,7 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         try:
             for file in sorted(kept.iterdir()):
                 if file.name != LEDGER and file.is_file() and not file.is_symlink():
-                    _write_durably(building / file.name, file.read_bytes())
+                    _write_bytes_atomic(building / file.name, file.read_bytes())
             ledger.save(building / LEDGER)
             place.parent.mkdir(parents=True, exist_ok=True)
             os.rename(building, place)
