@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "pe_votes.json"
 
 
-def readings(out: Path) -> list[dict[str, float | int]]:
+def readings(out: Path) -> list[dict[str, float | int | None]]:
     """One row per (iteration, class) of the PE run writing ``out``: the noisy histogram's mean and variance,
     the excess over σ² with its standard error, and the implied correlation with the true counts."""
     paths = PEPaths(Path(out))
@@ -71,6 +71,13 @@ def readings(out: Path) -> list[dict[str, float | int]]:
     return rows
 
 
+def _span(rows: list[dict[str, float | int | None]], key: str, spec: str) -> str:
+    """``key``'s range over ``rows``, the histograms with no reading left out (skewness: none where the
+    variance is not above σ²); "–" when none has one."""
+    values = [r[key] for r in rows if r[key] is not None]
+    return f"{min(values):{spec}} to {max(values):{spec}}" if values else "–"
+
+
 def main() -> None:
     kept = json.loads(OUT.read_text()) if OUT.exists() else {}
     for folder in [
@@ -94,15 +101,11 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for cell, rows in kept.items():
-        span = {
-            key: (min(r[key] for r in rows), max(r[key] for r in rows)) for key in ("excess", "skewness", "correlation")
-        }
         mean = sum(r["mean"] for r in rows) / len(rows)
         lines.append(
             f"| {cell} | {rows[0]['candidates']} | {rows[0]['sigma']:.2f} | {len(rows)} | {mean:.1f} "
-            f"| {span['excess'][0]:.0f} to {span['excess'][1]:.0f} (se ≤ {max(r['excess_se'] for r in rows):.0f}) "
-            f"| {span['skewness'][0]:.1f} to {span['skewness'][1]:.1f} "
-            f"| {span['correlation'][0]:.2f} to {span['correlation'][1]:.2f} |"
+            f"| {_span(rows, 'excess', '.0f')} (se ≤ {max(r['excess_se'] for r in rows):.0f}) "
+            f"| {_span(rows, 'skewness', '.1f')} | {_span(rows, 'correlation', '.2f')} |"
         )
     write_text_atomic(HERE / "pe_votes.md", "\n".join(lines) + "\n")
     print(f"{sum(map(len, kept.values()))} histograms of {len(kept)} run(s) in {OUT.name} and pe_votes.md")
