@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import norm
 
 import privlm.randomness as randomness
+import privlm.synthesis.generation.baselines as baselines
 import privlm.synthesis.pe.mechanism as pe
 from privlm.errors import UserError
 from privlm.lm.sampling import Sampling
@@ -284,6 +285,30 @@ def test_a_run_killed_in_its_rewrites_resumes_after_the_classes_it_finished_with
     assert generated["rewrites1-0.jsonl"] == 0 and generated["rewrites1-1.jsonl"] >= 1
     assert result.reused_histograms == 1 and out.read_bytes() == reference.read_bytes()
     assert not list(PEPaths(out).workdir.glob("rewrites*"))
+
+
+def test_a_run_killed_while_population_0_is_sampled_resumes_after_the_pieces_it_kept(
+    lm, reference, tmp_path, monkeypatch
+) -> None:
+    """Killed while class 1's zero-shot piece is sampled: class 0's piece comes back from the run folder (not
+    sampled again), and the output is the uninterrupted run's; the pieces go once population 0 is saved."""
+    monkeypatch.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))  # the reference's noise key
+    out, real, sampled = tmp_path / "pe.jsonl", baselines.sample_texts, []
+
+    def killed_at_the_second_piece(*args, **kwargs):
+        if len(sampled) == 1:
+            raise KeyboardInterrupt
+        sampled.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baselines, "sample_texts", killed_at_the_second_piece)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lm, out, lambda: pytest.fail("no histogram is drawn before population 0 is made"))
+    assert len(list(PEPaths(out).pieces().iterdir())) == 1 and not PEPaths(out).population(0).exists()
+    monkeypatch.setattr(baselines, "sample_texts", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    result = _run(lm, out, lambda: list(PRIVATE), resume=True)
+    assert len(sampled) == 2 and result.reused_histograms == 0  # the one piece left, sampled once
+    assert out.read_bytes() == reference.read_bytes() and not PEPaths(out).pieces().exists()
 
 
 def test_a_run_shows_its_stages_with_public_counts_and_the_private_pass_without_one(

@@ -30,7 +30,9 @@ inputs only.
 entry is durable before each draw; a draw that died before its histogram was saved is redrawn and
 counted again: an over-count, never an under-count); ``run.json`` — the public settings a resume must
 repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it;
-``population{t}.json`` — iteration t's public candidates; ``rewrites{t}-{k}.jsonl`` — class k's rewrites of
+``population{t}.json`` — iteration t's public candidates; ``population0-pieces/`` — the zero-shot pieces
+of population 0 sampled so far (:func:`~privlm.synthesis.generation.baselines.sample_pieces`: a run killed
+while it is made resumes at its first missing piece; removed once population 0 is saved); ``rewrites{t}-{k}.jsonl`` — class k's rewrites of
 iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
 once the population is saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it
 is drawn and reused by a resume, never redrawn. A resume starts at the latest saved population (the earlier
@@ -48,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -200,6 +203,10 @@ class PEPaths(RunFolder):
 
     def population(self, t: int) -> Path:
         return self.workdir / f"population{t}.json"
+
+    def pieces(self) -> Path:
+        """The folder of population 0's zero-shot pieces sampled so far (public LM, public instructions)."""
+        return self.workdir / "population0-pieces"
 
     def histogram(self, t: int) -> Path:
         return self.workdir / f"histogram{t}.json"
@@ -438,6 +445,7 @@ def run_pe(
                 config.seed,
                 instructions=config.instructions,
                 sampling=config.sampling,
+                keep=paths.pieces(),
                 progress=progress,
             )
             return [[r["text"] for r in rows if r["label"] == k] for k in range(n_classes)]
@@ -479,6 +487,7 @@ def run_pe(
         start = min(paths.latest_population(), config.iterations - 1)
         reused, histograms = 0, []
         population = json_once(paths.population(start), first_population)  # made only when start is 0
+        shutil.rmtree(paths.pieces(), ignore_errors=True)
         for t in range(config.iterations):
             if t < start:
                 if not paths.histogram(t).exists():
