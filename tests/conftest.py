@@ -180,3 +180,24 @@ class _RecordedProgress(Progress):
 def recorded_progress() -> _RecordedProgress:
     """A :class:`~privlm.progress.Progress` that records what a method shows (``opened``, ``advanced``)."""
     return _RecordedProgress()
+
+
+class _KilledAtCall:
+    """Calls ``real`` and counts the calls that went through (``calls``); call ``at`` (1-based; None: none)
+    raises KeyboardInterrupt instead: a process killed while that call runs."""
+
+    def __init__(self, real: Any, at: int | None = None) -> None:
+        self.real, self.at, self.calls = real, at, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.calls + 1 == self.at:
+            raise KeyboardInterrupt
+        self.calls += 1
+        return self.real(*args, **kwargs)
+
+
+@pytest.fixture
+def killed_at_call() -> Any:
+    """``killed_at_call(real, at)``: a stand-in for ``real`` that is killed at its ``at``-th call and counts the
+    calls before it (:class:`_KilledAtCall`)."""
+    return _KilledAtCall

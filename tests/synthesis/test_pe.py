@@ -288,26 +288,19 @@ def test_a_run_killed_in_its_rewrites_resumes_after_the_classes_it_finished_with
 
 
 def test_a_run_killed_while_population_0_is_sampled_resumes_after_the_pieces_it_kept(
-    lm, reference, tmp_path, monkeypatch
+    lm, reference, tmp_path, monkeypatch, killed_at_call
 ) -> None:
     """Killed while class 1's zero-shot piece is sampled: class 0's piece comes back from the run folder (not
     sampled again), and the output is the uninterrupted run's; the pieces go once population 0 is saved."""
     monkeypatch.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))  # the reference's noise key
-    out, real, sampled = tmp_path / "pe.jsonl", baselines.sample_texts, []
-
-    def killed_at_the_second_piece(*args, **kwargs):
-        if len(sampled) == 1:
-            raise KeyboardInterrupt
-        sampled.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(baselines, "sample_texts", killed_at_the_second_piece)
+    out, real = tmp_path / "pe.jsonl", baselines.sample_texts
+    monkeypatch.setattr(baselines, "sample_texts", killed_at_call(real, at=2))
     with pytest.raises(KeyboardInterrupt):
         _run(lm, out, lambda: pytest.fail("no histogram is drawn before population 0 is made"))
     assert len(list(PEPaths(out).pieces().iterdir())) == 1 and not PEPaths(out).population(0).exists()
-    monkeypatch.setattr(baselines, "sample_texts", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    monkeypatch.setattr(baselines, "sample_texts", counted := killed_at_call(real))
     result = _run(lm, out, lambda: list(PRIVATE), resume=True)
-    assert len(sampled) == 2 and result.reused_histograms == 0  # the one piece left, sampled once
+    assert counted.calls == 1 and result.reused_histograms == 0  # the one piece left, sampled once
     assert out.read_bytes() == reference.read_bytes() and not PEPaths(out).pieces().exists()
 
 

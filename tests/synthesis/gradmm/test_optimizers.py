@@ -110,18 +110,13 @@ def test_output_is_a_function_of_the_release_and_blind_to_poison(lm, tmp_path, n
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_resume_after_a_crash_between_batches_needs_no_new_draw(lm, tmp_path, monkeypatch, name: str) -> None:
+def test_resume_after_a_crash_between_batches_needs_no_new_draw(
+    lm, tmp_path, monkeypatch, killed_at_call, name: str
+) -> None:
     _first_draw(lm, tmp_path / "a.jsonl", name)
     _copy_release(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
-    real, done = generate.generate_batch, []
-
-    def crashing(*args, **kwargs):
-        if len(done) == 1:
-            raise KeyboardInterrupt
-        done.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(generate, "generate_batch", crashing)
+    real = generate.generate_batch
+    monkeypatch.setattr(generate, "generate_batch", killed_at_call(real, at=2))
     with pytest.raises(KeyboardInterrupt):
         _run(lm, tmp_path / "b.jsonl", name, lambda: pytest.fail("the release must be reused"), resume=True)
     monkeypatch.setattr(generate, "generate_batch", real)
