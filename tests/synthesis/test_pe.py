@@ -23,6 +23,7 @@ from privlm.resources.tiny import build_tiny_model
 from privlm.runfolder import LOCK, claim
 from privlm.synthesis.pe.config import PEConfig
 from privlm.synthesis.pe.mechanism import (
+    CandidateEmbedder,
     PEPaths,
     histogram_snapped,
     nearest_candidates,
@@ -285,6 +286,27 @@ def test_a_run_killed_in_its_rewrites_resumes_after_the_classes_it_finished_with
     assert generated["rewrites1-0.jsonl"] == 0 and generated["rewrites1-1.jsonl"] >= 1
     assert result.reused_histograms == 1 and out.read_bytes() == reference.read_bytes()
     assert not list(PEPaths(out).workdir.glob("rewrites*"))
+
+
+def test_survivors_are_embedded_once_and_their_rows_are_bitwise_a_fresh_passs(lm) -> None:
+    """The next population's survivors keep their rows (only the texts not embedded last time are embedded),
+    and every class's matrix is bitwise the one a fresh fixed-shape pass over it gives."""
+    model, tokenizer = lm
+    embedded: list[str] = []
+
+    def embed(texts):
+        embedded.extend(texts)
+        return pe.hidden_features(model, tokenizer, texts, "mean", max_length=16, fixed_shape=True)
+
+    first = [[text for text, label in PRIVATE if label == k] for k in (0, 1)]
+    second = [[first[0][1], "a new rewrite", "another rewrite of it"], [first[1][0], "a fresh, longer rewrite here"]]
+    embedder = CandidateEmbedder(embed)
+    embedder(first)
+    embedded.clear()
+    rows = embedder(second)
+    assert embedded == ["a new rewrite", "another rewrite of it", "a fresh, longer rewrite here"]
+    for texts, matrix in zip(second, rows):
+        assert np.array_equal(matrix, pe.unit_rows(embed(texts)))
 
 
 def test_a_run_killed_while_population_0_is_sampled_resumes_after_the_pieces_it_kept(
