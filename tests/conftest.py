@@ -13,6 +13,7 @@ import itertools
 import os
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,7 @@ class _KilledAtCall:
     """Calls ``real`` and counts the calls that went through (``calls``); call ``at`` (1-based; None: none)
     raises KeyboardInterrupt instead: a process killed while that call runs."""
 
-    def __init__(self, real: Any, at: int | None = None) -> None:
+    def __init__(self, real: Callable[..., Any], at: int | None = None) -> None:
         self.real, self.at, self.calls = real, at, 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -197,7 +198,7 @@ class _KilledAtCall:
 
 
 @pytest.fixture
-def killed_at_call() -> Any:
+def killed_at_call() -> type[_KilledAtCall]:
     """``killed_at_call(real, at)``: a stand-in for ``real`` that is killed at its ``at``-th call and counts the
     calls before it (:class:`_KilledAtCall`)."""
     return _KilledAtCall

@@ -72,10 +72,13 @@ def readings(out: Path) -> list[dict[str, float | int | None]]:
 
 
 def _span(rows: list[dict[str, float | int | None]], key: str, spec: str) -> str:
-    """``key``'s range over ``rows``, the histograms with no reading left out (skewness: none where the
-    variance is not above σ²); "–" when none has one."""
+    """``key``'s range over ``rows``, the histograms with no reading left out and counted (skewness: none where
+    the variance is not above σ²); "–" when none has one."""
     values = [r[key] for r in rows if r[key] is not None]
-    return f"{min(values):{spec}} to {max(values):{spec}}" if values else "–"
+    if not values:
+        return "–"
+    left_out = f" ({len(values)} of {len(rows)})" if len(values) < len(rows) else ""
+    return f"{min(values):{spec}} to {max(values):{spec}}{left_out}"
 
 
 def main() -> None:

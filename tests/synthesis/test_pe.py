@@ -288,7 +288,7 @@ def test_a_run_killed_in_its_rewrites_resumes_after_the_classes_it_finished_with
     assert not list(PEPaths(out).workdir.glob("rewrites*"))
 
 
-def test_survivors_are_embedded_once_and_their_rows_are_bitwise_a_fresh_passs(lm) -> None:
+def test_survivors_are_embedded_once_and_their_rows_are_bitwise_a_fresh_pass(lm) -> None:
     """The next population's survivors keep their rows (only the texts not embedded last time are embedded),
     and every class's matrix is bitwise the one a fresh fixed-shape pass over it gives."""
     model, tokenizer = lm
@@ -307,6 +307,15 @@ def test_survivors_are_embedded_once_and_their_rows_are_bitwise_a_fresh_passs(lm
     assert embedded == ["a new rewrite", "another rewrite of it", "a fresh, longer rewrite here"]
     for texts, matrix in zip(second, rows):
         assert np.array_equal(matrix, pe.unit_rows(embed(texts)))
+
+
+def test_every_embedding_pass_of_a_run_uses_fixed_shape_batches(lm, tmp_path, monkeypatch) -> None:
+    """The private pass and every candidate pass: a row is then a function of its text alone, which the
+    private side's votes need and the candidates' kept rows (:class:`CandidateEmbedder`) rely on."""
+    real, shapes = pe.hidden_features, []
+    monkeypatch.setattr(pe, "hidden_features", lambda *a, **k: shapes.append(k.get("fixed_shape")) or real(*a, **k))
+    _run(lm, tmp_path / "pe.jsonl", lambda: list(PRIVATE))
+    assert len(shapes) == 1 + CONFIG.iterations and all(shape is True for shape in shapes)
 
 
 def test_a_run_killed_while_population_0_is_sampled_resumes_after_the_pieces_it_kept(

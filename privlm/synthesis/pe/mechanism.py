@@ -30,10 +30,10 @@ inputs only.
 entry is durable before each draw; a draw that died before its histogram was saved is redrawn and
 counted again: an over-count, never an under-count); ``run.json`` — the public settings a resume must
 repeat (checked key by key); ``.lock`` — held (``flock``) by the process running it;
-``population{t}.json`` — iteration t's public candidates; ``population0-pieces/`` — the zero-shot pieces
-of population 0 sampled so far (:func:`~privlm.synthesis.generation.baselines.sample_pieces`: a run killed
-while it is made resumes at its first missing piece; removed once population 0 is saved); ``rewrites{t}-{k}.jsonl`` — class k's rewrites of
-iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
+``population{t}.json`` — iteration t's public candidates; ``population0-pieces/`` — the zero-shot
+pieces of population 0 sampled so far (:func:`~privlm.synthesis.generation.baselines.sample_pieces`: a run
+killed while it is made resumes at its first missing piece; removed once population 0 is saved);
+``rewrites{t}-{k}.jsonl`` — class k's rewrites of iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
 once the population is saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it
 is drawn and reused by a resume, never redrawn. A resume starts at the latest saved population (the earlier
 ones may be gone); :meth:`PEPaths.public_files` names what another machine needs to resume (kept public by
@@ -145,7 +145,8 @@ PRIVATE_PASS = "PE: embedding the private examples"  # a private task: no count
 
 class CandidateEmbedder:
     """Unit-row embeddings of each iteration's candidates, one ``(M, d)`` array per class, reusing the rows of
-    the texts the previous call embedded (an iteration's survivors: a quarter of the population at V = 3).
+    the texts in the previous call's population (an iteration's survivors: a quarter of the population at
+    V = 3; each row is kept as its own copy, so no earlier iteration's array stays in memory).
     ``embed`` must give each text a row that is a function of that text alone (``fixed_shape`` batches,
     :mod:`privlm.resources.padding`), so a reused row is bitwise the one a fresh pass gives and the votes are
     unchanged. Public: candidates only."""
@@ -156,7 +157,8 @@ class CandidateEmbedder:
 
     def __call__(self, population: Sequence[Sequence[str]]) -> list[np.ndarray]:
         fresh = list(dict.fromkeys(t for texts in population for t in texts if t not in self._rows))
-        rows = {**self._rows, **dict(zip(fresh, self._embed(fresh)))} if fresh else self._rows
+        embedded = {t: row.copy() for t, row in zip(fresh, self._embed(fresh))} if fresh else {}
+        rows = {**self._rows, **embedded}
         self._rows = {t: rows[t] for texts in population for t in texts}
         return [unit_rows(np.stack([rows[t] for t in texts])) for texts in population]
 
