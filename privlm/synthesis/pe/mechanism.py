@@ -33,12 +33,13 @@ repeat (checked key by key); ``.lock`` — held (``flock``) by the process runni
 ``population{t}.json`` — iteration t's public candidates; ``population0-pieces/`` — the zero-shot
 pieces of population 0 sampled so far (:func:`~privlm.synthesis.generation.baselines.sample_pieces`: a run
 killed while it is made resumes at its first missing piece; removed once population 0 is saved);
-``rewrites{t}-{k}.jsonl`` — class k's rewrites of iteration t finished so far (:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed
-once the population is saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it
-is drawn and reused by a resume, never redrawn. A resume starts at the latest saved population (the earlier
-ones may be gone); :meth:`PEPaths.public_files` names what another machine needs to resume (kept public by
-:mod:`privlm.experiments.kept_runs`). ``FILE.jsonl`` and
-``FILE.privacy.json`` are written atomically at the end.
+``rewrites{t}-{k}.jsonl`` — class k's rewrites of iteration t finished so far
+(:class:`privlm.journal.Journal`: a killed iteration resumes after them; removed once the population is
+saved); ``histogram{t}.json`` — iteration t's noisy histogram, saved the moment it is drawn and reused by a
+resume, never redrawn. A resume starts at the latest saved population (the earlier ones may be gone);
+:meth:`PEPaths.public_files` names what another machine needs to resume (kept public by
+:mod:`privlm.experiments.kept_runs`). ``FILE.jsonl`` and ``FILE.privacy.json`` are written atomically at
+the end.
 
 **Progress** (on a :class:`~privlm.progress.Progress`): the histograms (T), the zero-shot candidates (M per
 class), each iteration's rewrites (K·⌈M/(1+V)⌉·V) — public counts, fixed by the settings — and the private
