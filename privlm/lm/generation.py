@@ -11,11 +11,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Cache, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.journal import Journal
+from privlm.lm.nucleus import NucleusFilter
 from privlm.lm.prompts import pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.progress import Task
@@ -67,7 +68,9 @@ def sample_many(
 
     Deterministic: the chunk starting at prompt ``j`` samples under ``torch.manual_seed(seed + round + 7919·j)``
     in a forked RNG (the caller's RNG is untouched); one prompt is exactly :func:`sample_texts`. Each prompt is
-    run through the model once for all its samples (:func:`_prompt_cache`).
+    run through the model once for all its samples (:func:`_prompt_cache`). Temperature and top-p are applied by
+    :class:`privlm.lm.nucleus.NucleusFilter`, which keeps the tokens of transformers' own warpers without sorting
+    the vocabulary at every step.
 
     ``journal``: a file (:class:`privlm.journal.Journal`) where every finished chunk's texts are kept, so that a
     killed call resumes after them with the same result. It is keyed to the prompts, ``per_prompt``, ``seed``,
@@ -109,9 +112,10 @@ def sample_many(
                     attention_mask=mask.repeat_interleave(count, 0),
                     cache=_prompt_cache(model, ids, mask, count),
                     do_sample=True,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
+                    temperature=1.0,  # both applied by the filter, which keeps the warpers' tokens
+                    top_p=1.0,
                     top_k=0,
+                    logits_processor=LogitsProcessorList([NucleusFilter(sampling.top_p, sampling.temperature)]),
                     max_new_tokens=sampling.max_new_tokens,
                     pad_token_id=pad,
                 )

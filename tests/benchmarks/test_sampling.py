@@ -1,5 +1,5 @@
-"""Smoke test of ``benchmarks/sampling_prompt_cache.py`` on the tiny model: both variants run on both workloads,
-the JSON has its schema, and the prompt cache gives the texts of the uncached call."""
+"""Smoke test of ``benchmarks/sampling.py`` on the tiny model: the three variants run on both workloads, the
+JSON has its schema, and all three give the same texts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import math
 
 
-def test_tiny_run_compares_both_variants(tmp_path, load_benchmark):
-    bench = load_benchmark("sampling_prompt_cache")
+def test_tiny_run_compares_the_three_variants_and_checks_the_filter(tmp_path, load_benchmark):
+    bench = load_benchmark("sampling")
     out = tmp_path / "sampling.json"
     bench.main(
         [
@@ -30,9 +30,11 @@ def test_tiny_run_compares_both_variants(tmp_path, load_benchmark):
     assert out.with_suffix(".png").stat().st_size > 0
     assert set(result["workloads"]) == {"pe_rewrites", "zero_shot"}
     for workload in result["workloads"].values():
-        assert set(workload["call_s"]) == {"every_copy", "prompt_once"}
+        assert set(workload["call_s"]) == {"every_copy", "full_sort", "privlm"}
         assert all(math.isfinite(t) and t > 0 for t in workload["call_s"].values())
         assert workload["same_texts"] is True
+        check = workload["filter_check"]
+        assert check["rows"] > 0 and check["rows_differing"] == 0 and check["rows_to_warper"] < check["rows"]
     assert (
         result["workloads"]["pe_rewrites"]["prompts"] == 4
         and result["workloads"]["zero_shot"]["samples_per_prompt"] == 6
