@@ -5,7 +5,7 @@
 - ``full_sort``: each prompt run once and its keys and values repeated for its samples (``_prompt_cache``), nucleus
   filtering by transformers' ``TemperatureLogitsWarper`` + ``TopPLogitsWarper`` (a sort of the whole vocabulary
   at every step);
-- ``privlm``: what privlm does, each prompt once and ``NucleusFilter`` (the top candidates, no full sort).
+- ``topk_nucleus``: what privlm does, each prompt once and ``NucleusFilter`` (the top candidates, no full sort).
 
     python benchmarks/sampling.py --out benchmarks/results/sampling.json
 
@@ -108,7 +108,7 @@ def check_filter(model, tokenizer, prompts: list[str], per_prompt: int, sampling
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "every_copy": lambda: replaced("_prompt_cache", lambda *args: None),
     "full_sort": lambda: replaced("NucleusFilter", SortingWarpers),
-    "privlm": contextlib.nullcontext,
+    "topk_nucleus": contextlib.nullcontext,
 }
 
 
@@ -143,9 +143,9 @@ def measure(model, tokenizer, prompts: list[str], per_prompt: int, sampling, rep
         "prompt_tokens": max(len(tokenizer(p, add_special_tokens=special)["input_ids"]) for p in prompts),
         "call_s": median,
         "call_s_all": times,
-        "privlm_over_every_copy": median["privlm"] / median["every_copy"],
-        "privlm_over_full_sort": median["privlm"] / median["full_sort"],
-        "same_texts": texts["privlm"] == texts["every_copy"] == texts["full_sort"],
+        "topk_over_every_copy": median["topk_nucleus"] / median["every_copy"],
+        "topk_over_full_sort": median["topk_nucleus"] / median["full_sort"],
+        "same_texts": texts["topk_nucleus"] == texts["every_copy"] == texts["full_sort"],
     }
 
 
@@ -185,12 +185,12 @@ def main(argv: list[str] | None = None) -> dict:
             label=variant,
         )
     ticks = [
-        f"{n}\n{w['privlm_over_every_copy']:.2f}x / {w['privlm_over_full_sort']:.2f}x"
+        f"{n}\n{w['topk_over_every_copy']:.2f}x / {w['topk_over_full_sort']:.2f}x"
         for n, w in result["workloads"].items()
     ]
     ax.set_xticks(range(len(names)), ticks)
     ax.set_ylabel("CPU s per call")
-    ax.set_title(f"sample_many, {args.model}, {args.max_new_tokens} new tokens (privlm over each)", fontsize=9)
+    ax.set_title(f"sample_many, {args.model}, {args.max_new_tokens} new tokens (topk_nucleus over each)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=120)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
             {
                 n: {
                     k: w[k]
-                    for k in ("call_s", "privlm_over_every_copy", "privlm_over_full_sort", "same_texts", "filter_check")
+                    for k in ("call_s", "topk_over_every_copy", "topk_over_full_sort", "same_texts", "filter_check")
                 }
                 for n, w in result["workloads"].items()
             }

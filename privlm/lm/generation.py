@@ -115,6 +115,7 @@ def sample_many(
                     temperature=1.0,  # both applied by the filter, which keeps the warpers' tokens
                     top_p=1.0,
                     top_k=0,
+                    num_beams=1,
                     logits_processor=LogitsProcessorList([NucleusFilter(sampling.top_p, sampling.temperature)]),
                     max_new_tokens=sampling.max_new_tokens,
                     pad_token_id=pad,

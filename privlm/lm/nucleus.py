@@ -1,21 +1,30 @@
 """Temperature and nucleus (top-p) filtering of next-token scores without sorting the whole vocabulary.
 
 transformers' ``TopPLogitsWarper`` sorts every row of scores (49,152 entries for SmolLM2) at every decoding
-step; on one CPU core that sort was about 30 % of a PE rewrite chunk (48 sequences, 40 new tokens). A nucleus at
-top-p 0.95 is usually a few hundred tokens, so :class:`NucleusFilter` takes the top ``k`` of each row
-(``torch.topk``), computes the nucleus there and falls back to the warper itself only for rows it cannot decide.
-Sampling with it takes 0.71× the time with the warper (``benchmarks/sampling.py``, PE rewrites, one CPU core).
+step. A nucleus at top-p 0.95 is usually a few hundred tokens, so :class:`NucleusFilter` takes the top ``k`` of
+each row (``torch.topk``), computes the nucleus there and falls back to the warper itself only for rows it cannot
+decide. Sampling with it takes 0.71× the time with the warper (``benchmarks/sampling.py``: PE rewrites, 48
+sequences, 40 new tokens, one CPU core).
 
 It keeps the warper's tokens, so ``generate`` draws the same samples from the same seed:
 
 - The rule is the warper's: a token is removed when the probability mass of it and every token below it is at
   most ``1 - top_p`` (compared in float32, as the warper compares), the most likely token always kept.
 - The warper computes that mass in float32 (softmax of the sorted row, then a cumulative sum); this module
-  computes it in float64 from the unsorted row. The two differ by rounding only: at most 2.1·10⁻⁸ near the
-  boundary on 3,840 rows of SmolLM2's scores (the benchmark's ``filter_check``).
-- So a row is decided here only when the tokens on both sides of the boundary are more than ``margin`` (10⁻⁶)
-  away from it and do not tie. Any other row, and any row whose nucleus is not within its top ``k`` for the
-  largest ``k``, goes to ``TopPLogitsWarper``.
+  computes it in float64 from the unsorted row. The two differ by rounding only, and the rounding grows with the
+  mass (the float32 softmax's normalizer): at top-p 0.95, at most 2.1·10⁻⁸ near the boundary on 3,840 rows of
+  SmolLM2's scores (the benchmark's ``filter_check``, CPU); up to 8·10⁻⁷ near a mass of 0.9 on 64 synthetic rows
+  of 49,152 entries (``tests/lm/test_nucleus.py``).
+- So a row is decided here only when the tokens on both sides of the boundary are more than ``margin`` away
+  from it (10⁻⁷ + 5·10⁻⁵ · (1 − top-p): 2.6·10⁻⁶ at top-p 0.95, 4.5·10⁻⁵ at 0.1) and do not tie. Any other
+  row, and any row whose nucleus is not within its top ``k`` for the largest ``k``, goes to ``TopPLogitsWarper``.
+- The guarantee is measured on CPU only. On a GPU, where torch's cumulative sum accumulates in float32, the
+  warper's rounding is not measured (no device was lent).
+
+In ``generate``, processors passed as ``logits_processor`` run after generate's own (repetition penalty, token
+suppression, …) and before its warpers, so with temperature and top-p given here, the order is the one the
+warpers had, except for a ``top_h`` set in a model's generation config, which now runs after top-p, not
+between temperature and top-p.
 
 The agreement with the warpers is tested bit for bit (``tests/lm/test_nucleus.py``) on rows from flat to peaked,
 on ties across the boundary and on masses within the margin.
@@ -29,6 +38,8 @@ import torch
 from transformers import LogitsProcessor
 from transformers.generation.logits_process import TopPLogitsWarper
 
+from privlm.errors import UserError
+
 
 class NucleusFilter(LogitsProcessor):
     """``TemperatureLogitsWarper(temperature)`` then ``TopPLogitsWarper(top_p)`` of transformers, with the
@@ -37,19 +48,28 @@ class NucleusFilter(LogitsProcessor):
 
     ``scores``: (batch, vocab) next-token logits; returns them divided by ``temperature``, with the tokens
     outside each row's nucleus set to −inf. ``candidates``: the increasing ``k`` tried with ``torch.topk``
-    before the warper's full sort. ``rows`` and ``rows_to_warper`` count the rows filtered and those handed to
-    the warper."""
+    before the warper's full sort. ``margin``: (floor, share): a row is decided here only when its boundary masses
+    are more than ``floor + share · (1 − top_p)`` from ``1 − top_p``. ``rows`` and ``rows_to_warper`` count the rows
+    filtered and those handed to the warper. Raises :class:`UserError` for top_p outside (0, 1] or a temperature
+    that is not positive."""
 
     def __init__(
-        self, top_p: float, temperature: float = 1.0, candidates: Sequence[int] = (512, 4096), margin: float = 1e-6
+        self,
+        top_p: float,
+        temperature: float = 1.0,
+        candidates: Sequence[int] = (512, 4096),
+        margin: tuple[float, float] = (1e-7, 5e-5),
     ) -> None:
         if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if temperature <= 0.0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        self.top_p, self.temperature, self.candidates, self.margin = top_p, temperature, tuple(candidates), margin
+            raise UserError(f"top_p must be in (0, 1], got {top_p}")
+        if not temperature > 0.0:
+            raise UserError(f"temperature must be positive, got {temperature}")
+        self.top_p, self.temperature, self.candidates = top_p, temperature, tuple(candidates)
         # the warper compares its float32 masses with the Python float 1 - top_p, which torch rounds to float32
         self.threshold = torch.tensor(1.0 - top_p, dtype=torch.float32).item()
+        # the warper's rounding grows with the mass (its softmax's float32 normalizer): an absolute floor plus a
+        # share of the threshold
+        self.margin = margin[0] + margin[1] * self.threshold
         self.rows = self.rows_to_warper = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
@@ -59,10 +79,11 @@ class NucleusFilter(LogitsProcessor):
             return scores
         remove = torch.ones_like(scores, dtype=torch.bool)
         undecided = torch.arange(scores.shape[0], device=scores.device)
+        log_total = torch.logsumexp(scores.double(), dim=-1)
         for k in self.candidates:
             if len(undecided) == 0:
                 break
-            decided, masks = self._decide(scores[undecided], min(k, scores.shape[-1]))
+            decided, masks = self._decide(scores[undecided], log_total[undecided], min(k, scores.shape[-1]))
             remove[undecided[decided]] = masks
             undecided = undecided[~decided]
         out = scores.masked_fill(remove, -float("inf"))
@@ -71,15 +92,15 @@ class NucleusFilter(LogitsProcessor):
             out[undecided] = TopPLogitsWarper(self.top_p)(input_ids[undecided], scores[undecided])
         return out
 
-    def _decide(self, scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Which rows of ``scores`` (r, vocab) are decided from their top ``k``, and those rows' masks of
-        removed tokens (decided rows, vocab)."""
+    def _decide(self, scores: torch.Tensor, log_total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which rows of ``scores`` (r, vocab; ``log_total``: each row's float64 log-sum-exp) are decided from
+        their top ``k``, and those rows' masks of removed tokens (decided rows, vocab)."""
         top, index = scores.topk(k, dim=-1)
-        probs = torch.softmax(scores.double(), dim=-1).gather(1, index)
+        probs = (top.double() - log_total[:, None]).exp()
         # mass of each top token and every token below it: 1 − the mass strictly above it
         below = 1.0 - (probs.cumsum(-1) - probs)
         kept = (below > self.threshold).sum(-1)  # the masses fall along the row: a prefix is kept
-        inside = kept < k  # the first removed token is among the top k
+        inside = kept < k  # the first removed token is among the top k (else first == last below: a "tie")
         last, first = (kept - 1).clamp(min=0, max=k - 1), kept.clamp(max=k - 1)
 
         def far(rank: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ def test_tiny_run_compares_the_three_variants_and_checks_the_filter(tmp_path, lo
     assert out.with_suffix(".png").stat().st_size > 0
     assert set(result["workloads"]) == {"pe_rewrites", "zero_shot"}
     for workload in result["workloads"].values():
-        assert set(workload["call_s"]) == {"every_copy", "full_sort", "privlm"}
+        assert set(workload["call_s"]) == {"every_copy", "full_sort", "topk_nucleus"}
         assert all(math.isfinite(t) and t > 0 for t in workload["call_s"].values())
         assert workload["same_texts"] is True
         check = workload["filter_check"]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import privlm.lm.generation as generation
-from privlm.lm.generation import _prompt_cache, sample_many
+from privlm.lm.generation import _prompt_cache, clean_generation, sample_many
+from privlm.lm.prompts import pad_token_id
 from privlm.lm.sampling import Sampling
 from privlm.progress import Task
 from privlm.resources.tiny import build_tiny_model
@@ -41,6 +42,27 @@ def test_a_prompt_cache_repeated_per_sample_gives_the_tokens_of_num_return_seque
         )
     assert reference.shape == (len(prompts) * count, width + 8)
     assert torch.equal(cached, reference)
+
+
+def test_sample_many_samples_at_its_temperature_and_top_p_as_generate_does(lm) -> None:
+    model, tokenizer = lm
+    sampling, prompt = Sampling(max_new_tokens=8, temperature=0.7, top_p=0.8), "a short prompt"
+    texts = sample_many(model, tokenizer, [prompt], 4, 11, sampling, batch_size=4)[0]
+    ids = tokenizer(prompt, add_special_tokens=not tokenizer.chat_template, return_tensors="pt")["input_ids"]
+    with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        torch.manual_seed(11)  # sample_many's seed for its first chunk's first round
+        out = model.generate(
+            ids.repeat(4, 1),
+            attention_mask=torch.ones(4, ids.shape[1], dtype=torch.long),
+            do_sample=True,
+            temperature=0.7,
+            top_p=0.8,
+            top_k=0,
+            max_new_tokens=8,
+            pad_token_id=pad_token_id(tokenizer),
+        )
+    reference = [clean_generation(t) for t in tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)]
+    assert all(reference) and texts == reference
 
 
 class _Counter(Task):
