@@ -71,18 +71,14 @@ class CheckedFilter(NucleusFilter):
     """``NucleusFilter`` that also runs the warpers on every row it filters, and records the rows where the two
     differ and how far the warper's float32 cumulative mass near the boundary is from the float64 one."""
 
-    made: list[CheckedFilter] = []  # every filter of the checked call
-
     def __init__(self, top_p: float, temperature: float) -> None:
         super().__init__(top_p, temperature)
+        self.warpers = SortingWarpers(top_p, temperature)
         self.rows_differing, self.mass_error = 0, 0.0
-        CheckedFilter.made.append(self)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         ours = super().__call__(input_ids, scores)
-        self.rows_differing += int(
-            (ours != SortingWarpers(self.top_p, self.temperature)(input_ids, scores)).any(-1).sum()
-        )
+        self.rows_differing += int((ours != self.warpers(input_ids, scores)).any(-1).sum())
         ascending = torch.sort(scores / self.temperature).values
         float32, float64 = ascending.softmax(-1).cumsum(-1).double(), ascending.double().softmax(-1).cumsum(-1)
         near = (float64 > 0.2 * (1 - self.top_p)) & (float64 < 2 * (1 - self.top_p))  # masses around the boundary
@@ -93,10 +89,14 @@ class CheckedFilter(NucleusFilter):
 
 def check_filter(model, tokenizer, prompts: list[str], per_prompt: int, sampling) -> dict:
     """One untimed call of ``sample_many`` with every row of ``NucleusFilter`` checked against the warpers."""
-    CheckedFilter.made.clear()
-    with replaced("NucleusFilter", CheckedFilter):
+    made: list[CheckedFilter] = []  # one filter per generate call
+
+    def checked(top_p: float, temperature: float) -> CheckedFilter:
+        made.append(CheckedFilter(top_p, temperature))
+        return made[-1]
+
+    with replaced("NucleusFilter", checked):
         sample_many(model, tokenizer, prompts, per_prompt, 0, sampling, batch_size=48)
-    made = CheckedFilter.made
     return {
         "rows": sum(f.rows for f in made),
         "rows_to_warper": sum(f.rows_to_warper for f in made),

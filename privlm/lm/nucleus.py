@@ -78,37 +78,42 @@ class NucleusFilter(LogitsProcessor):
         if self.top_p >= 1.0:
             return scores
         remove = torch.ones_like(scores, dtype=torch.bool)
-        undecided = torch.arange(scores.shape[0], device=scores.device)
+        rows, to_warper = torch.arange(scores.shape[0], device=scores.device), []
         log_total = torch.logsumexp(scores.double(), dim=-1)
-        for k in self.candidates:
-            if len(undecided) == 0:
+        for k in sorted({min(k, scores.shape[-1]) for k in self.candidates}):
+            decided, masks, beyond = self._decide(scores[rows], log_total[rows], k)
+            remove[rows[decided]] = masks
+            to_warper.append(rows[~decided & ~beyond])  # a boundary in the margin or a tie: no k decides it
+            rows = rows[beyond]  # the nucleus is larger than k: a larger k may decide it
+            if len(rows) == 0:
                 break
-            decided, masks = self._decide(scores[undecided], log_total[undecided], min(k, scores.shape[-1]))
-            remove[undecided[decided]] = masks
-            undecided = undecided[~decided]
+        undecided = torch.cat([*to_warper, rows])
         out = scores.masked_fill(remove, -float("inf"))
         self.rows, self.rows_to_warper = self.rows + scores.shape[0], self.rows_to_warper + len(undecided)
         if len(undecided):
             out[undecided] = TopPLogitsWarper(self.top_p)(input_ids[undecided], scores[undecided])
         return out
 
-    def _decide(self, scores: torch.Tensor, log_total: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decide(
+        self, scores: torch.Tensor, log_total: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Which rows of ``scores`` (r, vocab; ``log_total``: each row's float64 log-sum-exp) are decided from
-        their top ``k``, and those rows' masks of removed tokens (decided rows, vocab)."""
+        their top ``k``, those rows' masks of removed tokens (decided rows, vocab), and which rows' nuclei reach
+        beyond the top ``k``."""
         top, index = scores.topk(k, dim=-1)
         probs = (top.double() - log_total[:, None]).exp()
         # mass of each top token and every token below it: 1 − the mass strictly above it
         below = 1.0 - (probs.cumsum(-1) - probs)
         kept = (below > self.threshold).sum(-1)  # the masses fall along the row: a prefix is kept
-        inside = kept < k  # the first removed token is among the top k (else first == last below: a "tie")
+        beyond = kept == k  # the first removed token is not among the top k
         last, first = (kept - 1).clamp(min=0, max=k - 1), kept.clamp(max=k - 1)
 
         def far(rank: torch.Tensor) -> torch.Tensor:
             return (below.gather(1, rank[:, None])[:, 0] - self.threshold).abs() > self.margin
 
         tie = top.gather(1, last[:, None])[:, 0] == top.gather(1, first[:, None])[:, 0]
-        decided = inside & far(last) & far(first) & ~tie
+        decided = ~beyond & far(last) & far(first) & ~tie
         rank = torch.arange(k, device=scores.device)
         masks = torch.ones(int(decided.sum()), scores.shape[-1], dtype=torch.bool, device=scores.device)
         masks.scatter_(1, index[decided], rank[None, :] >= kept[decided, None])
-        return decided, masks
+        return decided, masks, beyond
