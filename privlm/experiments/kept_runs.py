@@ -28,7 +28,8 @@ again, and one machine resumes a given mirror; two machines resuming one mirror 
 identity, and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the
 mechanism's claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact
 counts); it is removed when the cell's set is made (the set and its statement are then published) or the cell is
-set aside, its ledger staying in ``accounting.json``.
+set aside, its ledger staying in ``accounting.json``. Beside a cell's mirrored runs lies its wall clock
+(:mod:`privlm.experiments.wall_clock`), written back with them, so the set's time counts every machine's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 from privlm.atomic import atomic_path
 from privlm.errors import UserError
 from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keeping, kept_copy
+from privlm.experiments.wall_clock import WALL
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import LEDGER, RunFolder
 from privlm.synthesis.registry import SET_FILE, load_methods
@@ -82,6 +84,8 @@ def keep_runs(out: Path) -> tuple[int, int, int]:
                 shutil.rmtree(cell)  # accounting.json holds its ledger: it was copied before it was mirrored
         for run, files in snapshots:
             _mirror_run(out, run, files)
+        for cell in sorted({run.workdir.parent for run, files in snapshots if files}):
+            _mirror_file(cell / WALL, out / KEPT_RUNS / cell.name / WALL)  # the cell's time so far, with its runs
     return sum(1 for _ in (out / KEPT_RUNS).glob("*/*/")), ledgers, sidecars
 
 
@@ -115,11 +119,21 @@ def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
     target = out / KEPT_RUNS / run.workdir.relative_to(out / "work")
     target.mkdir(parents=True, exist_ok=True)
     for name in [LEDGER, *sorted(set(files) - {LEDGER})]:
-        if not (target / name).is_file() or (target / name).read_bytes() != files[name]:
-            _write_bytes_atomic(target / name, files[name])
+        _write_if_changed(target / name, files[name])
     for stale in target.iterdir():
         if stale.name not in files:
             stale.unlink()
+
+
+def _mirror_file(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` when it exists and differs."""
+    if source.is_file():
+        _write_if_changed(target, source.read_bytes())
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if not path.is_file() or path.read_bytes() != data:
+        _write_bytes_atomic(path, data)
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -165,6 +179,8 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         finally:
             shutil.rmtree(building, ignore_errors=True)
         restored.append(place)
+    if restored and not (out / "work" / cell / WALL).exists():
+        _mirror_file(out / KEPT_RUNS / cell / WALL, out / "work" / cell / WALL)  # the earlier machines' time
     return restored
 
 

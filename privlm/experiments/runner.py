@@ -4,9 +4,11 @@
 folder has run); ``DIR/sets/<cell>.jsonl`` — each cell's training
 set, cached the moment it is made (atomic write) and reused on resume; ``DIR/work/<cell>/`` — scratch
 space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
-``DIR/sets/<cell>.time.json``, the seconds the set took (a row's ``set_s``, also when a later process or
-machine writes the row: it lies beside the set, which is kept when the private work folder is lost; None when
-not kept);
+``DIR/sets/<cell>.time.json``, the seconds the set took, summed over the processes (and machines) that made it,
+with their count (a row's ``set_s``, also when a later process or machine writes the row: it lies beside the
+set, which is kept when the private work folder is lost; None when not kept); ``DIR/work/<cell>/wall.json``,
+those segments and the evaluation's, each process's kept up to date while it runs
+(:mod:`privlm.experiments.wall_clock`; a row's ``wall_time_s`` sums them all);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
@@ -59,6 +61,7 @@ from privlm.experiments.records import ResultsLog, read_training_set, write_json
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
 from privlm.experiments.set_cards import has_card, write_set_card
+from privlm.experiments.wall_clock import WALL, WallClock
 from privlm.lm.features import last_token_features
 from privlm.lm.finetune_checkpoint import EpochCheckpoint
 from privlm.progress import SILENT, Progress
@@ -252,10 +255,17 @@ def run_experiment(
         return _existing_rows(log, config, True, saved)[0]
 
     def run_cell(cell: Cell) -> dict[str, Any]:
-        """Make (or reuse) the cell's training set, fine-tune, score and attack; returns the row, appended to the log."""
+        """Make (or reuse) the cell's training set, fine-tune, score and attack; returns the row, appended to the log.
+        Its times are summed over every process that worked on it (:mod:`privlm.experiments.wall_clock`)."""
+        set_path = out / "sets" / f"{cell.key}.jsonl"
+        # an unfinished run kept public by another machine, with its wall clock: written back before the clock reads it
+        restored = [] if set_path.exists() else restore_run(out, cell.key)
+        with WallClock(out / "work" / cell.key / WALL, "evaluation" if set_path.exists() else "set") as clock:
+            return make_and_score(cell, restored, clock)
+
+    def make_and_score(cell: Cell, restored: list[Path], clock: WallClock) -> dict[str, Any]:
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
-        start = time.perf_counter()
         set_path, set_time = out / "sets" / f"{cell.key}.jsonl", out / "sets" / f"{cell.key}.time.json"
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
@@ -276,7 +286,6 @@ def run_experiment(
                 private_cache=private_cache,
                 progress=hooks.progress,
             )
-            restored = restore_run(out, cell.key)  # an unfinished run kept public by another machine
             for folder in restored:
                 hooks.phase(f"{cell.key}: resuming the run kept in {KEPT_RUNS}/ ({folder.name})")
             try:
@@ -290,7 +299,9 @@ def run_experiment(
                     "too to start afresh: accounting.json now holds its ledger, so its draws stay counted)"
                 ) from err
             write_jsonl_atomic(set_path, rows)
-            write_text_atomic(set_time, json.dumps({"set_s": round(time.perf_counter() - start, 3)}) + "\n")
+            made = {"set_s": round(clock.seconds("set"), 3), "segments": clock.count("set")}
+            write_text_atomic(set_time, json.dumps(made) + "\n")
+        clock.stage("evaluation")
         # the draw is made (here or by an earlier process): its ledger, sidecar and card go public now, not after
         # the hour of evaluation, so that a machine lost meanwhile loses neither the set (commit sets/) nor its
         # statement (accounting.json)
@@ -349,7 +360,7 @@ def run_experiment(
             **scores,
             **head,
             "set_s": generation_s,
-            "wall_time_s": round(time.perf_counter() - start, 3),
+            "wall_time_s": round(clock.seconds(), 3),
         }
         log.append(row)
         shutil.rmtree(evaluation, ignore_errors=True)

@@ -6,6 +6,7 @@ import fcntl
 import json
 import random
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -524,3 +525,33 @@ def test_a_sets_time_outlives_the_work_folder(tmp_path: Path, monkeypatch: pytes
     shutil.rmtree(tmp_path / "out" / "work")
     (row,) = run_experiment(load_config(toml), tmp_path / "out", resume=True)
     assert row["set_s"] == made >= 0
+
+
+def test_a_sets_time_sums_every_process_that_made_it(tmp_path: Path) -> None:
+    """A set made across two processes (the first killed part-way, as at the end of a stop) states both one's
+    seconds, with their count; the row's wall time holds them and the evaluation's."""
+    tries: list[int] = []
+
+    def made_on_the_second_try(ctx) -> list[dict]:
+        time.sleep(0.2)
+        tries.append(1)
+        if len(tries) == 1:
+            raise KeyboardInterrupt
+        return _first_of_each_class(ctx)
+
+    register_method("twice", Method(made_on_the_second_try, "test method"))
+    try:
+        data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+        write_dataset(data)
+        head = config_text(data).split("[methods.")[0].replace("n_per_class = [2, 4]", "n_per_class = [2]")
+        toml.write_text(head.replace("seeds = [0, 1]", "seeds = [0]") + "[methods.twice]\n")
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(load_config(toml), tmp_path / "out")
+        (row,) = run_experiment(load_config(toml), tmp_path / "out", resume=True)
+    finally:
+        del METHODS["twice"]
+    made = json.loads((tmp_path / "out" / "sets" / "twice_n2_seed0_epsnone.time.json").read_text())
+    assert made["segments"] == 2 and made["set_s"] >= 0.4 and row["set_s"] == made["set_s"]
+    wall = json.loads((tmp_path / "out" / "work" / "twice_n2_seed0_epsnone" / "wall.json").read_text())
+    assert len(wall["set"]) == 2 and all(s >= 0.2 for s in wall["set"]) and len(wall["evaluation"]) == 1
+    assert made["set_s"] < row["wall_time_s"] <= sum(wall["set"] + wall["evaluation"])

@@ -16,6 +16,7 @@ from privlm.experiments.config import load_config
 from privlm.experiments.grid_privacy import KEPT, grid_privacy, keep_accounting
 from privlm.experiments.kept_runs import KEPT_RUNS, keep_runs, restore_run
 from privlm.experiments.runner import run_experiment
+from privlm.experiments.wall_clock import WALL, read_segments
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 
@@ -82,6 +83,8 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
     assert sorted(p.name for p in mirror.iterdir()) == kept_files  # the latest population only
     kept_ledger = Ledger.load(mirror / "privacy.json")
     assert kept_ledger.count == 2 and kept_ledger.run is not None
+    lost_s = read_segments(out / KEPT_RUNS / CELL / WALL)["set"]  # the lost machine's time, kept beside its run
+    assert len(lost_s) == 1 and lost_s[0] > 0
 
     monkeypatch.setattr(pe, "zero_shot", lambda *a, **k: pytest.fail("the kept population is not made again"))
     (row,) = run_experiment(load_config(toml), out, resume=True)
@@ -92,6 +95,8 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
     ledger = Ledger.load(out / RUN / "privacy.json")
     assert ledger.run == kept_ledger.run and ledger.count == 3  # the lost machine's draws and this one's, once each
     assert not (out / KEPT_RUNS / CELL).exists()  # the set is made: its run's state is no longer kept
+    made = json.loads((out / "sets" / f"{CELL}.time.json").read_text())
+    assert made["segments"] == 2 and made["set_s"] > lost_s[0]  # the set's time counts both machines'
     kept = json.loads((out / KEPT).read_text())["ledgers"]
     assert list(kept) == [f"{RUN}/privacy.json"] and len(kept[f"{RUN}/privacy.json"]["entries"]) == 3
     grid = grid_privacy(out, [row], 1e-5)

@@ -1,0 +1,99 @@
+"""The seconds a grid cell's work took, summed over every process (and machine) that worked on it.
+
+A cell longer than one process lives (PE at n = 1,000: hours of rewriting, resumed across stops and machines) is
+made in segments, and a process killed at the end of a stop never gets to say how long it ran. ``work/<cell>/``
+:data:`WALL` lists each segment's seconds per stage (``{"set": [...], "evaluation": [...]}``); while a segment
+runs, a daemon thread rewrites its entry every ``every`` seconds (atomically), so a killed process loses at most
+that much of its time. A segment spent waiting for nothing (a cell another process holds) never starts: the
+runner enters the clock under the cell's lock.
+
+:mod:`privlm.experiments.kept_runs` mirrors the file beside an unfinished cell's mirrored run folders and
+writes it back with them, so a set made on a second machine states the first machine's time too. Time
+spent after the last keep on a machine that is then lost is lost with it. Like ``set_s`` and ``wall_time_s``
+in ``results.jsonl``, these are research measurements, not a DP release: a run's wall time follows its
+private rows' lengths and is not protected (``docs/threat-model.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from privlm.atomic import write_text_atomic
+
+WALL = "wall.json"
+
+
+def read_segments(path: Path) -> dict[str, list[float]]:
+    """The segments recorded at ``path`` per stage ({} when there is none)."""
+    if not path.is_file():
+        return {}
+    saved = json.loads(path.read_text())
+    return {stage: [float(s) for s in seconds] for stage, seconds in saved.items()}
+
+
+class WallClock:
+    """Record this process's segment of a cell's work at ``path`` (a context manager), under ``stage``, after
+    the segments earlier processes recorded there; :meth:`stage` moves the running segment's later seconds to
+    another stage, and :meth:`seconds` sums them (earlier processes' and this one's, so far)."""
+
+    def __init__(self, path: Path, stage: str, *, every: float = 60.0) -> None:
+        self.path, self.every = Path(path), every
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._segments: dict[str, list[float]] = {}
+        self._stage, self._since = stage, 0.0
+        self._thread = threading.Thread(target=self._beat, name=f"wall clock {self.path}", daemon=True)
+
+    def __enter__(self) -> WallClock:
+        self._segments = read_segments(self.path)
+        self._open(self._stage)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._write()
+
+    def stage(self, stage: str) -> None:
+        """From now on, this process's seconds count under ``stage`` (a new segment of it)."""
+        if stage != self._stage:
+            self._write()
+            self._open(stage)
+
+    def seconds(self, stage: str | None = None) -> float:
+        """The seconds recorded under ``stage`` (None: every stage), this process's so far included."""
+        with self._lock:
+            self._tick()
+            return float(sum(sum(s) for name, s in self._segments.items() if stage in (None, name)))
+
+    def count(self, stage: str) -> int:
+        """How many segments (processes, or stage changes within one) have worked under ``stage``."""
+        with self._lock:
+            return len(self._segments.get(stage, []))
+
+    def _open(self, stage: str) -> None:
+        with self._lock:
+            self._stage, self._since = stage, time.perf_counter()
+            self._segments.setdefault(stage, []).append(0.0)
+
+    def _tick(self) -> None:
+        """Bring the running segment's entry up to now (the caller holds the lock)."""
+        now = time.perf_counter()
+        self._segments[self._stage][-1] += now - self._since
+        self._since = now
+
+    def _write(self) -> None:
+        with self._lock:
+            self._tick()
+            text = json.dumps({k: [round(s, 3) for s in v] for k, v in self._segments.items()}, sort_keys=True)
+            write_text_atomic(self.path, text + "\n")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._write()

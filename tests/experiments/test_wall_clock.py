@@ -1,0 +1,42 @@
+"""A cell's wall clock: each process's segment kept on disk while it runs, summed over processes and stages."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from privlm.experiments.wall_clock import WallClock, read_segments
+
+
+def test_segments_of_later_processes_follow_the_earlier_ones_and_stages_sum_apart(tmp_path: Path) -> None:
+    path = tmp_path / "cell" / "wall.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"set": [100.0, 20.5]}) + "\n")  # two earlier processes made part of the set
+    with WallClock(path, "set") as clock:
+        time.sleep(0.02)
+        assert clock.count("set") == 3 and 120.5 < clock.seconds("set") < 121.5
+        clock.stage("evaluation")
+        set_s = clock.seconds("set")
+        time.sleep(0.02)
+        assert clock.seconds("set") == set_s  # the set's segment stopped when the stage moved on
+        assert clock.count("evaluation") == 1 and 0 < clock.seconds("evaluation") < 1
+        assert set_s + clock.seconds("evaluation") <= clock.seconds()
+    saved = read_segments(path)
+    assert abs(saved["set"][2] - (set_s - 120.5)) < 2e-3
+    assert saved["set"][:2] == [100.0, 20.5] and saved["set"][2] >= 0.02
+    assert len(saved["evaluation"]) == 1 and saved["evaluation"][0] >= 0.02
+
+
+def test_a_running_segment_is_on_disk_before_the_process_ends(tmp_path: Path) -> None:
+    """A process killed at the end of a stop never exits the clock: its time so far is already in the file."""
+    path = tmp_path / "wall.json"
+    with WallClock(path, "set", every=0.01):
+        deadline = time.monotonic() + 10
+        while not (path.exists() and read_segments(path)["set"][0] > 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert read_segments(path)["set"][0] > 0
+
+
+def test_no_file_means_no_earlier_segments(tmp_path: Path) -> None:
+    assert read_segments(tmp_path / "wall.json") == {}
