@@ -6,9 +6,10 @@ set, cached the moment it is made (atomic write) and reused on resume; ``DIR/wor
 space of a method (e.g. GRADMM's saved DP release, which a resume must reuse rather than redraw);
 ``DIR/sets/<cell>.time.json``, the seconds the set took, summed over the processes (and machines) that made it,
 with their count (a row's ``set_s``, also when a later process or machine writes the row: it lies beside the
-set, which is kept when the private work folder is lost; None when not kept); ``DIR/work/<cell>/wall.json``,
-those segments and the evaluation's, each process's kept up to date while it runs
-(:mod:`privlm.experiments.wall_clock`; a row's ``wall_time_s`` sums them all);
+set, which is kept when the private work folder is lost; None when not kept; a lower bound when it names
+``unrecorded_segments``: a cell begun before privlm kept a clock); ``DIR/work/<cell>/wall.json``, those segments
+and the evaluation's, each process's kept up to date while it runs (:mod:`privlm.experiments.wall_clock`; a row's
+``wall_time_s`` sums them all);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
@@ -260,7 +261,10 @@ def run_experiment(
         set_path = out / "sets" / f"{cell.key}.jsonl"
         # an unfinished run kept public by another machine, with its wall clock: written back before the clock reads it
         restored = [] if set_path.exists() else restore_run(out, cell.key)
-        with WallClock(out / "work" / cell.key / WALL, "evaluation" if set_path.exists() else "set") as clock:
+        work = out / "work" / cell.key
+        begun = not (work / WALL).exists() and work.is_dir() and any(work.iterdir())  # by processes without a clock
+        stage = "evaluation" if set_path.exists() else "set"
+        with WallClock(work / WALL, stage, unrecorded=begun) as clock:
             return make_and_score(cell, restored, clock)
 
     def make_and_score(cell: Cell, restored: list[Path], clock: WallClock) -> dict[str, Any]:
@@ -300,6 +304,8 @@ def run_experiment(
                 ) from err
             write_jsonl_atomic(set_path, rows)
             made = {"set_s": round(clock.seconds("set"), 3), "segments": clock.count("set")}
+            if unknown := clock.unrecorded("set"):
+                made["unrecorded_segments"] = unknown  # set_s is a lower bound
             write_text_atomic(set_time, json.dumps(made) + "\n")
         clock.stage("evaluation")
         # the draw is made (here or by an earlier process): its ledger, sidecar and card go public now, not after

@@ -5,7 +5,9 @@ made in segments, and a process killed at the end of a stop never gets to say ho
 :data:`WALL` lists each segment's seconds per stage (``{"set": [...], "evaluation": [...]}``); while a segment
 runs, a daemon thread rewrites its entry every ``every`` seconds (atomically), so a killed process loses at most
 that much of its time. A segment spent waiting for nothing (a cell another process holds) never starts: the
-runner enters the clock under the cell's lock.
+runner enters the clock under the cell's lock. A cell begun before it kept a clock (by an earlier privlm, or
+restored from a mirror that kept none) gets a ``null`` segment: its earlier time is unknown, and every sum
+here is then a lower bound (:meth:`WallClock.unrecorded` says how many such segments there are).
 
 :mod:`privlm.experiments.kept_runs` mirrors the file beside an unfinished cell's mirrored run folders and
 writes it back with them, so a set made on a second machine states the first machine's time too. Time
@@ -27,28 +29,31 @@ from privlm.atomic import write_text_atomic
 WALL = "wall.json"
 
 
-def read_segments(path: Path) -> dict[str, list[float]]:
-    """The segments recorded at ``path`` per stage ({} when there is none)."""
+def read_segments(path: Path) -> dict[str, list[float | None]]:
+    """The segments recorded at ``path`` per stage, ``None`` for one whose seconds are unknown ({}: no file)."""
     if not path.is_file():
         return {}
     saved = json.loads(path.read_text())
-    return {stage: [float(s) for s in seconds] for stage, seconds in saved.items()}
+    return {stage: [None if s is None else float(s) for s in seconds] for stage, seconds in saved.items()}
 
 
 class WallClock:
     """Record this process's segment of a cell's work at ``path`` (a context manager), under ``stage``, after
     the segments earlier processes recorded there; :meth:`stage` moves the running segment's later seconds to
-    another stage, and :meth:`seconds` sums them (earlier processes' and this one's, so far)."""
+    another stage, and :meth:`seconds` sums them (earlier processes' and this one's, so far). ``unrecorded``: the
+    cell was begun under ``stage`` by processes that kept no clock (a ``null`` segment goes before this one's)."""
 
-    def __init__(self, path: Path, stage: str, *, every: float = 60.0) -> None:
-        self.path, self.every = Path(path), every
+    def __init__(self, path: Path, stage: str, *, every: float = 60.0, unrecorded: bool = False) -> None:
+        self.path, self.every, self._unrecorded = Path(path), every, unrecorded
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self._segments: dict[str, list[float]] = {}
+        self._segments: dict[str, list[float | None]] = {}
         self._stage, self._since = stage, 0.0
         self._thread = threading.Thread(target=self._beat, name=f"wall clock {self.path}", daemon=True)
 
     def __enter__(self) -> WallClock:
         self._segments = read_segments(self.path)
+        if self._unrecorded:
+            self._segments.setdefault(self._stage, []).append(None)
         self._open(self._stage)
         self._thread.start()
         return self
@@ -67,15 +72,22 @@ class WallClock:
             self._open(stage)
 
     def seconds(self, stage: str | None = None) -> float:
-        """The seconds recorded under ``stage`` (None: every stage), this process's so far included."""
+        """The seconds recorded under ``stage`` (None: every stage), this process's so far included; a lower
+        bound when a segment's are unknown (:meth:`unrecorded`)."""
         with self._lock:
             self._tick()
-            return float(sum(sum(s) for name, s in self._segments.items() if stage in (None, name)))
+            known = (s for name, seconds in self._segments.items() if stage in (None, name) for s in seconds)
+            return float(sum(s for s in known if s is not None))
 
     def count(self, stage: str) -> int:
         """How many segments (processes, or stage changes within one) have worked under ``stage``."""
         with self._lock:
             return len(self._segments.get(stage, []))
+
+    def unrecorded(self, stage: str | None = None) -> int:
+        """How many segments under ``stage`` (None: every stage) have unknown seconds."""
+        with self._lock:
+            return sum(s is None for name, seconds in self._segments.items() if stage in (None, name) for s in seconds)
 
     def _open(self, stage: str) -> None:
         with self._lock:
@@ -85,13 +97,15 @@ class WallClock:
     def _tick(self) -> None:
         """Bring the running segment's entry up to now (the caller holds the lock)."""
         now = time.perf_counter()
-        self._segments[self._stage][-1] += now - self._since
+        running = self._segments[self._stage]
+        running[-1] = (running[-1] or 0.0) + now - self._since  # never None: _open appended 0.0
         self._since = now
 
     def _write(self) -> None:
         with self._lock:
             self._tick()
-            text = json.dumps({k: [round(s, 3) for s in v] for k, v in self._segments.items()}, sort_keys=True)
+            rounded = {k: [None if s is None else round(s, 3) for s in v] for k, v in self._segments.items()}
+            text = json.dumps(rounded, sort_keys=True)
             write_text_atomic(self.path, text + "\n")
 
     def _beat(self) -> None:

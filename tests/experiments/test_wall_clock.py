@@ -40,3 +40,13 @@ def test_a_running_segment_is_on_disk_before_the_process_ends(tmp_path: Path) ->
 
 def test_no_file_means_no_earlier_segments(tmp_path: Path) -> None:
     assert read_segments(tmp_path / "wall.json") == {}
+
+
+def test_a_cell_begun_without_a_clock_has_a_segment_of_unknown_length(tmp_path: Path) -> None:
+    path = tmp_path / "wall.json"
+    with WallClock(path, "set", unrecorded=True) as clock:
+        assert clock.count("set") == 2 and clock.unrecorded("set") == 1 and clock.unrecorded("evaluation") == 0
+        assert 0 <= clock.seconds("set") < 1  # the known segment only: a lower bound
+    assert read_segments(path)["set"][0] is None
+    with WallClock(path, "evaluation") as clock:  # a later process keeps the unknown segment where it was
+        assert clock.unrecorded() == 1 and clock.count("set") == 2
