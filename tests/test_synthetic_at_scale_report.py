@@ -103,3 +103,13 @@ def test_one_seed_is_shown_without_a_spread(report) -> None:
     assert report._mean_sd([80.8]) == "80.8 (1)"
     assert report._mean_sd([80.0, 82.0]) == "81.0 ± 1.4 (2)"
     assert report._mean_sd([]) == "–"
+
+
+def test_a_set_time_missing_unclocked_processes_is_shown_as_a_lower_bound(report, tmp_path: Path) -> None:
+    (tmp_path / "a.time.json").write_text('{"set_s": 100.0, "segments": 1}\n')
+    (tmp_path / "b.time.json").write_text('{"set_s": 300.0, "segments": 2, "unrecorded_segments": 1}\n')
+    rows = [{"cell": "a", "set_s": 100.0}, {"cell": "b", "set_s": 50.0}, {"cell": "c", "set_s": None}]
+    assert report._set_seconds(rows[:1], tmp_path) == "100 (1)"
+    assert report._set_seconds(rows, tmp_path) == "≥ 200 (2)"  # b's time file holds more than its row
+    assert report._set_seconds(rows[2:], tmp_path) == "–"
+    assert report._set_seconds([{"cell": "d", "set_s": 70.0}], tmp_path) == "70 (1)"  # no time file: the row's
