@@ -58,7 +58,7 @@ from privlm.synthesis.gradmm.config import PRESETS, GradmmConfig
 from privlm.synthesis.gradmm.generate import instructed_pool
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
-from privlm.synthesis.gradmm.release import PrivateFactors, model_fingerprint, private_factors
+from privlm.synthesis.gradmm.release import PrivateFactors, head_fingerprint, private_factors
 from privlm.training.checkpoint import retire_checkpoints
 from privlm.training.evaluate import classify_report
 from privlm.training.head import LabelWordHead, head_losses
@@ -310,7 +310,7 @@ def run_demo(
     label_ids = list(data.prompt.label_token_ids)
     config = replace(settings.gradmm_config, instructions=data.instructions or None)
     out.mkdir(parents=True, exist_ok=True)
-    fingerprint = model_fingerprint(model)  # one hash of the LM head, shared by every cache key
+    fingerprint = head_fingerprint(model)  # one hash of the LM head, shared by every cache key
     report: dict[str, Any] = {"settings": asdict(settings), "stages": {}}
 
     def stage(name: str) -> Callable[[], None]:

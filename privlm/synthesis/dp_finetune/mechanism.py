@@ -77,7 +77,7 @@ from privlm.runfolder import (
 )
 from privlm.synthesis.dp_finetune.config import DPFinetuneConfig
 from privlm.synthesis.generation.baselines import zero_shot
-from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.synthesis.gradmm.release import head_fingerprint
 from privlm.training import top_blocks
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.data import make_collate
@@ -210,7 +210,7 @@ def run_settings(
         "epsilon": epsilon,
         "delta": delta,
         "training": config.training_dict(),
-        "model_fingerprint": model_fingerprint(model),
+        "model_fingerprint": head_fingerprint(model),
     }
 
 

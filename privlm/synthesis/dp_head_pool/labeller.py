@@ -26,7 +26,7 @@ from privlm.errors import UserError
 from privlm.privacy.ledger import Ledger
 from privlm.runfolder import LEDGER, MANIFEST, check_or_write_settings, hold
 from privlm.synthesis.gradmm.prompt import Prompt, head_weight
-from privlm.synthesis.gradmm.release import PrivateFactors, model_fingerprint
+from privlm.synthesis.gradmm.release import PrivateFactors, head_fingerprint
 from privlm.training.checkpoint import FINISHED, retire_checkpoints
 from privlm.training.head import LabelWordHead, head_losses
 from privlm.training.loop import TrainConfig, prepare, train_loop
@@ -102,7 +102,7 @@ def train_labeller(
             "epsilon": epsilon,
             "delta": delta,
             "labeller": config.to_dict(),
-            "model_fingerprint": model_fingerprint(model),
+            "model_fingerprint": head_fingerprint(model),
             "prompt": prompt.to_dict(),
             "max_tokens": max_tokens,
         }

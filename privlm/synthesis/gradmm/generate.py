@@ -40,7 +40,7 @@ from privlm.synthesis.gradmm.prompt import (
     last_hidden_from_embeds,
     last_hidden_from_ids,
 )
-from privlm.synthesis.gradmm.release import Release, model_fingerprint
+from privlm.synthesis.gradmm.release import Release, head_fingerprint
 from privlm.synthesis.gradmm.release_filter import filter_select
 from privlm.synthesis.gradmm.select import select_matching
 
@@ -174,7 +174,7 @@ def public_labels(
     Shown on ``progress`` as :data:`LABEL_FILTER` (public counts: the candidates are public)."""
     texts = [c.text for c in candidates]
     shown = progress.task(LABEL_FILTER, total=len(texts))
-    fingerprint = model_fingerprint(model)
+    fingerprint = head_fingerprint(model)
     labels: list[int] = []
     for start in range(0, len(texts), CHUNK):
         part = texts[start : start + CHUNK]
@@ -286,7 +286,7 @@ def synthesize(
     """
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
-    if release.model_fingerprint != model_fingerprint(model):
+    if release.model_fingerprint != head_fingerprint(model):
         raise UserError("the DP release was drawn with a different model (LM-head weights differ)")
     batch_dir = Path(batch_dir)
     batch_dir.mkdir(parents=True, exist_ok=True)

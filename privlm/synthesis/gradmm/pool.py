@@ -14,7 +14,7 @@ from privlm.synthesis.gradmm.config import GradmmConfig
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.generate import batch_seed, candidate_jobs, instructed_batch, public_labels, unscored
 from privlm.synthesis.gradmm.prompt import Prompt
-from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.synthesis.gradmm.release import head_fingerprint
 from privlm.synthesis.registry import MethodContext
 
 
@@ -24,7 +24,7 @@ def public_candidates_dir(work: Path, model: PreTrainedModel, config: GradmmConf
     the verbalizer's instructions), so cells that would draw the same candidates find them and no others do.
     Public: nothing private enters the key or the folder."""
     key = {
-        "model": model_fingerprint(model),
+        "model": head_fingerprint(model),
         "source": config.source,
         "instruction": config.instruction,
         "batch": config.batch,

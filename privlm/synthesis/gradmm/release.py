@@ -150,8 +150,10 @@ class Release:
         )
 
 
-def model_fingerprint(model: PreTrainedModel) -> str:
-    """SHA-256 of the LM-head weight: a release is only meaningful for the model that made it."""
+def head_fingerprint(model: PreTrainedModel) -> str:
+    """SHA-256 of the LM-head weight: a release is only meaningful for the model that made it. The head alone
+    (cheap: one matrix), unlike :func:`privlm.training.fingerprint.model_fingerprint` (every parameter); run files
+    store it under the key ``model_fingerprint``, the name files already written carry."""
     weight = head_weight(model).detach().to(torch.float32).contiguous().cpu()
     return hashlib.sha256(weight.numpy().tobytes()).hexdigest()
 
@@ -388,7 +390,7 @@ def draw_release(
         noise_multiplier=float(sigma) if dp else None,
         clip=float(clip) if dp else None,
         max_tokens=max_tokens,
-        model_fingerprint=model_fingerprint(model),
+        model_fingerprint=head_fingerprint(model),
         meta={**(meta or {}), **({"noise_only": True} if factors is None else {})},
         rows=None if rows is None else tuple(rows),
     )

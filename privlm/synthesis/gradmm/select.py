@@ -25,7 +25,7 @@ from privlm.digest import digest
 from privlm.synthesis.gradmm.filtering import CHUNK, Candidate, eligible_by_class
 from privlm.synthesis.gradmm.matching import cosine_loss, residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
-from privlm.synthesis.gradmm.release import Release, model_fingerprint
+from privlm.synthesis.gradmm.release import Release, head_fingerprint
 
 
 @torch.no_grad()
@@ -55,7 +55,7 @@ def candidate_hidden(
 
     if public_dir is None:
         return compute(candidates)
-    fingerprint, piece = model_fingerprint(model), max(1, CHUNK // batch_size) * batch_size
+    fingerprint, piece = head_fingerprint(model), max(1, CHUNK // batch_size) * batch_size
     parts = []
     for first in range(0, len(candidates), piece):
         part = candidates[first : first + piece]

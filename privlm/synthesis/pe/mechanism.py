@@ -81,7 +81,7 @@ from privlm.runfolder import (
     write_ahead,
 )
 from privlm.synthesis.generation.baselines import zero_shot
-from privlm.synthesis.gradmm.release import model_fingerprint
+from privlm.synthesis.gradmm.release import head_fingerprint
 from privlm.synthesis.pe.config import PEConfig
 
 
@@ -385,7 +385,7 @@ def run_pe(
     ``embedding_cache``: a file for the private embeddings (PRIVATE; keyed by the caller to one data set,
     model, pooling and ``max_tokens``). ``settings``: the caller's public settings (the data spec string,
     ``private_per_class``, ...), saved in ``run.json`` with the run's own (ε, δ, σ, config, labels and the
-    fingerprint of the model's LM head, :func:`~privlm.synthesis.gradmm.release.model_fingerprint`) and checked
+    fingerprint of the model's LM head, :func:`~privlm.synthesis.gradmm.release.head_fingerprint`) and checked
     on resume. Neither the content of the private data nor the model below its head is bound: a resume with
     another data set under the same spec is not detected (a plain hash of it in the published folder would let
     anyone test a guessed data set), nor one with a model changed below an unchanged head (e.g. a merged LoRA
@@ -434,7 +434,7 @@ def run_pe(
         "delta": delta if dp else None,
         "label_names": list(label_names),
         "noise_multiplier": sigma,
-        "model_fingerprint": model_fingerprint(model),
+        "model_fingerprint": head_fingerprint(model),
     }
     n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)

@@ -18,7 +18,7 @@ from privlm.synthesis.gradmm.filtering import Candidate, uniform_draw
 from privlm.synthesis.gradmm.generate import FILTER_STEP, load_batch
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt
-from privlm.synthesis.gradmm.release import Release, draw_release, model_fingerprint, private_factors
+from privlm.synthesis.gradmm.release import Release, draw_release, head_fingerprint, private_factors
 from privlm.synthesis.gradmm.release_filter import (
     STEPS,
     balanced_agreement,
@@ -132,7 +132,7 @@ def test_a_release_drawn_for_another_head_is_read_on_its_own_rows(lm) -> None:
         noise_multiplier=None,
         clip=release.clip,
         max_tokens=release.max_tokens,
-        model_fingerprint=model_fingerprint(model),
+        model_fingerprint=head_fingerprint(model),
         rows=tuple(reversed(release.rows)),
     )
     torch.testing.assert_close(label_rows_and_direction(model, swapped)[1], label_rows_and_direction(model, release)[1])
