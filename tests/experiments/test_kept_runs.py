@@ -299,3 +299,21 @@ def test_a_restore_leaves_other_restores_being_built_alone(tmp_path: Path) -> No
         other.name
     ]
     assert Ledger.load(restored / "privacy.json").count == 1
+
+
+def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(tmp_path: Path) -> None:
+    """``pe@noise`` (the same PE parameters plus ``noise_only``): no ledger, so nothing of it is mirrored or
+    composed; the grid's statement counts the DP run's histograms alone, and the control's card claims nothing."""
+    toml = _grid(tmp_path)
+    params = toml.read_text().split("[methods.pe]\n")[1]
+    toml.write_text(toml.read_text() + '\n[methods."pe@noise"]\n' + params + "noise_only = true\n")
+    rows = run_experiment(load_config(toml), tmp_path / "out")
+    assert sorted(r["method"] for r in rows) == ["pe", "pe@noise"]
+    control = tmp_path / "out" / "work" / "pe@noise_n2_seed0_eps4"
+    assert not (control / "synthetic.jsonl.pe" / "privacy.json").exists()
+    assert json.loads((control / "synthetic.privacy.json").read_text())["epsilon"] == 0.0
+    assert grid_privacy(tmp_path / "out", rows, 1e-5).releases == 3  # pe's three histograms
+    card = (tmp_path / "out" / "sets" / "pe@noise_n2_seed0_eps4.card.md").read_text()
+    assert "noise-only" in card and "WARNING" not in card
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "vs noise-only pe@noise" in report  # read against its control

@@ -462,3 +462,43 @@ def test_bad_settings_are_refused() -> None:
         PEConfig(variation_instruction="no placeholder")
     assert PEConfig(population=2.0).candidates(5) == 10 and PEConfig(population=2.0, variations=3).survivors(10) == 3
     assert Sampling(max_new_tokens=6) == CONFIG.sampling
+
+
+def test_the_noise_only_control_reads_nothing_private_spends_nothing_and_is_seeded(lm, tmp_path, monkeypatch) -> None:
+    """Every histogram is the seeded pure noise at the DP run's σ: no private row is read (the loader fails), no
+    ledger is written, the sidecar states ε = 0, and a second run (another folder) writes the same file."""
+    monkeypatch.setattr(pe, "noisy_histograms", lambda *a: pytest.fail("the control draws no DP histogram"))
+    results = [
+        _run(lm, tmp_path / f"{name}.jsonl", lambda: pytest.fail("the control reads nothing private"), noise_only=True)
+        for name in ("a", "b")
+    ]
+    paths = PEPaths(tmp_path / "a.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert not paths.ledger.exists()
+    privacy = results[0].privacy
+    sigma = noise_multiplier(4.0, 1e-5, CONFIG, 2, 2)
+    assert privacy["noise_only"] and privacy["epsilon"] == 0.0 and privacy["epsilon_of_the_noise"] == 4.0
+    assert privacy["noise_multiplier"] == sigma and "ledger" not in privacy
+    for t in range(CONFIG.iterations):
+        saved = json.loads(paths.histogram(t).read_text())["histograms"]
+        assert saved == [h.tolist() for h in pe.noise_only_histograms([4, 4], sigma, CONFIG.seed, t)]
+    last = [np.array(h) for h in saved]
+    expected = [(k, float(v)) for k in (0, 1) for v in sorted(last[k], reverse=True)[:2]]
+    assert [(r["label"], r["noisy_votes"]) for r in results[0].rows] == expected  # the top of the last noise
+    assert all(r["noise_only"] and r["dp"] for r in results[0].rows)
+    assert json.loads(paths.manifest.read_text())["noise_only"] is True  # a resume must repeat it
+
+
+def test_the_noise_only_control_needs_the_epsilon_whose_noise_it_copies(lm, tmp_path) -> None:
+    with pytest.raises(UserError, match="needs an epsilon"):
+        _run(lm, tmp_path / "a.jsonl", lambda: list(PRIVATE), epsilon=None, noise_only=True)
+    assert not PEPaths(tmp_path / "a.jsonl").workdir.exists()
+
+
+def test_noise_only_histograms_are_seeded_per_iteration() -> None:
+    a, b = pe.noise_only_histograms([3, 5], 2.0, 7, 0), pe.noise_only_histograms([3, 5], 2.0, 7, 1)
+    assert [len(h) for h in a] == [3, 5]
+    assert all(np.array_equal(x, y) for x, y in zip(a, pe.noise_only_histograms([3, 5], 2.0, 7, 0)))
+    assert not np.array_equal(a[0], b[0])
+    draws = np.concatenate([np.concatenate(pe.noise_only_histograms([1000], 2.0, 7, t)) for t in range(20)])
+    assert abs(draws.std() - 2.0) < 0.05 and abs(draws.mean()) < 0.05  # N(0, σ²): 20,000 draws, 5 se and more

@@ -14,7 +14,7 @@ register_method(
         "privlm.synthesis.pe.method:pe_rows",
         "(ε, δ)-DP synthetic text (Private Evolution) at the cell's ε; NOT private when ε is 'none'",
         takes_epsilon=True,
-        params=config_params(PEConfig),
+        params=config_params(PEConfig, "noise_only"),
         summary="Private Evolution: public LM candidates evolved by T noisy nearest-neighbour vote histograms of the private data",
         synth="pe",
         command=SynthCommand(

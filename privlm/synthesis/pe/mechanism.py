@@ -141,6 +141,14 @@ def noisy_histograms(counts: Sequence[np.ndarray], sigma: float) -> list[np.ndar
     return np.split(noisy, np.cumsum([len(c) for c in counts])[:-1])
 
 
+def noise_only_histograms(sizes: Sequence[int], sigma: float, seed: int, t: int) -> list[np.ndarray]:
+    """The noise-only control's histogram ``t``: N(0, σ²) per bin for classes of ``sizes`` candidates, from a
+    generator seeded by ``seed`` and ``t`` (public: it hides nothing, and a rerun draws the same)."""
+    rng = np.random.default_rng([seed, t, NOISE_ONLY_STREAM])
+    return [rng.normal(0.0, sigma, size) for size in sizes]
+
+
+NOISE_ONLY_STREAM = 0x5E0  # keeps the control's seeded stream apart from any other use of the cell's seed
 PRIVATE_PASS = "PE: embedding the private examples"  # a private task: no count
 
 
@@ -375,6 +383,7 @@ def run_pe(
     epsilon: float | None,
     delta: float | None,
     resume: bool = False,
+    noise_only: bool = False,
     settings: dict[str, Any] | None = None,
     embedding_cache: Path | None = None,
     progress: Progress = SILENT,
@@ -382,6 +391,11 @@ def run_pe(
     """Run (or resume) PE and write ``out`` and its ``.privacy.json`` sidecar (module docstring).
 
     ``epsilon=None`` runs without noise: NOT private (exact votes; a reference and a test mode).
+    ``noise_only``: the run's noise-only control: every histogram is pure noise at the σ of the DP run at
+    ``epsilon`` (no vote counted, no private example read: ``load_private`` is never called), drawn from a
+    generator seeded by the config's seed and the iteration (:func:`noise_only_histograms`), so survivors and
+    output are a seeded random choice; it spends no privacy (sidecar ε = 0, no ledger). What PE's rewrites
+    and selection do without the private votes.
     ``embedding_cache``: a file for the private embeddings (PRIVATE; keyed by the caller to one data set,
     model, pooling and ``max_tokens``). ``settings``: the caller's public settings (the data spec string,
     ``private_per_class``, ...), saved in ``run.json`` with the run's own (ε, δ, σ, config, labels and the
@@ -415,6 +429,8 @@ def run_pe(
     if per_class < 1:
         raise UserError(f"--per-class must be >= 1 (got {per_class})")
     dp = epsilon is not None
+    if noise_only and not dp:
+        raise UserError("PE's noise-only control needs an epsilon: its noise is that of the DP run at that epsilon")
     if dp:
         if delta is None:
             raise UserError("PE with an epsilon needs delta as well")
@@ -435,6 +451,7 @@ def run_pe(
         "label_names": list(label_names),
         "noise_multiplier": sigma,
         "model_fingerprint": head_fingerprint(model),
+        **({"noise_only": True} if noise_only else {}),
     }
     n_classes, m = len(label_names), config.candidates(per_class)
     snapped = histogram_snapped(n_classes, m)
@@ -448,7 +465,7 @@ def run_pe(
         _start(paths, settings, resume)
         booked = {entry.label for entry in Ledger.load(paths.ledger)} if paths.ledger.exists() else set()
         unbooked = [t for t in paths.saved_histograms() if histogram_label(t) not in booked]
-        if dp and unbooked:  # each was booked before it was drawn (write-ahead)
+        if dp and not noise_only and unbooked:  # each was booked before it was drawn (write-ahead)
             raise UserError(
                 f"{paths.workdir} holds noisy histograms its ledger does not book ({', '.join(map(str, unbooked))}): "
                 f"their draws would go uncounted; remove {paths.workdir}"
@@ -497,6 +514,9 @@ def run_pe(
         embed_candidates = CandidateEmbedder(embed)
 
         def noisy(t: int, population: list[list[str]]) -> dict[str, Any]:
+            if noise_only:
+                drawn = noise_only_histograms([len(texts) for texts in population], sigma, config.seed, t)
+                return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
             candidates = embed_candidates(population)
             # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
             # embedding pass and the vote count, so a kill during those books nothing)
@@ -541,9 +561,10 @@ def run_pe(
                         "label_name": label_names[k],
                         "noisy_votes": float(histograms[k][i]),
                         "dp": dp,
+                        **({"noise_only": True} if noise_only else {}),
                     }
                 )
-        privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m)
+        privacy = privacy_statement(paths, config, sigma, epsilon, delta, n_classes, m, noise_only)
         _write_json(paths.sidecar, privacy)
         write_text_atomic(paths.out, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         return PEResult(rows=rows, privacy=privacy, reused_histograms=reused)
@@ -557,9 +578,10 @@ def privacy_statement(
     delta: float | None,
     n_classes: int,
     candidates: int,
+    noise_only: bool = False,
 ) -> dict[str, Any]:
     """The sidecar: ε accounted from the run folder's ledger (every draw, redraws included; never below the
-    target), σ, T and the mechanism; or a warning without DP."""
+    target), σ, T and the mechanism; ε = 0 for the noise-only control (no data read); or a warning without DP."""
     if sigma is None:
         return {
             "dp": False,
@@ -567,12 +589,26 @@ def privacy_statement(
             "delta": None,
             "warning": "NOT differentially private (no noise): the histograms are exact private vote counts",
         }
-    return {
-        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
+    public = {
         "noise_multiplier": sigma,
         "iterations": config.iterations,
         "candidates_per_class": candidates,
         "bins_per_histogram": n_classes * candidates,
+    }
+    if noise_only:
+        return {
+            "dp": True,
+            "noise_only": True,
+            "epsilon": 0.0,
+            "delta": 0.0,
+            "epsilon_of_the_noise": epsilon,
+            **public,
+            "mechanism": "noise-only control: every histogram is pure seeded Gaussian noise at the σ of the DP run "
+            "at epsilon_of_the_noise; no private data was read, so it spends no privacy",
+        }
+    return {
+        **epsilon_statement(Ledger.load(paths.ledger), epsilon, delta, ledger_file=paths.ledger, sidecar=paths.sidecar),
+        **public,
         "mechanism": "Private Evolution: per iteration, every private example votes once for its nearest "
         "candidate of its class (L2 sensitivity 1, add/remove-one); the histogram gets N(0, σ²) per bin; "
         "T Gaussian releases composed with PLD; selection and variations are post-processing",
