@@ -60,7 +60,7 @@ def test_config_methods_take_their_config_fields_but_seed_and_sampling_settings_
     from privlm.synthesis.pe.config import PEConfig
 
     for name, config, extra in (
-        ("pe", PEConfig, set()),
+        ("pe", PEConfig, {"noise_only"}),
         ("dp-finetune-gen", DPFinetuneConfig, set()),
         ("gradmm", GradmmConfig, {"preset"}),
     ):
