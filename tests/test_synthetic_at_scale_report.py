@@ -113,3 +113,18 @@ def test_a_set_time_missing_unclocked_processes_is_shown_as_a_lower_bound(report
     assert report._set_seconds(rows, tmp_path) == "≥ 200 (2)"  # b's time file holds more than its row
     assert report._set_seconds(rows[2:], tmp_path) == "–"
     assert report._set_seconds([{"cell": "d", "set_s": 70.0}], tmp_path) == "70 (1)"  # no time file: the row's
+
+
+def test_pe_is_read_against_its_noise_only_control_at_eps_1_for_every_eps(report) -> None:
+    rows = [
+        {"method": "pe", "epsilon": eps, "n_per_class": 100, "seed": 0, "accuracy": acc, "head_accuracy": head}
+        for eps, acc, head in ((1.0, 0.80, 0.70), (4.0, 0.78, 0.72))
+    ]
+    assert report.votes(report.grouped(rows)) == ["- no PE row has its noise-only control's row at the same n yet"]
+    rows.append(
+        {"method": "pe@noise", "epsilon": 1.0, "n_per_class": 100, "seed": 0, "accuracy": 0.75, "head_accuracy": 0.70}
+    )
+    assert report.votes(report.grouped(rows)) == [
+        "- pe, ε = 1, n = 100 − pe@noise: head-only +0.0, fine-tune +5.0 points",
+        "- pe, ε = 4, n = 100 − pe@noise: head-only +2.0, fine-tune +3.0 points",
+    ]

@@ -8,7 +8,7 @@ synthetic set within 2 points of DP training directly on the real data, and at l
 control + 3, each beside what random real sentences of the same size score (NOT private: how far the
 evaluation lets a set of that size go), with the gap's 95 % Welch interval over seeds where both sides have two
 or more (do the seeds resolve the verdict? The fixed test split's own sampling error is not in it). Then every DP row against its control and against the same method at ε
-none (what the noise costs it), GRADMM against a uniform draw of its own public candidate pool, the release as a
+none (what the noise costs it), PE against its noise-only control, GRADMM against a uniform draw of its own public candidate pool, the release as a
 label filter against the greedy match, and how many texts the sets of two seeds (two DP draws) share, and each set
 with its control's. Reads committed files only.
 
@@ -42,6 +42,10 @@ CONTROL = {
     "pe": "zero-shot",
 }
 METRICS = (("head_accuracy", "head-only"), ("accuracy", "fine-tune"))
+# PE against its noise-only control (the same run with seeded pure-noise histograms): what the votes add beyond
+# PE's rewrites. The control runs at ε = 1 only: pure noise ranks the candidates uniformly whatever its σ, so it
+# stands for every ε
+VOTES = {"pe": ("pe@noise", 1.0)}
 # GRADMM's selection against a uniform draw of the same label-filtered candidates (public; pool_reach.py)
 POOL_DRAW = {"gradmm@instruct": "instruct-pool", "gradmm@filter": "instruct-pool"}
 # selection rules against each other at the same ε (each cell draws its own release): the release as a label
@@ -51,6 +55,7 @@ ORDER = (
     *DP_METHODS,
     "gradmm@instruct-noise",
     "gradmm@filter-noise",
+    "pe@noise",
     "instruct-pool",
     "zero-shot",
     "random",
@@ -250,6 +255,16 @@ def controls(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[st
     return lines
 
 
+def votes(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
+    """Every finished PE row against its noise-only control at the same n (:data:`VOTES`)."""
+    lines = []
+    for method, eps, n in sorted(k for k in groups if k[0] in VOTES and k[1] is not None):
+        control, control_eps = VOTES[method]
+        if margins := _margins(groups[(method, eps, n)], groups.get((control, control_eps, n), [])):
+            lines.append(f"- {method}, ε = {eps:g}, n = {n:,} − {control}: {margins} points")
+    return lines or ["- no PE row has its noise-only control's row at the same n yet"]
+
+
 def pool_draws(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
     """Every finished GRADMM row (any ε) against the uniform draw of its own candidate pool at the same n."""
     lines = []
@@ -340,6 +355,11 @@ def main() -> None:
         "Every DP row against its control (seed means; the control without the private signal):",
         "",
         *controls(groups),
+        "",
+        "PE against its noise-only control (the same iterations, every histogram seeded pure noise: what the private "
+        "votes add beyond PE's rewrites; the control at ε = 1 stands for every ε, pure noise ranking uniformly):",
+        "",
+        *votes(groups),
         "",
         "GRADMM's selection against a uniform draw of the same label-filtered public candidates (instruct-pool, "
         "reads nothing private; the stronger public baseline, pool_reach.md):",

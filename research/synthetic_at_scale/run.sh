@@ -48,6 +48,9 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # PE at n = 1,000 (added after the rest of the grid had run: about 6 h a cell, resumed iteration by iteration)
 # comes right after the DP generator at eps = 4: seed 0 at eps = 1 (the targets' setting), then after the
 # whole split's first seed, seed 0 at eps = 4; its other seeds after the whole split's.
+# PE's noise-only control (added with the n = 1,000 seed 0 rows: what PE's rewrites do without the votes) goes
+# after PE's seed 0 cells: n = 100 (its three seeds, beside PE's committed n = 100 rows), then n = 1,000 seed 0;
+# its other n = 1,000 seeds with PE's.
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
         "instruct-pool_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"
@@ -55,9 +58,10 @@ queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" 
         "gradmm@instruct_n100_*_eps[14]" "gradmm@instruct-noise_n100_*" "instruct-pool_n100_*" "random_n100_*" "zero-shot_n100_*"
         "dp-finetune-gen_n100_*_eps[14]" "pe_n100_*"
         "dp-finetune-gen_n1000_*_eps4" "pe_n1000_seed0_eps1" "full-pool_*_seed0_*" "pe_n1000_seed0_eps4"
+        "pe@noise_n100_*" "pe@noise_n1000_seed0_*"
         "dp-head-pool_n1000_*_eps4" "gradmm@instruct_n1000_seed0_epsnone"
         "gradmm@filter_n1000_*_eps1" "gradmm@filter-noise_n1000_*" "gradmm@filter_n1000_*_eps4"
-        "pe_n1000_*" "full-pool_*" "*")
+        "pe_n1000_*" "pe@noise_n1000_*" "full-pool_*" "*")
 # PE's state is kept across machines (kept-runs/, committed), so a PE cell goes on where the last stop left it on
 # any machine; the whole split's other seeds (about 5 h each, their checkpoints private weights that no new machine
 # gets) come last: only a machine that lives through one finishes it.
