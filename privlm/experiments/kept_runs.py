@@ -127,8 +127,11 @@ def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
 
 def _mirror_file(source: Path, target: Path) -> None:
     """Copy ``source`` to ``target`` when it exists and differs."""
-    if source.is_file():
-        _write_if_changed(target, source.read_bytes())
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:  # none, or its cell's folder moved aside meanwhile
+        return
+    _write_if_changed(target, data)
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
@@ -154,7 +157,8 @@ def drop_kept_run(out: Path, cell: str) -> None:
 def restore_run(out: Path, cell: str) -> list[Path]:
     """Write back the mirrored run folders of cell ``cell`` that do not exist under ``out/work`` (module
     docstring); returns the folders restored. Each is built in ``out/.restoring-*`` (where no ledger counts),
-    every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder.
+    every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder. The
+    cell's mirrored wall clock is written back too where the cell has none.
 
     Raises:
         UserError: ``accounting.json`` cannot be read, or the mirror's ledger and the copy kept there are not one
@@ -179,7 +183,7 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         finally:
             shutil.rmtree(building, ignore_errors=True)
         restored.append(place)
-    if restored and not (out / "work" / cell / WALL).exists():
+    if not (out / "work" / cell / WALL).exists():
         _mirror_file(out / KEPT_RUNS / cell / WALL, out / "work" / cell / WALL)  # the earlier machines' time
     return restored
 

@@ -9,7 +9,7 @@ with their count (a row's ``set_s``, also when a later process or machine writes
 set, which is kept when the private work folder is lost; None when not kept; a lower bound when it names
 ``unrecorded_segments``: a cell begun before privlm kept a clock); ``DIR/work/<cell>/wall.json``, those segments
 and the evaluation's, each process's kept up to date while it runs (:mod:`privlm.experiments.wall_clock`; a row's
-``wall_time_s`` sums them all);
+``wall_time_s`` is ``set_s`` plus the evaluation's segments, a lower bound too for a cell begun before the clock);
 ``DIR/results.jsonl`` — one row per finished cell, appended durably; ``DIR/sets/<cell>.card.md`` — the
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
@@ -265,12 +265,12 @@ def run_experiment(
         begun = not (work / WALL).exists() and work.is_dir() and any(work.iterdir())  # by processes without a clock
         stage = "evaluation" if set_path.exists() else "set"
         with WallClock(work / WALL, stage, unrecorded=begun) as clock:
-            return make_and_score(cell, restored, clock)
+            return make_and_score(cell, set_path, restored, clock)
 
-    def make_and_score(cell: Cell, restored: list[Path], clock: WallClock) -> dict[str, Any]:
+    def make_and_score(cell: Cell, set_path: Path, restored: list[Path], clock: WallClock) -> dict[str, Any]:
         spec = next(m for m in config.methods if m.name == cell.method)
         method = get_method(cell.method)
-        set_path, set_time = out / "sets" / f"{cell.key}.jsonl", out / "sets" / f"{cell.key}.time.json"
+        set_time = set_path.with_suffix(".time.json")
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
             ctx = MethodContext(
@@ -366,7 +366,9 @@ def run_experiment(
             **scores,
             **head,
             "set_s": generation_s,
-            "wall_time_s": round(clock.seconds(), 3),
+            # the set's time as stated beside it (all its machines'; this clock's when it is not kept) and the
+            # evaluation's segments on this machine
+            "wall_time_s": round((generation_s or clock.seconds("set")) + clock.seconds("evaluation"), 3),
         }
         log.append(row)
         shutil.rmtree(evaluation, ignore_errors=True)

@@ -4,8 +4,9 @@ A cell longer than one process lives (PE at n = 1,000: hours of rewriting, resum
 made in segments, and a process killed at the end of a stop never gets to say how long it ran. ``work/<cell>/``
 :data:`WALL` lists each segment's seconds per stage (``{"set": [...], "evaluation": [...]}``); while a segment
 runs, a daemon thread rewrites its entry every ``every`` seconds (atomically), so a killed process loses at most
-that much of its time. A segment spent waiting for nothing (a cell another process holds) never starts: the
-runner enters the clock under the cell's lock. A cell begun before it kept a clock (by an earlier privlm, or
+that much of its time. A cell another process holds starts no segment (the runner enters the clock under the
+cell's lock); waits within a cell's work (for a shared DP run another cell is training, for the lock of the
+keeps) count as its time. A cell begun before it kept a clock (by an earlier privlm, or
 restored from a mirror that kept none) gets a ``null`` segment: its earlier time is unknown, and every sum
 here is then a lower bound (:meth:`WallClock.unrecorded` says how many such segments there are).
 
@@ -41,20 +42,24 @@ class WallClock:
     """Record this process's segment of a cell's work at ``path`` (a context manager), under ``stage``, after
     the segments earlier processes recorded there; :meth:`stage` moves the running segment's later seconds to
     another stage, and :meth:`seconds` sums them (earlier processes' and this one's, so far). ``unrecorded``: the
-    cell was begun under ``stage`` by processes that kept no clock (a ``null`` segment goes before this one's)."""
+    cell was begun under ``stage`` by processes that kept no clock (a ``null`` segment goes before this one's).
+    The file is written on entry (its folder created), at every heartbeat while that folder exists (a cell's
+    folder moved aside meanwhile is not recreated) and on exit."""
 
     def __init__(self, path: Path, stage: str, *, every: float = 60.0, unrecorded: bool = False) -> None:
         self.path, self.every, self._unrecorded = Path(path), every, unrecorded
         self._lock, self._stop = threading.Lock(), threading.Event()
-        self._segments: dict[str, list[float | None]] = {}
-        self._stage, self._since = stage, 0.0
+        self._closed: dict[str, list[float | None]] = {}  # earlier segments, this process's finished stages too
+        self._stage, self._running, self._since = stage, 0.0, 0.0
         self._thread = threading.Thread(target=self._beat, name=f"wall clock {self.path}", daemon=True)
 
     def __enter__(self) -> WallClock:
-        self._segments = read_segments(self.path)
+        self._closed = read_segments(self.path)
         if self._unrecorded:
-            self._segments.setdefault(self._stage, []).append(None)
-        self._open(self._stage)
+            self._closed.setdefault(self._stage, []).append(None)
+        self._since = time.perf_counter()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write()  # a process killed within its first heartbeat still leaves its (short) segment
         self._thread.start()
         return self
 
@@ -67,46 +72,51 @@ class WallClock:
 
     def stage(self, stage: str) -> None:
         """From now on, this process's seconds count under ``stage`` (a new segment of it)."""
-        if stage != self._stage:
-            self._write()
-            self._open(stage)
+        if stage == self._stage:
+            return
+        with self._lock:
+            self._tick()
+            self._closed.setdefault(self._stage, []).append(self._running)
+            self._stage, self._running = stage, 0.0
+        self._write()
 
     def seconds(self, stage: str | None = None) -> float:
         """The seconds recorded under ``stage`` (None: every stage), this process's so far included; a lower
         bound when a segment's are unknown (:meth:`unrecorded`)."""
         with self._lock:
             self._tick()
-            known = (s for name, seconds in self._segments.items() if stage in (None, name) for s in seconds)
-            return float(sum(s for s in known if s is not None))
+            return float(sum(s for s in self._segments(stage) if s is not None))
 
     def count(self, stage: str) -> int:
         """How many segments (processes, or stage changes within one) have worked under ``stage``."""
         with self._lock:
-            return len(self._segments.get(stage, []))
+            return len(self._segments(stage))
 
     def unrecorded(self, stage: str | None = None) -> int:
         """How many segments under ``stage`` (None: every stage) have unknown seconds."""
         with self._lock:
-            return sum(s is None for name, seconds in self._segments.items() if stage in (None, name) for s in seconds)
+            return sum(s is None for s in self._segments(stage))
 
-    def _open(self, stage: str) -> None:
-        with self._lock:
-            self._stage, self._since = stage, time.perf_counter()
-            self._segments.setdefault(stage, []).append(0.0)
+    def _segments(self, stage: str | None) -> list[float | None]:
+        """Every segment under ``stage`` (None: all), the running one last (the caller holds the lock)."""
+        found = [s for name, seconds in self._closed.items() if stage in (None, name) for s in seconds]
+        return found + [self._running] if stage in (None, self._stage) else found
 
     def _tick(self) -> None:
-        """Bring the running segment's entry up to now (the caller holds the lock)."""
+        """Bring the running segment up to now (the caller holds the lock)."""
         now = time.perf_counter()
-        running = self._segments[self._stage]
-        running[-1] = (running[-1] or 0.0) + now - self._since  # never None: _open appended 0.0
-        self._since = now
+        self._running, self._since = self._running + now - self._since, now
 
     def _write(self) -> None:
         with self._lock:
             self._tick()
-            rounded = {k: [None if s is None else round(s, 3) for s in v] for k, v in self._segments.items()}
-            text = json.dumps(rounded, sort_keys=True)
-            write_text_atomic(self.path, text + "\n")
+            saved = {k: list(v) for k, v in self._closed.items()}
+            saved.setdefault(self._stage, []).append(self._running)
+            text = json.dumps(
+                {k: [None if s is None else round(s, 3) for s in v] for k, v in saved.items()}, sort_keys=True
+            )
+            if self.path.parent.is_dir():
+                write_text_atomic(self.path, text + "\n")
 
     def _beat(self) -> None:
         while not self._stop.wait(self.every):

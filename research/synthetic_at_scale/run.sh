@@ -50,7 +50,8 @@ queue+=("dp-finetune-gen_n1000_seed0_epsnone")  # the same DP run with sigma = 0
 # whole split's first seed, seed 0 at eps = 4; its other seeds after the whole split's.
 # PE's noise-only control (added with the n = 1,000 seed 0 rows: what PE's rewrites do without the votes) goes
 # after PE's seed 0 cells: n = 100 (its three seeds, beside PE's committed n = 100 rows), then n = 1,000 seed 0;
-# its other n = 1,000 seeds with PE's.
+# its other n = 1,000 seeds with PE's. Having no ledger it is not kept in kept-runs/: on a new machine it starts
+# again (seeded: the same set).
 queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" "dp-head-pool_n1000_*_eps1"
         "instruct-pool_n1000_*"
         "gradmm@instruct_n1000_*_eps4" "gradmm@instruct-noise_n1000_*_eps4"

@@ -529,7 +529,7 @@ def test_a_sets_time_outlives_the_work_folder(tmp_path: Path, monkeypatch: pytes
 
 @pytest.mark.parametrize("first_kept_a_clock", [True, False])
 def test_a_sets_time_sums_every_process_that_made_it(tmp_path: Path, first_kept_a_clock: bool) -> None:
-    """A set made across two processes (the first killed part-way, as at the end of a stop) states both one's
+    """A set made across two processes (the first interrupted part-way, as at the end of a stop) states both one's
     seconds, with their count; the row's wall time holds them and the evaluation's. A first process that kept no
     clock (an earlier privlm) leaves a segment of unknown length, and the set's time says it is a lower bound."""
     tries: list[int] = []

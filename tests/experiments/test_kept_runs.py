@@ -301,13 +301,26 @@ def test_a_restore_leaves_other_restores_being_built_alone(tmp_path: Path) -> No
     assert Ledger.load(restored / "privacy.json").count == 1
 
 
-def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(tmp_path: Path) -> None:
-    """``pe@noise`` (the same PE parameters plus ``noise_only``): no ledger, so nothing of it is mirrored or
-    composed; the grid's statement counts the DP run's histograms alone, and the control's card claims nothing."""
+def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pe@noise`` (the same PE parameters plus ``noise_only``): no ledger, so nothing of it is mirrored (an
+    unfinished control restarts on a new machine, seeded: the same set) or composed; the grid's statement counts
+    the DP run's histograms alone, and the control's card claims nothing."""
     toml = _grid(tmp_path)
     params = toml.read_text().split("[methods.pe]\n")[1]
     toml.write_text(toml.read_text() + '\n[methods."pe@noise"]\n' + params + "noise_only = true\n")
-    rows = run_experiment(load_config(toml), tmp_path / "out")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:  # the control stops in its first rewrites, histogram 0 drawn
+        patch.setattr(pe, "next_population", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(load_config(toml), tmp_path / "out", cells_matching=["pe@noise_*"])
+    assert (tmp_path / "out" / "work" / "pe@noise_n2_seed0_eps4" / "synthetic.jsonl.pe" / "histogram0.json").exists()
+    assert keep_runs(tmp_path / "out")[0] == 0 and not (tmp_path / "out" / KEPT_RUNS).exists()
+    rows = run_experiment(load_config(toml), tmp_path / "out", resume=True)
     assert sorted(r["method"] for r in rows) == ["pe", "pe@noise"]
     control = tmp_path / "out" / "work" / "pe@noise_n2_seed0_eps4"
     assert not (control / "synthetic.jsonl.pe" / "privacy.json").exists()

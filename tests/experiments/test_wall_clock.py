@@ -50,3 +50,14 @@ def test_a_cell_begun_without_a_clock_has_a_segment_of_unknown_length(tmp_path: 
     assert read_segments(path)["set"][0] is None
     with WallClock(path, "evaluation") as clock:  # a later process keeps the unknown segment where it was
         assert clock.unrecorded() == 1 and clock.count("set") == 2
+
+
+def test_the_segment_is_on_disk_from_the_start_and_a_folder_moved_aside_is_not_recreated(tmp_path: Path) -> None:
+    """Written on entry (a process killed within its first minute leaves its segment, so the next one does not take
+    the cell for one begun without a clock); a cell's folder moved to stale/ meanwhile is left moved."""
+    path = tmp_path / "work" / "cell" / "wall.json"
+    with WallClock(path, "set", every=0.01):
+        assert list(read_segments(path)) == ["set"]
+        (tmp_path / "work" / "cell").rename(tmp_path / "stale")
+        time.sleep(0.1)
+    assert not (tmp_path / "work" / "cell").exists() and (tmp_path / "stale" / "wall.json").exists()

@@ -501,4 +501,4 @@ def test_noise_only_histograms_are_seeded_per_iteration() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a, pe.noise_only_histograms([3, 5], 2.0, 7, 0)))
     assert not np.array_equal(a[0], b[0])
     draws = np.concatenate([np.concatenate(pe.noise_only_histograms([1000], 2.0, 7, t)) for t in range(20)])
-    assert abs(draws.std() - 2.0) < 0.05 and abs(draws.mean()) < 0.05  # N(0, σ²): 20,000 draws, 5 se and more
+    assert abs(draws.std() - 2.0) < 0.05 and abs(draws.mean()) < 0.05  # N(0, σ²): 20,000 draws, 3.5 se and more

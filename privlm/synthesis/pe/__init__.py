@@ -12,7 +12,8 @@ register_method(
     "pe",
     Method(
         "privlm.synthesis.pe.method:pe_rows",
-        "(ε, δ)-DP synthetic text (Private Evolution) at the cell's ε; NOT private when ε is 'none'",
+        "(ε, δ)-DP synthetic text (Private Evolution) at the cell's ε; NOT private when ε is 'none'; "
+        "noise_only: public control, reads no private data",
         takes_epsilon=True,
         params=config_params(PEConfig, "noise_only"),
         summary="Private Evolution: public LM candidates evolved by T noisy nearest-neighbour vote histograms of the private data",

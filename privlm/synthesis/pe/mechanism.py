@@ -516,13 +516,14 @@ def run_pe(
         def noisy(t: int, population: list[list[str]]) -> dict[str, Any]:
             if noise_only:
                 drawn = noise_only_histograms([len(texts) for texts in population], sigma, config.seed, t)
-                return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
-            candidates = embed_candidates(population)
-            # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
-            # embedding pass and the vote count, so a kill during those books nothing)
-            drawn = voter.histograms(
-                candidates, sigma, lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t))
-            )
+            else:
+                # write-ahead: histogram t is booked durably right before its noise is drawn (after the private
+                # embedding pass and the vote count, so a kill during those books nothing)
+                drawn = voter.histograms(
+                    embed_candidates(population),
+                    sigma,
+                    lambda: write_ahead(paths.ledger, histogram_entry(sigma, snapped, t)),
+                )
             return {"population_sha256": _digest(population), "histograms": [h.tolist() for h in drawn]}
 
         # a resume starts at the latest saved population: the earlier ones are not needed (their histograms are
