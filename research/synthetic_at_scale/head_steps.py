@@ -9,6 +9,8 @@ count on the 100 validation sentences the fine-tune already uses to pick its epo
 split; never the test split). The 40-epoch refit must reproduce the row's ``head_accuracy``: it is checked.
 
     python research/synthetic_at_scale/head_steps.py   # writes head_steps.json, head_steps.md, plots/head_steps.png
+    python research/synthetic_at_scale/head_steps.py --cells "pe_n1000_*"   # refits those cells only, kept beside
+                                                       # the other cells already in head_steps.json
 
 Costs the features of every set once (about 5 min per n = 1,000 set on one core), kept under
 ``work/head-steps/`` (git-ignored; the ``random`` cells' features are of real rows: private). Not a DP
@@ -17,6 +19,8 @@ mechanism: it reads released sets (and the NOT private random reference) and the
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -115,10 +119,22 @@ def accuracy(rows: torch.Tensor, scored: dict[str, tuple[torch.Tensor, torch.Ten
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--cells",
+        help="refit only the finished cells matching this pattern (fnmatch), keeping "
+        "the other cells' entries already in head_steps.json",
+    )
+    cells = parser.parse_args().cells
     study = load_study()
     probe, initial, scored = study.probe, study.initial, study.scored
-    out = []
+    saved = json.loads((HERE / "head_steps.json").read_text()) if cells else []
+    for entry in saved:  # JSON keys are strings: the epoch counts back to ints
+        entry["by_epochs"] = {int(e): v for e, v in entry["by_epochs"].items()}
+    out = [r for r in saved if not fnmatch.fnmatchcase(r["cell"], cells)] if cells else []
     for row in study.rows:
+        if cells and not fnmatch.fnmatchcase(row["cell"], cells):
+            continue
         set_features = study.set_features(row)
         by_epochs = {}
         for epochs in EPOCHS:
