@@ -14,7 +14,8 @@ and the evaluation's, each process's kept up to date while it runs (:mod:`privlm
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
-method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``);
+method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``, under the
+cell's lock: one another process still runs is left for a later resume);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
 Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` runs): a cell is run under
 an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
@@ -160,7 +161,8 @@ def _existing_rows(
 
 
 def _set_aside(out: Path, key: str) -> None:
-    """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never reused)."""
+    """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never
+    reused). The caller holds the cell's lock, so no live process is writing into what is moved."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
     sets = out / "sets"
     for source in (sets / f"{key}.jsonl", sets / f"{key}.card.md", sets / f"{key}.time.json", out / "work" / key):
@@ -199,10 +201,18 @@ def run_experiment(
         raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
     log = ResultsLog(out / "results.jsonl")
     done, stale = _existing_rows(log, config, resume, _saved_configs(out))
+    busy: set[str] = set()  # stale cells another live process is running: neither moved nor run here
     if stale:
         hooks.phase(f"{len(stale)} cell(s) were made with other method parameters and will be rerun")
         for key in sorted(stale):
-            _set_aside(out, key)
+            with claim(out / "work" / f"{key}.lock") as mine:  # never move a folder from under its running cell
+                if mine:
+                    _set_aside(out, key)
+                else:
+                    busy.add(key)
+                    hooks.phase(
+                        f"{key}: another process is running it with its old parameters; left for a later --resume"
+                    )
     saved_config = json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n"
     write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
     write_text_atomic(out / "config.json", saved_config)
@@ -377,7 +387,9 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
+        if cell.key in done or cell.key in busy or (only is not None and cell.method not in only):
+            continue
+        if index % shards != index_k:
             continue
         if cells_matching is not None and not any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching):
             continue

@@ -235,6 +235,38 @@ def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_
     assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone", "herding_n2_seed0_epsnone"]
 
 
+def test_a_stale_cell_another_process_runs_is_neither_moved_nor_run_until_it_is_free(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(
+        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
+        + "[methods.zero-shot]\nmax_new_tokens = 6\n[methods.random]\n"
+    )
+    out, key = tmp_path / "out", "zero-shot_n2_seed0_epsnone"
+    run_experiment(load_config(toml), out)
+    document = _toml_dict(toml)
+    document["methods"]["zero-shot"]["max_new_tokens"] = 5
+    retuned = parse_config(document, "retuned")
+    cached = out / "sets" / f"{key}.jsonl"
+    before, phases = cached.read_text(), []
+    with open(out / "work" / f"{key}.lock", "a") as handle:  # a process with the old parameters still runs it ...
+
+        def holder_ends_once_seen(text: str) -> None:  # ... and ends right after this run passed it over
+            phases.append(text)
+            if key in text:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        rows = run_experiment(retuned, out, resume=True, hooks=experiment.Hooks(phase=holder_ends_once_seen))
+    assert cached.read_text() == before and not (out / "stale").exists()  # nothing moved from under it
+    assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone"]  # nor run on its old set once free
+    assert any(key in p and "another process" in p for p in phases)
+    rows = run_experiment(retuned, out, resume=True)  # its holder is gone: set aside and rerun
+    assert [r["method_hash"] for r in rows if r["cell"] == key] == [retuned.method_hash("zero-shot")]
+    assert (out / "stale").is_dir() and len(list((out / "stale").glob(f"{key}.*/{key}.jsonl"))) == 1
+
+
 def test_two_unsharded_runs_on_one_folder_run_each_cell_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
