@@ -63,6 +63,12 @@ def write_text_atomic(path: str | os.PathLike[str], chunks: str | Iterable[str])
             handle.write(chunk)
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a kill leaves the old file or the new, never a part)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def json_once(path: str | os.PathLike[str] | None, make: Callable[[], Any]) -> Any:
     """The JSON value saved at ``path``; else ``make()``, saved there atomically first (``path=None``: just
     ``make()``). A step a resumed run never repeats: what was saved is returned, not recomputed."""

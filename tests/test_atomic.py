@@ -7,19 +7,21 @@ import pytest
 import privlm.atomic as atomic
 
 
-def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("write", ["text", "bytes"])
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch, write: str) -> None:
     path = tmp_path / "out.jsonl"
-    atomic.write_text_atomic(path, "old\n")
+    put = atomic.write_text_atomic if write == "text" else lambda p, s: atomic.write_bytes_atomic(p, s.encode())
+    put(path, "old\n")
 
     def crash(src, dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(atomic.os, "replace", crash)
     with pytest.raises(OSError):
-        atomic.write_text_atomic(path, "new\n")
-    assert path.read_text() == "old\n"
+        put(path, "new\n")
+    assert path.read_text() == "old\n" and list(tmp_path.iterdir()) == [path]  # no temporary left either
     monkeypatch.undo()
-    atomic.write_text_atomic(path, "new\n")
+    put(path, "new\n")
     assert path.read_text() == "new\n"
 
 

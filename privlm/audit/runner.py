@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privlm.atomic import atomic_path
+from privlm.atomic import write_text_atomic
 from privlm.audit.bound import DEFAULT_CONFIDENCE, best_lower_bound, perfect_guess_ceiling
 from privlm.audit.provenance import cell_key
 from privlm.audit.registry import MECHANISMS, get
@@ -153,8 +153,7 @@ def run_grid(
         if record is None:
             record = audit_cell(cell, scale, delta, seed, expected)
             if path is not None:
-                with atomic_path(path) as tmp:
-                    tmp.write_text(json.dumps(record, sort_keys=True))
+                write_text_atomic(path, json.dumps(record, sort_keys=True))
         records.append(record)
         if on_cell is not None:
             on_cell(verdict(record, len(cells)))

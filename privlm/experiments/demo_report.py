@@ -14,7 +14,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from privlm.atomic import atomic_path, write_text_atomic
+from privlm.atomic import write_bytes_atomic, write_text_atomic
 from privlm.experiments.report import figure_png
 
 FINETUNE_ROWS = (  # (report key, label, how its ε is shown)
@@ -110,8 +110,7 @@ def plot(report: dict[str, Any]) -> bytes:
 def write_report(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
     """Write ``out/report.png`` and a self-contained ``out/report.html`` (the PNG embedded); their paths."""
     png = plot(report)
-    with atomic_path(out / "report.png") as tmp:
-        tmp.write_bytes(png)
+    write_bytes_atomic(out / "report.png", png)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (label, eps, n, accuracy_text(s))) + "</tr>"
         for _, label, eps, n, s in table_rows(report)

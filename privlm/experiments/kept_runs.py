@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from privlm.atomic import atomic_path
+from privlm.atomic import write_bytes_atomic
 from privlm.errors import UserError
 from privlm.experiments.grid_privacy import KEPT_RUNS, continues, keeping, kept_copy
 from privlm.experiments.wall_clock import WALL
@@ -136,12 +136,7 @@ def _mirror_file(source: Path, target: Path) -> None:
 
 def _write_if_changed(path: Path, data: bytes) -> None:
     if not path.is_file() or path.read_bytes() != data:
-        _write_bytes_atomic(path, data)
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    with atomic_path(path) as tmp:  # fsync'd, renamed, folder fsync'd: a kill leaves the old file or the new
-        tmp.write_bytes(data)
+        write_bytes_atomic(path, data)
 
 
 def drop_kept_run(out: Path, cell: str) -> None:
@@ -176,7 +171,7 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         try:
             for file in sorted(kept.iterdir()):
                 if file.name != LEDGER and file.is_file() and not file.is_symlink():
-                    _write_bytes_atomic(building / file.name, file.read_bytes())
+                    write_bytes_atomic(building / file.name, file.read_bytes())
             ledger.save(building / LEDGER)
             place.parent.mkdir(parents=True, exist_ok=True)
             os.rename(building, place)

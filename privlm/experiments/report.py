@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from privlm.atomic import atomic_path, write_text_atomic  # noqa: E402
+from privlm.atomic import write_bytes_atomic, write_text_atomic  # noqa: E402
 from privlm.experiments.config import FULL_POOL, WHOLE_SPLIT, ExperimentConfig, base_name  # noqa: E402
 from privlm.experiments.grid_privacy import grid_privacy  # noqa: E402
 from privlm.synthesis.registry import get_method  # noqa: E402
@@ -284,8 +284,7 @@ def write_report(
     plots = {"accuracy_vs_n": plot_accuracy_vs_n(summary), "accuracy_vs_epsilon": plot_accuracy_vs_epsilon(summary)}
     plots = {name: png for name, png in plots.items() if png is not None}
     for name, png in plots.items():  # a temporary file of its own: the grid's processes may write at once
-        with atomic_path(out / "plots" / f"{name}.png") as tmp:
-            tmp.write_bytes(png)
+        write_bytes_atomic(out / "plots" / f"{name}.png", png)
     total = sum(r["wall_time_s"] for r in rows)
     unfinished = total_cells not in (None, len(rows))
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()} {platform.release()}"
