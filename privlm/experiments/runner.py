@@ -14,8 +14,9 @@ and the evaluation's, each process's kept up to date while it runs (:mod:`privlm
 data card of each cell's set, written with the set (:mod:`privlm.experiments.set_cards`). A resumed run skips
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
-method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/``, under the
-cell's lock: one another process still runs is left for a later resume);
+method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/`` when the
+cell is reached, under its lock; a set records the method hash it was made with in its time file, so a set
+whose row was never written is not evaluated under other parameters);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
 Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` runs): a cell is run under
 an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
@@ -162,7 +163,7 @@ def _existing_rows(
 
 def _set_aside(out: Path, key: str) -> None:
     """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never
-    reused). The caller holds the cell's lock, so no live process is writing into what is moved."""
+    reused). Call under the cell's lock, so that no live process is writing into what is moved."""
     target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
     sets = out / "sets"
     for source in (sets / f"{key}.jsonl", sets / f"{key}.card.md", sets / f"{key}.time.json", out / "work" / key):
@@ -170,6 +171,17 @@ def _set_aside(out: Path, key: str) -> None:
             target.mkdir(parents=True, exist_ok=True)
             source.rename(target / source.name)
     drop_kept_run(out, key)  # its ledger stays counted from accounting.json
+
+
+def _outdated(out: Path, key: str, method_hash: str, stale_row: bool) -> bool:
+    """Whether cell ``key``'s cached set was made with other method parameters than ``method_hash``, as recorded
+    in its time file; a set that records none (made before sets recorded it), or no set yet, is outdated when its
+    rows say so (``stale_row``). So a set whose row was never written (its process killed after making it) is
+    not evaluated under parameters it was not made with, and a set made with this grid's parameters is kept
+    even when an older row of the cell is still in the log. Call under the cell's lock."""
+    record = out / "sets" / f"{key}.time.json"
+    recorded = json.loads(record.read_text()).get("method_hash") if record.exists() else None
+    return stale_row if recorded is None else recorded != method_hash
 
 
 def run_experiment(
@@ -201,18 +213,8 @@ def run_experiment(
         raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
     log = ResultsLog(out / "results.jsonl")
     done, stale = _existing_rows(log, config, resume, _saved_configs(out))
-    busy: set[str] = set()  # stale cells another live process is running: neither moved nor run here
-    if stale:
+    if stale:  # each is set aside under its lock when reached (:func:`_outdated`), never from under a live process
         hooks.phase(f"{len(stale)} cell(s) were made with other method parameters and will be rerun")
-        for key in sorted(stale):
-            with claim(out / "work" / f"{key}.lock") as mine:  # never move a folder from under its running cell
-                if mine:
-                    _set_aside(out, key)
-                else:
-                    busy.add(key)
-                    hooks.phase(
-                        f"{key}: another process is running it with its old parameters; left for a later --resume"
-                    )
     saved_config = json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n"
     write_text_atomic(out / "configs" / f"{config.hash}.json", saved_config)
     write_text_atomic(out / "config.json", saved_config)
@@ -313,7 +315,11 @@ def run_experiment(
                     "too to start afresh: accounting.json now holds its ledger, so its draws stay counted)"
                 ) from err
             write_jsonl_atomic(set_path, rows)
-            made = {"set_s": round(clock.seconds("set"), 3), "segments": clock.count("set")}
+            made = {
+                "set_s": round(clock.seconds("set"), 3),
+                "segments": clock.count("set"),
+                "method_hash": config.method_hash(cell.method),  # what the set was made with (_outdated)
+            }
             if unknown := clock.unrecorded("set"):
                 made["unrecorded_segments"] = unknown  # set_s is a lower bound
             write_text_atomic(set_time, json.dumps(made) + "\n")
@@ -387,9 +393,7 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done or cell.key in busy or (only is not None and cell.method not in only):
-            continue
-        if index % shards != index_k:
+        if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
             continue
         if cells_matching is not None and not any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching):
             continue
@@ -397,9 +401,13 @@ def run_experiment(
             if not mine:
                 hooks.phase(f"{cell.key}: another process is running this cell; skipped")
                 continue
-            done = finished()  # a cell another process finished meanwhile is not run again
-            if cell.key not in done:
-                done[cell.key] = run_cell(cell)  # its card and accounting were kept before its evaluation
+            done, stale = _existing_rows(log, config, True, saved)  # as other processes left it meanwhile
+            if cell.key in done:  # finished by another process: not run again
+                continue
+            if _outdated(out, cell.key, config.method_hash(cell.method), cell.key in stale):
+                hooks.phase(f"{cell.key}: made with other method parameters; its old files go to stale/, rerun")
+                _set_aside(out, cell.key)
+            done[cell.key] = run_cell(cell)  # its card and accounting were kept before its evaluation
     hooks.cell(len(cells), len(cells), "report")
     done = finished()  # other processes' rows too
     for cell in cells:

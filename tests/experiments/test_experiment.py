@@ -260,11 +260,42 @@ def test_a_stale_cell_another_process_runs_is_neither_moved_nor_run_until_it_is_
         fcntl.flock(handle, fcntl.LOCK_EX)
         rows = run_experiment(retuned, out, resume=True, hooks=experiment.Hooks(phase=holder_ends_once_seen))
     assert cached.read_text() == before and not (out / "stale").exists()  # nothing moved from under it
-    assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone"]  # nor run on its old set once free
+    assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone"]  # its old row is not this grid's
     assert any(key in p and "another process" in p for p in phases)
     rows = run_experiment(retuned, out, resume=True)  # its holder is gone: set aside and rerun
     assert [r["method_hash"] for r in rows if r["cell"] == key] == [retuned.method_hash("zero-shot")]
     assert (out / "stale").is_dir() and len(list((out / "stale").glob(f"{key}.*/{key}.jsonl"))) == 1
+
+
+def test_a_set_is_evaluated_only_under_the_parameters_it_was_made_with(tmp_path: Path) -> None:
+    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
+    write_dataset(data)
+    head = config_text(data).split("[methods.")[0]
+    toml.write_text(
+        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
+        + "[methods.zero-shot]\nmax_new_tokens = 6\n"
+    )
+    out, key = tmp_path / "out", "zero-shot_n2_seed0_epsnone"
+    log, cached = out / "results.jsonl", out / "sets" / f"{key}.jsonl"
+    run_experiment(load_config(toml), out)
+    old_set, old_row = cached.read_text(), log.read_text()
+    log.write_text("")  # its process was killed after making the set, before writing the row
+    document = _toml_dict(toml)
+    document["methods"]["zero-shot"]["max_new_tokens"] = 3
+    retuned = parse_config(document, "retuned")
+    rows = run_experiment(retuned, out, resume=True)
+    assert [r["method_hash"] for r in rows] == [retuned.method_hash("zero-shot")]
+    assert [p.read_text() for p in (out / "stale").glob(f"{key}.*/{key}.jsonl")] == [old_set]  # set aside
+    new_set = cached.read_text()
+    assert (
+        new_set != old_set
+        and json.loads(new_set.splitlines()[0])["text"] != json.loads(old_set.splitlines()[0])["text"]
+    )
+    # the retuned run was killed before its row in turn, with the old row back in the log: its own set is kept
+    log.write_text(old_row)
+    rows = run_experiment(retuned, out, resume=True)
+    assert [r["method_hash"] for r in rows] == [retuned.method_hash("zero-shot")] and cached.read_text() == new_set
+    assert len(list((out / "stale").glob(f"{key}.*"))) == 1
 
 
 def test_two_unsharded_runs_on_one_folder_run_each_cell_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -144,9 +144,10 @@ def noisy_histograms(counts: Sequence[np.ndarray], sigma: float) -> list[np.ndar
 def noise_only_histograms(sizes: Sequence[int], sigma: float, seed: int, t: int) -> list[np.ndarray]:
     """The noise-only control's histogram ``t``: N(0, σ²) per bin for classes of ``sizes`` candidates, from a
     generator seeded by ``seed`` and ``t`` (public: it hides nothing, and a rerun draws the same). Not drawn
-    through :func:`noisy_histograms`: its snapping grid depends on σ, while this draw is exactly σ times one
-    standard-normal stream, so its ranking — all that PE reads — is the same at every σ, and the control
-    run at one ε stands for every ε."""
+    through :func:`noisy_histograms`, whose key is a fresh OS key and whose snapping grid depends on σ: this
+    draw is exactly σ times one standard-normal stream, so its ranking — all that PE's selection reads — and
+    with it every text kept is the same at every σ (only the rows' ``noisy_votes`` scale), and the control run
+    at one ε stands for every ε."""
     rng = np.random.default_rng([seed, t, NOISE_ONLY_STREAM])
     return [rng.normal(0.0, sigma, size) for size in sizes]
 
