@@ -15,7 +15,7 @@ import pytest
 
 from privlm.errors import UserError
 from privlm.experiments import runner as experiment
-from privlm.experiments.config import load_config, parse_config
+from privlm.experiments.config import ExperimentConfig, load_config, parse_config
 from privlm.experiments.runner import run_experiment
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
@@ -235,19 +235,26 @@ def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_
     assert [r["cell"] for r in rows] == ["random_n2_seed0_epsnone", "herding_n2_seed0_epsnone"]
 
 
-def test_a_stale_cell_another_process_runs_is_neither_moved_nor_run_until_it_is_free(tmp_path: Path) -> None:
+def _zero_shot_grid_and_its_retuning(tmp_path: Path, methods: str) -> tuple[Path, ExperimentConfig]:
+    """A one-seed n = 2 grid of zero-shot (6 new tokens) and ``methods``, run into the returned folder; the same
+    grid with zero-shot's parameters changed (``max_new_tokens`` 3)."""
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     head = config_text(data).split("[methods.")[0]
     toml.write_text(
         head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
-        + "[methods.zero-shot]\nmax_new_tokens = 6\n[methods.random]\n"
+        + "[methods.zero-shot]\nmax_new_tokens = 6\n"
+        + methods
     )
-    out, key = tmp_path / "out", "zero-shot_n2_seed0_epsnone"
-    run_experiment(load_config(toml), out)
+    run_experiment(load_config(toml), tmp_path / "out")
     document = _toml_dict(toml)
-    document["methods"]["zero-shot"]["max_new_tokens"] = 5
-    retuned = parse_config(document, "retuned")
+    document["methods"]["zero-shot"]["max_new_tokens"] = 3
+    return tmp_path / "out", parse_config(document, "retuned")
+
+
+def test_a_stale_cell_another_process_runs_is_neither_moved_nor_run_until_it_is_free(tmp_path: Path) -> None:
+    out, retuned = _zero_shot_grid_and_its_retuning(tmp_path, "[methods.random]\n")
+    key = "zero-shot_n2_seed0_epsnone"
     cached = out / "sets" / f"{key}.jsonl"
     before, phases = cached.read_text(), []
     with open(out / "work" / f"{key}.lock", "a") as handle:  # a process with the old parameters still runs it ...
@@ -268,21 +275,11 @@ def test_a_stale_cell_another_process_runs_is_neither_moved_nor_run_until_it_is_
 
 
 def test_a_set_is_evaluated_only_under_the_parameters_it_was_made_with(tmp_path: Path) -> None:
-    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
-    write_dataset(data)
-    head = config_text(data).split("[methods.")[0]
-    toml.write_text(
-        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
-        + "[methods.zero-shot]\nmax_new_tokens = 6\n"
-    )
-    out, key = tmp_path / "out", "zero-shot_n2_seed0_epsnone"
+    out, retuned = _zero_shot_grid_and_its_retuning(tmp_path, "")
+    key = "zero-shot_n2_seed0_epsnone"
     log, cached = out / "results.jsonl", out / "sets" / f"{key}.jsonl"
-    run_experiment(load_config(toml), out)
     old_set, old_row = cached.read_text(), log.read_text()
     log.write_text("")  # its process was killed after making the set, before writing the row
-    document = _toml_dict(toml)
-    document["methods"]["zero-shot"]["max_new_tokens"] = 3
-    retuned = parse_config(document, "retuned")
     rows = run_experiment(retuned, out, resume=True)
     assert [r["method_hash"] for r in rows] == [retuned.method_hash("zero-shot")]
     assert [p.read_text() for p in (out / "stale").glob(f"{key}.*/{key}.jsonl")] == [old_set]  # set aside
