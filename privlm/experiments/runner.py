@@ -43,6 +43,7 @@ import functools
 import json
 import math
 import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -164,11 +165,12 @@ def _existing_rows(
 def _set_aside(out: Path, key: str) -> None:
     """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never
     reused). Call under the cell's lock, so that no live process is writing into what is moved."""
-    target = out / "stale" / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}"
     sets = out / "sets"
-    for source in (sets / f"{key}.jsonl", sets / f"{key}.card.md", sets / f"{key}.time.json", out / "work" / key):
-        if source.exists():
-            target.mkdir(parents=True, exist_ok=True)
+    moved = [sets / f"{key}.jsonl", sets / f"{key}.card.md", sets / f"{key}.time.json", out / "work" / key]
+    if sources := [source for source in moved if source.exists()]:
+        (out / "stale").mkdir(parents=True, exist_ok=True)  # a folder of its own, even for two in one second
+        target = Path(tempfile.mkdtemp(prefix=f"{key}.{time.strftime('%Y%m%dT%H%M%S')}.", dir=out / "stale"))
+        for source in sources:
             source.rename(target / source.name)
     drop_kept_run(out, key)  # its ledger stays counted from accounting.json
 

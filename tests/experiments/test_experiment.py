@@ -627,3 +627,17 @@ def test_a_sets_time_sums_every_process_that_made_it(tmp_path: Path, first_kept_
         assert 0.2 <= made["set_s"] <= wall["set"][1] + 1e-3  # the second process's seconds only: a lower bound
     assert len(wall["evaluation"]) == 1
     assert made["set_s"] < row["wall_time_s"] <= sum(s for s in wall["set"] + wall["evaluation"] if s is not None)
+
+
+def test_a_cell_set_aside_twice_in_one_second_keeps_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(experiment.time, "strftime", lambda *_: "20260101T000000")
+    for made in ("first", "second"):
+        (tmp_path / "sets").mkdir(exist_ok=True)
+        (tmp_path / "sets" / "cell.jsonl").write_text(made)
+        (tmp_path / "work" / "cell").mkdir(parents=True)
+        (tmp_path / "work" / "cell" / "ledger.jsonl").write_text(made)
+        experiment._set_aside(tmp_path, "cell")
+    kept = sorted((tmp_path / "stale").glob("cell.20260101T000000.*"))
+    assert sorted(p.joinpath("cell.jsonl").read_text() for p in kept) == ["first", "second"]
+    assert sorted(p.joinpath("cell", "ledger.jsonl").read_text() for p in kept) == ["first", "second"]
+    assert not (tmp_path / "work" / "cell").exists() and not (tmp_path / "sets" / "cell.jsonl").exists()
