@@ -128,3 +128,11 @@ def test_pe_is_read_against_its_noise_only_control_at_eps_1_for_every_eps(report
         "- pe, ε = 1, n = 100 − pe@noise: head-only +0.0, fine-tune +5.0 points",
         "- pe, ε = 4, n = 100 − pe@noise: head-only +2.0, fine-tune +3.0 points",
     ]
+    # with two seeds a side, each margin carries its Welch interval over seeds
+    rows += [{**row, "seed": 1, "accuracy": row["accuracy"] + 0.02} for row in rows if row["epsilon"] == 1.0]
+    line = report.votes(report.grouped(rows))[0]
+    assert line.startswith("- pe, ε = 1, n = 100 − pe@noise: head-only +0.0, fine-tune +5.0 [")
+    assert _interval(line.split("fine-tune")[1]) == pytest.approx(
+        tuple(round(x, 1) for x in _welch([80.0, 82.0], [75.0, 77.0])), abs=0.051
+    )
+    assert "head-only +0.0," in line  # no spread between seeds on either side: no interval

@@ -152,17 +152,24 @@ def verdict_of(value: float, threshold: float) -> str:
     return f"missed by {miss:.1f}" if miss >= 0.05 else f"missed by {miss:.2f}"
 
 
+def welch_interval(values: list[float], reference: list[float]) -> tuple[float, float] | None:
+    """The 95 % Welch interval of mean(values) − mean(reference) over seeds; ``None`` with fewer than two seeds on
+    either side or no spread between seeds on both (nothing to read an interval from)."""
+    if len(values) < 2 or len(reference) < 2 or statistics.variance(values) + statistics.variance(reference) == 0:
+        return None
+    low, high = stats.ttest_ind(values, reference, equal_var=False).confidence_interval(0.95)
+    return None if math.isnan(low) or math.isnan(high) else (float(low), float(high))
+
+
 def resolution(values: list[float], reference: list[float], threshold: float) -> str:
     """Whether the seeds resolve the gap mean(values) − mean(reference) against ``threshold``: its 95 % Welch
     interval over seeds (each seed its own DP draw, set and downstream fit; the fixed test split's own sampling
     error is not in it), and whether the interval lies on one side of the threshold (outside a two-sided 95 %
     interval: a one-sided test at 2.5 %, so "resolved" is conservative). Empty with fewer than two seeds on either
     side, or no spread between seeds on both (nothing to read an interval from)."""
-    if len(values) < 2 or len(reference) < 2 or statistics.variance(values) + statistics.variance(reference) == 0:
+    if (interval := welch_interval(values, reference)) is None:
         return ""
-    low, high = stats.ttest_ind(values, reference, equal_var=False).confidence_interval(0.95)
-    if math.isnan(low) or math.isnan(high):
-        return ""
+    low, high = interval
     side = (
         "above it: resolved"
         if low >= threshold
@@ -238,12 +245,15 @@ def _margin(value: float, control: list[dict], metric: str) -> float | None:
 
 
 def _margins(rows: list[dict], reference: list[dict]) -> str:
-    """``rows``' mean minus ``reference``'s, per evaluation both have ("head-only +5.8, fine-tune +4.1")."""
-    return ", ".join(
-        f"{label} {margin:+.1f}"
-        for metric, label in METRICS
-        if (value := _mean(rows, metric)) is not None and (margin := _margin(value, reference, metric)) is not None
-    )
+    """``rows``' mean minus ``reference``'s, per evaluation both have, with its 95 % Welch interval over seeds
+    where both sides have two or more ("head-only +5.8 [+1.2, +10.4], fine-tune +4.1")."""
+    parts = []
+    for metric, label in METRICS:
+        if (value := _mean(rows, metric)) is None or (margin := _margin(value, reference, metric)) is None:
+            continue
+        interval = welch_interval(_values(rows, metric), _values(reference, metric))
+        parts.append(f"{label} {margin:+.1f}" + ("" if interval is None else " [{:+.1f}, {:+.1f}]".format(*interval)))
+    return ", ".join(parts)
 
 
 def controls(groups: dict[tuple[str, float | None, int], list[dict]]) -> list[str]:
