@@ -60,7 +60,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "ci_low_mean": float(np.mean([r["ci_low"] for r in group])),
             "ci_high_mean": float(np.mean([r["ci_high"] for r in group])),
             "n_train_mean": float(np.mean([r["n_train"] for r in group])),
-            "privacy": group[0]["privacy"],
+            # the rows' privacy text; when they differ (an older row carries an older wording of the method's
+            # text), the one the method gives now, which is what a rerun of those rows would record
+            "privacy": group[0]["privacy"] if len({r["privacy"] for r in group}) == 1 else get_method(method).privacy,
             "wall_time_s": float(sum(r["wall_time_s"] for r in group)),
         }
         for key in ("mia_advantage", "mia_auc"):

@@ -38,6 +38,16 @@ def test_summary_is_mean_and_sample_sd_over_seeds() -> None:
     assert (entry["seeds"], entry["wall_time_s"]) == (3, 30.0)
 
 
+def test_rows_with_older_privacy_wording_are_summarised_with_the_methods_text_now() -> None:
+    from privlm.synthesis.registry import get_method
+
+    (same,) = summarize([row("random", 5, s, 0.7) for s in range(2)])
+    assert same["privacy"] == "test"
+    older = [row("random", 5, 0, 0.7), {**row("random", 5, 1, 0.7), "privacy": "test; a clause added later"}]
+    (entry,) = summarize(older)
+    assert entry["privacy"] == get_method("random").privacy != "test"
+
+
 def test_verdicts_ignore_full_pool_and_say_when_intervals_overlap() -> None:
     rows = [
         row("gradmm", 5, 0, 0.81, epsilon=1.0),
