@@ -15,8 +15,8 @@ data card of each cell's set, written with the set (:mod:`privlm.experiments.set
 every cell that already has a row and reproduces the others exactly (everything is seeded). Rows are matched per
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
 method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/`` when the
-cell is reached, under its lock; a set records the method hash it was made with in its time file, so a set
-whose row was never written is not evaluated under other parameters);
+cell is reached, under its lock; a set records the method hash it was made with in its time file, an unfinished
+run in ``work/<cell>/method.json``, so a set whose row was never written is not evaluated under other parameters);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
 Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` runs): a cell is run under
 an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
@@ -162,6 +162,9 @@ def _existing_rows(
     return done, stale
 
 
+METHOD_RECORD = "method.json"  # in a cell's work folder: the method hash its unfinished run is made with
+
+
 def _set_aside(out: Path, key: str) -> None:
     """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never
     reused). Call under the cell's lock, so that no live process is writing into what is moved."""
@@ -176,14 +179,16 @@ def _set_aside(out: Path, key: str) -> None:
 
 
 def _outdated(out: Path, key: str, method_hash: str, stale_row: bool) -> bool:
-    """Whether cell ``key``'s cached set was made with other method parameters than ``method_hash``, as recorded
-    in its time file; a set that records none (made before sets recorded it), or no set yet, is outdated when its
-    rows say so (``stale_row``). So a set whose row was never written (its process killed after making it) is
-    not evaluated under parameters it was not made with, and a set made with this grid's parameters is kept
-    even when an older row of the cell is still in the log. Call under the cell's lock."""
-    record = out / "sets" / f"{key}.time.json"
-    recorded = json.loads(record.read_text()).get("method_hash") if record.exists() else None
-    return stale_row if recorded is None else recorded != method_hash
+    """Whether cell ``key``'s cached set, or its unfinished run, was made with other method parameters than
+    ``method_hash``, as recorded in the set's time file or, before the set exists, in ``work/<key>/method.json``;
+    where neither records one (made before they did, or restored from another machine), as its rows say
+    (``stale_row``). So a set whose row was never written (its process killed after making it) is not evaluated
+    under parameters it was not made with, and the set or run of this grid's parameters is kept even when an older
+    row of the cell is still in the log. Call under the cell's lock."""
+    for record in (out / "sets" / f"{key}.time.json", out / "work" / key / METHOD_RECORD):
+        if record.exists() and (recorded := json.loads(record.read_text()).get("method_hash")) is not None:
+            return recorded != method_hash
+    return stale_row
 
 
 def run_experiment(
@@ -287,6 +292,8 @@ def run_experiment(
         set_time = set_path.with_suffix(".time.json")
         if not set_path.exists():
             hooks.phase(f"{cell.key}: making the training set")
+            method_hash = config.method_hash(cell.method)  # what the run is made with (_outdated)
+            write_text_atomic(out / "work" / cell.key / METHOD_RECORD, json.dumps({"method_hash": method_hash}) + "\n")
             ctx = MethodContext(
                 model=model,
                 tokenizer=tokenizer,
@@ -320,7 +327,7 @@ def run_experiment(
             made = {
                 "set_s": round(clock.seconds("set"), 3),
                 "segments": clock.count("set"),
-                "method_hash": config.method_hash(cell.method),  # what the set was made with (_outdated)
+                "method_hash": method_hash,
             }
             if unknown := clock.unrecorded("set"):
                 made["unrecorded_segments"] = unknown  # set_s is a lower bound

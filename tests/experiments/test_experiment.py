@@ -293,6 +293,14 @@ def test_a_set_is_evaluated_only_under_the_parameters_it_was_made_with(tmp_path:
     rows = run_experiment(retuned, out, resume=True)
     assert [r["method_hash"] for r in rows] == [retuned.method_hash("zero-shot")] and cached.read_text() == new_set
     assert len(list((out / "stale").glob(f"{key}.*"))) == 1
+    # ... and killed before its set, its run folder begun: kept too, and the seeded set made again the same
+    log.write_text(old_row)
+    for made in (cached, cached.with_suffix(".time.json"), cached.with_suffix(".card.md")):
+        made.unlink()
+    assert (out / "work" / key / "method.json").exists()
+    rows = run_experiment(retuned, out, resume=True)
+    assert [r["method_hash"] for r in rows] == [retuned.method_hash("zero-shot")] and cached.read_text() == new_set
+    assert len(list((out / "stale").glob(f"{key}.*"))) == 1
 
 
 def test_two_unsharded_runs_on_one_folder_run_each_cell_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
