@@ -270,9 +270,10 @@ def run_experiment(
             rows = [json.loads(line) for line in set_path.read_text().splitlines() if line.strip()]
             write_set_card(out, cell, get_method(cell.method), config, public_inputs, rows)
 
-    def finished() -> dict[str, dict[str, Any]]:
-        """Every valid finished row in the log now, by cell key (other processes may have added some)."""
-        return _existing_rows(log, config, True, saved)[0]
+    def finished() -> tuple[dict[str, dict[str, Any]], set[str]]:
+        """Every valid finished row in the log now, by cell key, and the keys whose rows are stale (other
+        processes may have added rows since this run started)."""
+        return _existing_rows(log, config, True, saved)
 
     def run_cell(cell: Cell) -> dict[str, Any]:
         """Make (or reuse) the cell's training set, fine-tune, score and attack; returns the row, appended to the log.
@@ -410,7 +411,7 @@ def run_experiment(
             if not mine:
                 hooks.phase(f"{cell.key}: another process is running this cell; skipped")
                 continue
-            done, stale = _existing_rows(log, config, True, saved)  # as other processes left it meanwhile
+            done, stale = finished()  # as other processes left it meanwhile
             if cell.key in done:  # finished by another process: not run again
                 continue
             if _outdated(out, cell.key, config.method_hash(cell.method), cell.key in stale):
@@ -418,7 +419,7 @@ def run_experiment(
                 _set_aside(out, cell.key)
             done[cell.key] = run_cell(cell)  # its card and accounting were kept before its evaluation
     hooks.cell(len(cells), len(cells), "report")
-    done = finished()  # other processes' rows too
+    done = finished()[0]  # other processes' rows too
     for cell in cells:
         if cell.key in done:
             card(cell)

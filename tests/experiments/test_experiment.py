@@ -214,15 +214,19 @@ def test_shards_split_the_grid_and_each_reports_every_finished_cell(tmp_path: Pa
         run_experiment(config, out, resume=True, shard=(2, 2))
 
 
-def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_path: Path) -> None:
+def _one_seed_grid(tmp_path: Path, methods: str) -> Path:
+    """The test grid's TOML at n = 2, seed 0 only, with ``methods`` (TOML tables) as its methods."""
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     head = config_text(data).split("[methods.")[0]
     toml.write_text(
-        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
-        + "[methods.random]\n[methods.herding]\n"
+        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]") + methods
     )
-    config = load_config(toml)
+    return toml
+
+
+def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_path: Path) -> None:
+    config = load_config(_one_seed_grid(tmp_path, "[methods.random]\n[methods.herding]\n"))
     out = tmp_path / "out"
     lock = out / "work" / "random_n2_seed0_epsnone.lock"
     lock.parent.mkdir(parents=True)
@@ -238,14 +242,7 @@ def test_a_cell_another_process_holds_is_skipped_and_run_on_the_next_resume(tmp_
 def _zero_shot_grid_and_its_retuning(tmp_path: Path, methods: str) -> tuple[Path, ExperimentConfig]:
     """A one-seed n = 2 grid of zero-shot (6 new tokens) and ``methods``, run into the returned folder; the same
     grid with zero-shot's parameters changed (``max_new_tokens`` 3)."""
-    data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
-    write_dataset(data)
-    head = config_text(data).split("[methods.")[0]
-    toml.write_text(
-        head.replace("n_per_class = [2, 4]", "n_per_class = [2]").replace("seeds = [0, 1]", "seeds = [0]")
-        + "[methods.zero-shot]\nmax_new_tokens = 6\n"
-        + methods
-    )
+    toml = _one_seed_grid(tmp_path, "[methods.zero-shot]\nmax_new_tokens = 6\n" + methods)
     run_experiment(load_config(toml), tmp_path / "out")
     document = _toml_dict(toml)
     document["methods"]["zero-shot"]["max_new_tokens"] = 3
