@@ -28,8 +28,10 @@ again, and one machine resumes a given mirror; two machines resuming one mirror 
 identity, and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the
 mechanism's claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact
 counts); it is removed when the cell's set is made (the set and its statement are then published) or the cell is
-set aside, its ledger staying in ``accounting.json``. Beside a cell's mirrored runs lies its wall clock
-(:mod:`privlm.experiments.wall_clock`), written back with them, so the set's time counts every machine's.
+set aside, its ledger staying in ``accounting.json``. Beside a cell's mirrored runs lie its wall clock
+(:mod:`privlm.experiments.wall_clock`), so the set's time counts every machine's, and the method hash its runs are
+made with (:data:`METHOD_RECORD`, a hash of the public grid configuration), so a new machine resumes a run of the
+grid's own parameters even when an older row of the cell is in the log; both are written back with the runs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from privlm.runfolder import LEDGER, RunFolder
 from privlm.synthesis.registry import SET_FILE, load_methods
 
 RESTORING = ".restoring-"  # a restore being built: a folder under DIR, outside work/ and stale/ (whose ledgers count)
+METHOD_RECORD = "method.json"  # in a cell's work folder: the method hash its unfinished run is made with
+CELL_RECORDS = (WALL, METHOD_RECORD)  # kept beside a cell's mirrored runs and written back with them
 
 
 def _run_folder_kinds() -> list[Callable[[Path], RunFolder]]:
@@ -85,7 +89,8 @@ def keep_runs(out: Path) -> tuple[int, int, int]:
         for run, files in snapshots:
             _mirror_run(out, run, files)
         for cell in sorted({run.workdir.parent for run, files in snapshots if files}):
-            _mirror_file(cell / WALL, out / KEPT_RUNS / cell.name / WALL)  # the cell's time so far, with its runs
+            for record in CELL_RECORDS:  # the cell's time so far and the parameters its runs are made with
+                _mirror_file(cell / record, out / KEPT_RUNS / cell.name / record)
     return sum(1 for _ in (out / KEPT_RUNS).glob("*/*/")), ledgers, sidecars
 
 
@@ -153,7 +158,8 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     """Write back the mirrored run folders of cell ``cell`` that do not exist under ``out/work`` (module
     docstring); returns the folders restored. Each is built in ``out/.restoring-*`` (where no ledger counts),
     every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder. The
-    cell's mirrored wall clock is written back too where the cell has none.
+    cell's mirrored wall clock and method record (:data:`METHOD_RECORD`: the runner then knows the restored runs'
+    parameters, not only its rows') are written back too where the cell has none.
 
     Raises:
         UserError: ``accounting.json`` cannot be read, or the mirror's ledger and the copy kept there are not one
@@ -178,8 +184,9 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         finally:
             shutil.rmtree(building, ignore_errors=True)
         restored.append(place)
-    if not (out / "work" / cell / WALL).exists():
-        _mirror_file(out / KEPT_RUNS / cell / WALL, out / "work" / cell / WALL)  # the earlier machines' time
+    for record in CELL_RECORDS:  # the earlier machines' time; the method hash the runs were made with
+        if not (out / "work" / cell / record).exists():
+            _mirror_file(out / KEPT_RUNS / cell / record, out / "work" / cell / record)
     return restored
 
 

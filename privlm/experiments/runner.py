@@ -16,7 +16,8 @@ every cell that already has a row and reproduces the others exactly (everything 
 method: a grid that gained seeds, sizes, ε values or methods keeps its finished cells; the cells of a
 method whose parameters changed are rerun (their old set and scratch folder move to ``DIR/stale/`` when the
 cell is reached, under its lock; a set records the method hash it was made with in its time file, an unfinished
-run in ``work/<cell>/method.json``, so a set whose row was never written is not evaluated under other parameters);
+run in ``work/<cell>/method.json``, kept with its mirror, so a set whose row was never written is not evaluated
+under other parameters);
 rows made with other shared settings (model, data, pool, splits, fine-tuning) stop it with an error.
 Several processes may share ``DIR`` (``--shard``, or simply more ``--resume`` runs): a cell is run under
 an ``flock`` on ``DIR/work/<cell>.lock`` — a cell another live process holds is skipped — and the log is
@@ -60,7 +61,7 @@ from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
 from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
 from privlm.experiments.grid_privacy import KEPT_RUNS
-from privlm.experiments.kept_runs import drop_kept_run, keep_runs, restore_run
+from privlm.experiments.kept_runs import METHOD_RECORD, drop_kept_run, keep_runs, restore_run
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
 from privlm.experiments.report import write_report
 from privlm.experiments.sampling import per_class_indices, subsample
@@ -162,9 +163,6 @@ def _existing_rows(
     return done, stale
 
 
-METHOD_RECORD = "method.json"  # in a cell's work folder: the method hash its unfinished run is made with
-
-
 def _set_aside(out: Path, key: str) -> None:
     """Move a stale cell's cached set (with its card and time) and scratch folder to ``out/stale/`` (kept, never
     reused). Call under the cell's lock, so that no live process is writing into what is moved."""
@@ -180,12 +178,17 @@ def _set_aside(out: Path, key: str) -> None:
 
 def _outdated(out: Path, key: str, method_hash: str, stale_row: bool) -> bool:
     """Whether cell ``key``'s cached set, or its unfinished run, was made with other method parameters than
-    ``method_hash``, as recorded in the set's time file or, before the set exists, in ``work/<key>/method.json``;
-    where neither records one (made before they did, or restored from another machine), as its rows say
-    (``stale_row``). So a set whose row was never written (its process killed after making it) is not evaluated
-    under parameters it was not made with, and the set or run of this grid's parameters is kept even when an older
-    row of the cell is still in the log. Call under the cell's lock."""
-    for record in (out / "sets" / f"{key}.time.json", out / "work" / key / METHOD_RECORD):
+    ``method_hash``, as recorded in the set's time file or, before the set exists, in ``work/<key>/method.json``
+    or, before a kept run is restored from another machine, in its mirror's; where none records one (made before
+    they did), as its rows say (``stale_row``). So a set whose row was never written (its process killed after
+    making it) is not evaluated under parameters it was not made with, and the set or run of this grid's parameters
+    is kept even when an older row of the cell is still in the log. Call under the cell's lock."""
+    records = (
+        out / "sets" / f"{key}.time.json",
+        out / "work" / key / METHOD_RECORD,
+        out / KEPT_RUNS / key / METHOD_RECORD,
+    )
+    for record in records:
         if record.exists() and (recorded := json.loads(record.read_text()).get("method_hash")) is not None:
             return recorded != method_hash
     return stale_row

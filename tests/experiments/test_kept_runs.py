@@ -14,7 +14,7 @@ import privlm.synthesis.pe.mechanism as pe
 from privlm.errors import UserError
 from privlm.experiments.config import load_config
 from privlm.experiments.grid_privacy import KEPT, grid_privacy, keep_accounting
-from privlm.experiments.kept_runs import KEPT_RUNS, keep_runs, restore_run
+from privlm.experiments.kept_runs import KEPT_RUNS, METHOD_RECORD, keep_runs, restore_run
 from privlm.experiments.runner import run_experiment
 from privlm.experiments.wall_clock import WALL, read_segments
 from privlm.privacy.events import GaussianRelease
@@ -50,7 +50,9 @@ def fixed_noise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return drawn
 
 
-def _lose_the_machine_in_the_rewrites(toml: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _lose_the_machine_in_the_rewrites(
+    toml: Path, out: Path, monkeypatch: pytest.MonkeyPatch, resume: bool = False
+) -> None:
     """Run the grid into PE's second rewrites (histograms 0 and 1 drawn, population 1 saved), keep as the CLI's
     --keep-accounting does, then lose every private file (``work/``)."""
     real, classes = pe.next_population, []
@@ -64,7 +66,7 @@ def _lose_the_machine_in_the_rewrites(toml: Path, out: Path, monkeypatch: pytest
     with monkeypatch.context() as patch:
         patch.setattr(pe, "next_population", lost_in_iteration_2)
         with pytest.raises(KeyboardInterrupt):
-            run_experiment(load_config(toml), out)
+            run_experiment(load_config(toml), out, resume=resume)
     assert keep_runs(out)[0] == 1  # and accounting.json, as --keep-accounting does
     shutil.rmtree(out / "work")
 
@@ -101,6 +103,28 @@ def test_a_pe_run_lost_with_its_machine_resumes_from_its_kept_state_and_is_count
     assert list(kept) == [f"{RUN}/privacy.json"] and len(kept[f"{RUN}/privacy.json"]["entries"]) == 3
     grid = grid_privacy(out, [row], 1e-5)
     assert grid.releases == 3 and grid.epsilon is not None
+
+
+def test_a_kept_run_of_the_grids_parameters_resumes_though_an_older_row_of_its_cell_is_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixed_noise: list[int]
+) -> None:
+    """The method hash a run is made with is kept with its mirror and read before the run is restored: a run of the
+    grid's own parameters lost with its machine is resumed, not set aside for the cell's older row (made with
+    other parameters) and drawn again."""
+    toml = _grid(tmp_path)
+    older = tmp_path / "older.toml"
+    older.write_text(toml.read_text().replace("iterations = 3", "iterations = 2"))
+    out = tmp_path / "out"
+    (old_row,) = run_experiment(load_config(older), out)
+    assert len(fixed_noise) == 2
+    _lose_the_machine_in_the_rewrites(toml, out, monkeypatch, resume=True)  # the old set goes to stale/, its row stays
+    assert len(fixed_noise) == 4
+    kept = json.loads((out / KEPT_RUNS / CELL / METHOD_RECORD).read_text())["method_hash"]
+    assert kept == load_config(toml).method_hash("pe") != old_row["method_hash"]
+    (row,) = run_experiment(load_config(toml), out, resume=True)
+    assert len(fixed_noise) == 5  # only histogram 2 drawn on the new machine
+    assert row["method_hash"] == kept and Ledger.load(out / RUN / "privacy.json").count == 3
+    assert len(list((out / "stale").glob(f"{CELL}.*"))) == 1  # the older set alone
 
 
 def _mirror(out: Path, mirrored: Ledger, accounted: Ledger | None) -> Path:
