@@ -116,7 +116,7 @@ def main() -> None:
         }
         print(row["cell"], {k: round(100 * done[row["cell"]][k], 1) for k in READINGS}, flush=True)
         out_path.write_text(json.dumps(sorted(done.values(), key=lambda r: r["cell"]), indent=1) + "\n")
-        write_table(list(done.values()), study.rows)
+    write_table(list(done.values()), study.rows)  # beside the grid's rows as they stand now
 
 
 def write_table(out: list[dict], grid: list[dict]) -> None:
