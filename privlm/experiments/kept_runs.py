@@ -1,37 +1,43 @@
-"""The public state of a grid's unfinished DP runs, kept so that a run longer than a machine's life resumes.
+"""The public state of a grid's unfinished runs (DP runs and their noise-only controls), kept so that a run
+longer than a machine's life resumes.
 
 A DP run that takes longer than a machine lives (PE at n = 1,000: ten histograms, hours of rewriting) loses its
 private work folder with the machine. Its ledger survives in ``DIR/accounting.json``
-(:func:`~privlm.experiments.grid_privacy.keep_accounting`), so its draws stay counted, but a new machine would
-start the run again and draw everything anew. Some run folders hold what a resume needs in public form: a
-mechanism names those files (:meth:`privlm.runfolder.RunFolder.public_files`; PE: its settings, its noisy
-histograms, its latest population and the rewrites journaled after it), each a function of the ledger's noisy
-draws and of public inputs only.
+(:func:`~privlm.experiments.grid_privacy.keep_accounting`), so its draws stay counted, but a new machine would start
+the run again and draw everything anew. Some run folders hold what a resume needs in public form: a mechanism names
+those files (:meth:`privlm.runfolder.RunFolder.public_files`; PE: its settings, its noisy histograms, its latest
+population and the rewrites journaled after it), each a function of the ledger's noisy draws and of public inputs
+only.
 
-:func:`keep_runs` mirrors them, for every cell whose set is not made yet, into ``DIR/kept-runs/`` (the same
-relative paths as under ``DIR/work``, a name git ignores; commit it with ``accounting.json``), each run's ledger read after its other files,
-and in the same call, under one lock, ``accounting.json`` gets every live ledger (read after the mirrored files, so
-going at least as far) before the mirror is written: a mirror is never ahead of ``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the
-runner calls it before a cell's method runs), with the ledger of the two kept copies that goes further (the
-mirror's, or ``accounting.json``'s), and the run resumes: it draws only what it had not drawn.
+:func:`keep_runs` mirrors them, for every cell whose set is not made yet, into ``DIR/kept-runs/`` (the same relative
+paths as under ``DIR/work``, a name git ignores; commit it with ``accounting.json``), each run's ledger read after
+its other files, and in the same call, under one lock, ``accounting.json`` gets every live ledger (read after the
+mirrored files, so going at least as far) before the mirror is written: a mirror is never ahead of
+``accounting.json``. :func:`restore_run` writes a cell's mirrored run folders back where none exists (the runner
+calls it before a cell's method runs), with the ledger of the two kept copies that goes further (the mirror's, or
+``accounting.json``'s), and the run resumes: it draws only what it had not drawn.
 
-**Why the count stays whole.** A mechanism books a draw in its ledger before the draw's output exists
-(write-ahead), and a mirrored file was read before the ledger it is mirrored with, so a mirrored output's draw is
-in the mirrored ledger; the mirror's ledger is written before its files (a kill part-way leaves a ledger ahead of
-them), and ``accounting.json`` held it (or a ledger going further) before the mirror was written. The restored ledger begins with it
-(:func:`~privlm.experiments.grid_privacy.continues`; otherwise, or when ``accounting.json`` cannot be read, the
-restore is refused) and has its run identity, so it stands for the kept copy: the resumed run's later draws are
+**Why the count stays whole.** A mechanism books a draw in its ledger before the draw's output exists (write-ahead),
+and a mirrored file was read before the ledger it is mirrored with, so a mirrored output's draw is in the mirrored
+ledger; the mirror's ledger is written before its files (a kill part-way leaves a ledger ahead of them), and
+``accounting.json`` held it (or a ledger going further) before the mirror was written. The restored ledger begins
+with it (:func:`~privlm.experiments.grid_privacy.continues`; otherwise, or when ``accounting.json`` cannot be read,
+the restore is refused) and has its run identity, so it stands for the kept copy: the resumed run's later draws are
 appended to those of the lost machine. A draw the lost machine made after the last keep, whose output nothing
-published came from, may be drawn once more and is then counted once or twice. PE also refuses a folder holding
-more histograms than its ledger books. ASSUMPTION (said in ``docs/synthesis.md``): a machine given up is not used
-again, and one machine resumes a given mirror; two machines resuming one mirror would write two ledgers of one
-identity, and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the
-mechanism's claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact
-counts); it is removed when the cell's set is made (the set and its statement are then published) or the cell is
-set aside, its ledger staying in ``accounting.json``. Beside a cell's mirrored runs lie its wall clock
-(:mod:`privlm.experiments.wall_clock`), so the set's time counts every machine's, and the method hash its runs are
-made with (:data:`METHOD_RECORD`, a hash of the public grid configuration), so a new machine resumes a run of the
-grid's own parameters even when an older row of the cell is in the log; both are written back with the runs.
+published came from, may be drawn once more and is then counted once or twice. PE also refuses a folder holding more
+histograms than its ledger books. ASSUMPTION (said in ``docs/synthesis.md``): a machine given up is not used again,
+and one machine resumes a given mirror; two machines resuming one mirror would write two ledgers of one identity,
+and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the mechanism's
+claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact counts). A
+run is mirrored from its first public file on (PE: its zero-shot population), with its ledger once it has one: a
+folder without a ledger has booked no draw, so it holds no draw's output. PE's noise-only control reads no private
+data and books nothing; it is mirrored without a ledger and resumes on a new machine like a DP run
+(:meth:`privlm.synthesis.pe.mechanism.PEPaths.public_files`). The mirror is removed when the cell's set is made (the
+set and its statement are then published) or the cell is set aside, its ledger staying in ``accounting.json``.
+Beside a cell's mirrored runs lie its wall clock (:mod:`privlm.experiments.wall_clock`), so the set's time counts
+every machine's, and the method hash its runs are made with (:data:`METHOD_RECORD`, a hash of the public grid
+configuration), so a new machine resumes a run of the grid's own parameters even when an older row of the cell is in
+the log; both are written back with the runs.
 """
 
 from __future__ import annotations
@@ -62,9 +68,10 @@ def _run_folder_kinds() -> list[Callable[[Path], RunFolder]]:
 
 
 def _cell_runs(work: Path) -> list[RunFolder]:
-    """The run folders (with a ledger) of one cell's work folder."""
+    """The run folders of one cell's work folder that have a ledger or name public files (a run before its first
+    draw, or a control that draws nothing from the private data)."""
     folders = {kind(work / SET_FILE) for kind in _run_folder_kinds()}
-    return sorted((f for f in folders if f.ledger.is_file()), key=lambda f: f.workdir.name)
+    return sorted((f for f in folders if f.ledger.is_file() or f.public_files()), key=lambda f: f.workdir.name)
 
 
 def keep_runs(out: Path) -> tuple[int, int, int]:
@@ -100,13 +107,15 @@ def _set_made(out: Path, cell: str) -> bool:
 
 def _snapshot(run: RunFolder, tries: int = 3) -> dict[str, bytes]:
     """The run's public files and, read after them, its ledger (it books every draw behind them: write-ahead); read
-    again when a file goes while being read (the run, in another process, moved on); {} when it names none."""
+    again when a file goes while being read (the run, in another process, moved on); {} when it names none. A run
+    whose folder holds no ledger after its files were read had booked no draw when they were read, so none of them
+    is a draw's output: it is kept without one (a ledger is never removed from a folder that is still there)."""
     for attempt in range(tries):
         try:
             files = {
                 p.name: p.read_bytes() for p in run.public_files() if p.parent == run.workdir and not p.is_symlink()
             }
-            if files:
+            if files and (run.ledger.is_file() or not run.workdir.is_dir()):  # gone: the folder moved meanwhile
                 files[LEDGER] = run.ledger.read_bytes()
             return files
         except FileNotFoundError:
@@ -116,14 +125,14 @@ def _snapshot(run: RunFolder, tries: int = 3) -> dict[str, bytes]:
 
 
 def _mirror_run(out: Path, run: RunFolder, files: dict[str, bytes]) -> None:
-    """Mirror one run folder from its snapshot (:func:`_snapshot`; {}: nothing public): its ledger written first (a
-    kill part-way leaves a ledger ahead of the files: an over-count, never files whose draws it lacks), then its
-    files; files it no longer names go."""
+    """Mirror one run folder from its snapshot (:func:`_snapshot`; {}: nothing public): its ledger (when it has
+    one) written first (a kill part-way leaves a ledger ahead of the files: an over-count, never files whose draws
+    it lacks), then its files; files it no longer names go."""
     if not files:
         return
     target = out / KEPT_RUNS / run.workdir.relative_to(out / "work")
     target.mkdir(parents=True, exist_ok=True)
-    for name in [LEDGER, *sorted(set(files) - {LEDGER})]:
+    for name in [*([LEDGER] if LEDGER in files else []), *sorted(set(files) - {LEDGER})]:
         _write_if_changed(target / name, files[name])
     for stale in target.iterdir():
         if stale.name not in files:
@@ -159,7 +168,8 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     docstring); returns the folders restored. Each is built in ``out/.restoring-*`` (where no ledger counts),
     every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder. The
     cell's mirrored wall clock and method record (:data:`METHOD_RECORD`: the runner then knows the restored runs'
-    parameters, not only its rows') are written back too where the cell has none.
+    parameters, not only its rows') are written back too where the cell has none. A mirror kept without a ledger
+    (no draw booked when it was kept) gets ``accounting.json``'s copy where one was kept since, else none.
 
     Raises:
         UserError: ``accounting.json`` cannot be read, or the mirror's ledger and the copy kept there are not one
@@ -169,16 +179,18 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     for kept in sorted((out / KEPT_RUNS / cell).glob("*/")):
         rel = Path("work") / kept.relative_to(out / KEPT_RUNS)
         place = out / rel
-        if place.exists() or not (kept / LEDGER).is_file():
+        if place.exists():
             continue
         accounted = kept_copy(out, f"{rel.as_posix()}/{LEDGER}", strict=True)
-        ledger = _further_ledger(Ledger.load(kept / LEDGER), accounted, kept)
+        mirrored = Ledger.load(kept / LEDGER) if (kept / LEDGER).is_file() else None
+        ledger = _further_ledger(mirrored, accounted, kept)
         building = Path(tempfile.mkdtemp(prefix=RESTORING, dir=out))  # this call's own: others may restore too
         try:
             for file in sorted(kept.iterdir()):
                 if file.name != LEDGER and file.is_file() and not file.is_symlink():
                     write_bytes_atomic(building / file.name, file.read_bytes())
-            ledger.save(building / LEDGER)
+            if ledger is not None:
+                ledger.save(building / LEDGER)
             place.parent.mkdir(parents=True, exist_ok=True)
             os.rename(building, place)
         finally:
@@ -190,11 +202,14 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     return restored
 
 
-def _further_ledger(mirrored: Ledger, accounted: dict[str, Any] | None, where: Path) -> Ledger:
-    """Of the mirror's ledger and ``accounting.json``'s copy (None: none kept), the one that goes on from the other."""
+def _further_ledger(mirrored: Ledger | None, accounted: dict[str, Any] | None, where: Path) -> Ledger | None:
+    """Of the mirror's ledger and ``accounting.json``'s copy (None: none kept), the one that goes on from the other;
+    None when neither is kept (a run that had booked no draw)."""
     if accounted is None:
         return mirrored
     copy = Ledger.from_dict(accounted, f"accounting.json's copy for {where}")
+    if mirrored is None:
+        return copy
     if continues(copy, mirrored):
         return copy
     if continues(mirrored, copy):

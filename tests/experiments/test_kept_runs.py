@@ -25,7 +25,7 @@ MIRROR = f"{CELL}/synthetic.jsonl.pe"  # under kept-runs/
 RUN = f"work/{MIRROR}"  # under the experiment folder
 
 
-def _grid(tmp_path: Path) -> Path:
+def _grid(tmp_path: Path, pe_params: str = "") -> Path:
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     words = [("dull and slow", 0), ("warm and funny", 1), ("wooden, tired", 0), ("smart and moving", 1)]
     data.write_text(
@@ -35,7 +35,7 @@ def _grid(tmp_path: Path) -> Path:
         f'model = "tiny-llama"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 6\n'
         'n_per_class = [2]\nseeds = [0]\ntest_size = 6\n\n[finetune]\npreset = "tiny"\nepochs = 1\n\n'
         "[methods.pe]\nepsilons = [4.0]\niterations = 3\npopulation = 2.0\nvariations = 1\nmax_new_tokens = 6\n"
-        "max_tokens = 16\n"
+        "max_tokens = 16\n" + pe_params
     )
     return toml
 
@@ -125,6 +125,79 @@ def test_a_kept_run_of_the_grids_parameters_resumes_though_an_older_row_of_its_c
     assert len(fixed_noise) == 5  # only histogram 2 drawn on the new machine
     assert row["method_hash"] == kept and Ledger.load(out / RUN / "privacy.json").count == 3
     assert len(list((out / "stale").glob(f"{CELL}.*"))) == 1  # the older set alone
+
+
+def test_a_noise_only_run_lost_with_its_machine_resumes_from_its_kept_state_without_a_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixed_noise: list[int]
+) -> None:
+    """PE's noise-only control reads no private data and books nothing: its public state is kept without a ledger,
+    and a new machine resumes it (no population made again) to the uninterrupted run's set, nothing counted."""
+    toml = _grid(tmp_path, "noise_only = true\n")
+    run_experiment(load_config(toml), tmp_path / "reference")
+    out = tmp_path / "out"
+    _lose_the_machine_in_the_rewrites(toml, out, monkeypatch)
+    mirror = out / KEPT_RUNS / MIRROR
+    assert sorted(p.name for p in mirror.iterdir()) == [
+        "histogram0.json",
+        "histogram1.json",
+        "population1.json",
+        "run.json",
+    ]
+    monkeypatch.setattr(pe, "zero_shot", lambda *a, **k: pytest.fail("the kept population is not made again"))
+    monkeypatch.setattr(pe, "next_population", _counted(pe.next_population, rewritten := []))
+    (row,) = run_experiment(load_config(toml), out, resume=True)
+    assert len(rewritten) == 2  # iteration 2's two classes only
+    made = out / "sets" / f"{CELL}.jsonl"
+    assert made.read_bytes() == (tmp_path / "reference" / "sets" / f"{CELL}.jsonl").read_bytes()
+    assert fixed_noise == [] and not (out / RUN / "privacy.json").exists()
+    assert json.loads((out / KEPT).read_text())["ledgers"] == {} and grid_privacy(out, [row], 1e-5).releases == 0
+
+
+def _counted(function, calls: list[int]):
+    return lambda *a, **k: calls.append(1) or function(*a, **k)
+
+
+def test_a_run_before_its_first_draw_is_kept_without_a_ledger_and_restored_with_any_kept_since(
+    tmp_path: Path,
+) -> None:
+    """Before its first histogram a DP run has no ledger: its settings and zero-shot population are kept without
+    one; restored, it gets accounting.json's copy when a later keep of the ledgers alone holds one (a draw the lost
+    machine made after the mirror stays counted), else none."""
+    run = out_run = tmp_path / RUN
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"noise_multiplier": 5.0}) + "\n")
+    (run / "population0.json").write_text("[]\n")
+    assert keep_runs(tmp_path)[0] == 1
+    assert sorted(p.name for p in (tmp_path / KEPT_RUNS / MIRROR).iterdir()) == ["population0.json", "run.json"]
+    shutil.rmtree(tmp_path / "work")
+    (restored,) = restore_run(tmp_path, CELL)
+    assert restored == out_run and sorted(p.name for p in restored.iterdir()) == ["population0.json", "run.json"]
+    shutil.rmtree(tmp_path / "work")
+    accounted = Ledger(_entries(1), run="a1")
+    kept = json.loads((tmp_path / KEPT).read_text())
+    kept["ledgers"][f"{RUN}/privacy.json"] = accounted.to_dict()
+    (tmp_path / KEPT).write_text(json.dumps(kept))
+    (restored,) = restore_run(tmp_path, CELL)
+    assert Ledger.load(restored / "privacy.json").to_dict() == accounted.to_dict()
+
+
+def test_a_run_folder_moved_while_its_files_are_read_is_not_kept_without_its_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder set aside (moved whole) after its files were read has no ledger where it was: that is not a run
+    without draws, and its histograms are not kept without the ledger that books them."""
+    run = _pe_folder(tmp_path)
+    real, reads = pe.PEPaths.ledger, []
+
+    def moved_after_the_files(self):
+        reads.append(1)
+        if len(reads) == 2:  # the snapshot's check, after the files are read (the first read: finding the runs)
+            run.parent.rename(tmp_path / "stale")
+        return real.fget(self)
+
+    monkeypatch.setattr(pe.PEPaths, "ledger", property(moved_after_the_files))
+    keep_runs(tmp_path)
+    assert len(reads) >= 2 and not (tmp_path / KEPT_RUNS / MIRROR).exists()
 
 
 def _mirror(out: Path, mirrored: Ledger, accounted: Ledger | None) -> Path:
@@ -328,9 +401,9 @@ def test_a_restore_leaves_other_restores_being_built_alone(tmp_path: Path) -> No
 def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``pe@noise`` (the same PE parameters plus ``noise_only``): no ledger, so nothing of it is mirrored (an
-    unfinished control restarts on a new machine, seeded: the same set) or composed; the grid's statement counts
-    the DP run's histograms alone, and the control's card claims nothing."""
+    """``pe@noise`` (the same PE parameters plus ``noise_only``): its public state is mirrored without a ledger
+    (it has none) and nothing of it is composed; the grid's statement counts the DP run's histograms alone, and the
+    control's card claims nothing."""
     toml = _grid(tmp_path)
     params = toml.read_text().split("[methods.pe]\n")[1]
     toml.write_text(toml.read_text() + '\n[methods."pe@noise"]\n' + params + "noise_only = true\n")
@@ -343,8 +416,12 @@ def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(
         with pytest.raises(KeyboardInterrupt):
             run_experiment(load_config(toml), tmp_path / "out", cells_matching=["pe@noise_*"])
     assert (tmp_path / "out" / "work" / "pe@noise_n2_seed0_eps4" / "synthetic.jsonl.pe" / "histogram0.json").exists()
-    assert keep_runs(tmp_path / "out")[0] == 0 and not (tmp_path / "out" / KEPT_RUNS).exists()
+    assert keep_runs(tmp_path / "out")[0] == 1
+    mirrored = tmp_path / "out" / KEPT_RUNS / "pe@noise_n2_seed0_eps4" / "synthetic.jsonl.pe"
+    assert (mirrored / "histogram0.json").exists() and not (mirrored / "privacy.json").exists()
+    assert json.loads((tmp_path / "out" / KEPT).read_text())["ledgers"] == {}
     rows = run_experiment(load_config(toml), tmp_path / "out", resume=True)
+    assert not (tmp_path / "out" / KEPT_RUNS / "pe@noise_n2_seed0_eps4").exists()  # its set is made
     assert sorted(r["method"] for r in rows) == ["pe", "pe@noise"]
     control = tmp_path / "out" / "work" / "pe@noise_n2_seed0_eps4"
     assert not (control / "synthetic.jsonl.pe" / "privacy.json").exists()

@@ -261,7 +261,9 @@ class PEPaths(RunFolder):
         """``run.json``, every noisy histogram, the latest population and the rewrites journaled after it: the
         settings, the releases themselves and their public post-processing (the rewrites are the public LM's, of
         candidates chosen by the noisy votes). With the ledger, enough to resume where the run is. None for a run
-        without noise (its histograms are exact private counts) or whose settings cannot be read."""
+        without noise (its histograms are exact private counts) or whose settings cannot be read. The noise-only
+        control's are public whole: it reads no private data, its histograms are seeded noise, and it has no
+        ledger."""
         try:
             if json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_multiplier") is None:
                 return []
