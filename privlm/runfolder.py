@@ -58,6 +58,12 @@ class RunFolder:
         run restarts on a new machine, its lost draws still counted from the kept ledger)."""
         return []
 
+    def releases_nothing(self) -> bool:
+        """Whether the run is one that reads no private data and so books nothing and keeps no ledger (a noise-only
+        control), as its settings say: :mod:`privlm.experiments.kept_runs` keeps its public files without a ledger.
+        Default: False (a run whose files are kept only with the ledger that books their draws)."""
+        return False
+
 
 @contextlib.contextmanager
 def claim(path: Path, *, wait: bool = False) -> Iterator[bool]:

@@ -1,5 +1,5 @@
-"""The public state of a grid's unfinished runs (DP runs and their noise-only controls), kept so that a run
-longer than a machine's life resumes.
+"""The public state of a grid's unfinished runs (DP runs and their noise-only controls), kept so that a run longer than
+a machine's life resumes.
 
 A DP run that takes longer than a machine lives (PE at n = 1,000: ten histograms, hours of rewriting) loses its
 private work folder with the machine. Its ledger survives in ``DIR/accounting.json``
@@ -29,15 +29,13 @@ histograms than its ledger books. ASSUMPTION (said in ``docs/synthesis.md``): a 
 and one machine resumes a given mirror; two machines resuming one mirror would write two ledgers of one identity,
 and ``accounting.json`` keeps only the one that goes further. The mirror holds no private data (the mechanism's
 claim, stated in its ``public_files``; PE names none for a run without noise, whose histograms are exact counts). A
-run is mirrored from its first public file on (PE: its zero-shot population), with its ledger once it has one: a
-folder without a ledger has booked no draw, so it holds no draw's output. PE's noise-only control reads no private
-data and books nothing; it is mirrored without a ledger and resumes on a new machine like a DP run
-(:meth:`privlm.synthesis.pe.mechanism.PEPaths.public_files`). The mirror is removed when the cell's set is made (the
-set and its statement are then published) or the cell is set aside, its ledger staying in ``accounting.json``.
-Beside a cell's mirrored runs lie its wall clock (:mod:`privlm.experiments.wall_clock`), so the set's time counts
-every machine's, and the method hash its runs are made with (:data:`METHOD_RECORD`, a hash of the public grid
-configuration), so a new machine resumes a run of the grid's own parameters even when an older row of the cell is in
-the log; both are written back with the runs.
+run that releases nothing (:meth:`privlm.runfolder.RunFolder.releases_nothing`: PE's noise-only control, which reads
+no private data and never writes a ledger) is mirrored without one and resumes on a new machine like a DP run. The
+mirror is removed when the cell's set is made (the set and its statement are then published) or the cell is set
+aside, its ledger staying in ``accounting.json``. Beside a cell's mirrored runs lie its wall clock
+(:mod:`privlm.experiments.wall_clock`), so the set's time counts every machine's, and the method hash its runs are
+made with (:data:`METHOD_RECORD`, a hash of the public grid configuration), so a new machine resumes a run of the
+grid's own parameters even when an older row of the cell is in the log; both are written back with the runs.
 """
 
 from __future__ import annotations
@@ -68,10 +66,10 @@ def _run_folder_kinds() -> list[Callable[[Path], RunFolder]]:
 
 
 def _cell_runs(work: Path) -> list[RunFolder]:
-    """The run folders of one cell's work folder that have a ledger or name public files (a run before its first
-    draw, or a control that draws nothing from the private data)."""
+    """The run folders of one cell's work folder that have a ledger, or that release nothing (a noise-only control:
+    :meth:`~privlm.runfolder.RunFolder.releases_nothing`)."""
     folders = {kind(work / SET_FILE) for kind in _run_folder_kinds()}
-    return sorted((f for f in folders if f.ledger.is_file() or f.public_files()), key=lambda f: f.workdir.name)
+    return sorted((f for f in folders if f.ledger.is_file() or f.releases_nothing()), key=lambda f: f.workdir.name)
 
 
 def keep_runs(out: Path) -> tuple[int, int, int]:
@@ -108,14 +106,13 @@ def _set_made(out: Path, cell: str) -> bool:
 def _snapshot(run: RunFolder, tries: int = 3) -> dict[str, bytes]:
     """The run's public files and, read after them, its ledger (it books every draw behind them: write-ahead); read
     again when a file goes while being read (the run, in another process, moved on); {} when it names none. A run
-    whose folder holds no ledger after its files were read had booked no draw when they were read, so none of them
-    is a draw's output: it is kept without one (a ledger is never removed from a folder that is still there)."""
+    that releases nothing (its settings say so, and it never writes a ledger) is kept without one."""
     for attempt in range(tries):
         try:
             files = {
                 p.name: p.read_bytes() for p in run.public_files() if p.parent == run.workdir and not p.is_symlink()
             }
-            if files and (run.ledger.is_file() or not run.workdir.is_dir()):  # gone: the folder moved meanwhile
+            if files and not run.releases_nothing():
                 files[LEDGER] = run.ledger.read_bytes()
             return files
         except FileNotFoundError:
@@ -157,8 +154,8 @@ def drop_kept_run(out: Path, cell: str) -> None:
     """Remove the mirror of cell ``cell`` (set aside), under the lock of the keeps and after a copy of the ledgers
     (``accounting.json`` already holds its ledger, copied before it was mirrored: this is for a hand-made mirror)."""
     mirror = Path(out) / KEPT_RUNS / cell
-    if mirror.exists():
-        with keeping(Path(out)) as keep_ledgers:
+    with keeping(Path(out)) as keep_ledgers:  # checked under the lock: a keep writing this mirror has finished
+        if mirror.exists():
             keep_ledgers()
             shutil.rmtree(mirror, ignore_errors=True)
 
@@ -169,7 +166,8 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     every file fsync'd, and renamed into its place, so a kill leaves either nothing or the whole folder. The
     cell's mirrored wall clock and method record (:data:`METHOD_RECORD`: the runner then knows the restored runs'
     parameters, not only its rows') are written back too where the cell has none. A mirror kept without a ledger
-    (no draw booked when it was kept) gets ``accounting.json``'s copy where one was kept since, else none.
+    (a run that releases nothing) is restored without one, whatever ``accounting.json`` holds at its path (another
+    run's, set aside: it stays counted there).
 
     Raises:
         UserError: ``accounting.json`` cannot be read, or the mirror's ledger and the copy kept there are not one
@@ -181,9 +179,10 @@ def restore_run(out: Path, cell: str) -> list[Path]:
         place = out / rel
         if place.exists():
             continue
-        accounted = kept_copy(out, f"{rel.as_posix()}/{LEDGER}", strict=True)
-        mirrored = Ledger.load(kept / LEDGER) if (kept / LEDGER).is_file() else None
-        ledger = _further_ledger(mirrored, accounted, kept)
+        ledger = None
+        if (kept / LEDGER).is_file():
+            accounted = kept_copy(out, f"{rel.as_posix()}/{LEDGER}", strict=True)
+            ledger = _further_ledger(Ledger.load(kept / LEDGER), accounted, kept)
         building = Path(tempfile.mkdtemp(prefix=RESTORING, dir=out))  # this call's own: others may restore too
         try:
             for file in sorted(kept.iterdir()):
@@ -202,14 +201,11 @@ def restore_run(out: Path, cell: str) -> list[Path]:
     return restored
 
 
-def _further_ledger(mirrored: Ledger | None, accounted: dict[str, Any] | None, where: Path) -> Ledger | None:
-    """Of the mirror's ledger and ``accounting.json``'s copy (None: none kept), the one that goes on from the other;
-    None when neither is kept (a run that had booked no draw)."""
+def _further_ledger(mirrored: Ledger, accounted: dict[str, Any] | None, where: Path) -> Ledger:
+    """Of the mirror's ledger and ``accounting.json``'s copy (None: none kept), the one that goes on from the other."""
     if accounted is None:
         return mirrored
     copy = Ledger.from_dict(accounted, f"accounting.json's copy for {where}")
-    if mirrored is None:
-        return copy
     if continues(copy, mirrored):
         return copy
     if continues(mirrored, copy):

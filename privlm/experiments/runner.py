@@ -179,10 +179,10 @@ def _set_aside(out: Path, key: str) -> None:
 def _outdated(out: Path, key: str, method_hash: str, stale_row: bool) -> bool:
     """Whether cell ``key``'s cached set, or its unfinished run, was made with other method parameters than
     ``method_hash``, as recorded in the set's time file or, before the set exists, in ``work/<key>/method.json``
-    or, before a kept run is restored from another machine, in its mirror's; where none records one (made before
-    they did), as its rows say (``stale_row``). So a set whose row was never written (its process killed after
-    making it) is not evaluated under parameters it was not made with, and the set or run of this grid's parameters
-    is kept even when an older row of the cell is still in the log. Call under the cell's lock."""
+    or, before a kept run is restored from another machine, in its mirror's; where none records one (made, or
+    mirrored, before they did), as its rows say (``stale_row``). So a set whose row was never written (its process
+    killed after making it) is not evaluated under parameters it was not made with, and the set or run of this
+    grid's parameters is kept even when an older row of the cell is still in the log. Call under the cell's lock."""
     records = (
         out / "sets" / f"{key}.time.json",
         out / "work" / key / METHOD_RECORD,

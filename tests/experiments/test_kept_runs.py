@@ -128,10 +128,11 @@ def test_a_kept_run_of_the_grids_parameters_resumes_though_an_older_row_of_its_c
 
 
 def test_a_noise_only_run_lost_with_its_machine_resumes_from_its_kept_state_without_a_ledger(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixed_noise: list[int]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PE's noise-only control reads no private data and books nothing: its public state is kept without a ledger,
     and a new machine resumes it (no population made again) to the uninterrupted run's set, nothing counted."""
+    monkeypatch.setattr(pe.PrivateVoter, "_embeddings", lambda self: pytest.fail("the control read private data"))
     toml = _grid(tmp_path, "noise_only = true\n")
     run_experiment(load_config(toml), tmp_path / "reference")
     out = tmp_path / "out"
@@ -149,7 +150,7 @@ def test_a_noise_only_run_lost_with_its_machine_resumes_from_its_kept_state_with
     assert len(rewritten) == 2  # iteration 2's two classes only
     made = out / "sets" / f"{CELL}.jsonl"
     assert made.read_bytes() == (tmp_path / "reference" / "sets" / f"{CELL}.jsonl").read_bytes()
-    assert fixed_noise == [] and not (out / RUN / "privacy.json").exists()
+    assert not (out / RUN / "privacy.json").exists()
     assert json.loads((out / KEPT).read_text())["ledgers"] == {} and grid_privacy(out, [row], 1e-5).releases == 0
 
 
@@ -157,28 +158,29 @@ def _counted(function, calls: list[int]):
     return lambda *a, **k: calls.append(1) or function(*a, **k)
 
 
-def test_a_run_before_its_first_draw_is_kept_without_a_ledger_and_restored_with_any_kept_since(
+def test_a_dp_run_without_a_ledger_is_not_kept_and_a_control_is_restored_without_another_runs_ledger(
     tmp_path: Path,
 ) -> None:
-    """Before its first histogram a DP run has no ledger: its settings and zero-shot population are kept without
-    one; restored, it gets accounting.json's copy when a later keep of the ledgers alone holds one (a draw the lost
-    machine made after the mirror stays counted), else none."""
-    run = out_run = tmp_path / RUN
+    """Only a run that releases nothing is kept without a ledger: a DP run before its first draw is not kept (files
+    without the ledger that books them are never published). A control's mirror is restored without a ledger even
+    where accounting.json holds one at its path (a run set aside there: it stays counted in accounting.json, and
+    the control books nothing)."""
+    run = tmp_path / RUN
     run.mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"noise_multiplier": 5.0}) + "\n")
     (run / "population0.json").write_text("[]\n")
+    assert keep_runs(tmp_path)[0] == 0 and not (tmp_path / KEPT_RUNS).exists()
+    (run / "run.json").write_text(json.dumps({"noise_multiplier": 5.0, "noise_only": True}) + "\n")
+    (run / "histogram0.json").write_text("{}\n")
     assert keep_runs(tmp_path)[0] == 1
-    assert sorted(p.name for p in (tmp_path / KEPT_RUNS / MIRROR).iterdir()) == ["population0.json", "run.json"]
+    expected = ["histogram0.json", "population0.json", "run.json"]
+    assert sorted(p.name for p in (tmp_path / KEPT_RUNS / MIRROR).iterdir()) == expected
     shutil.rmtree(tmp_path / "work")
-    (restored,) = restore_run(tmp_path, CELL)
-    assert restored == out_run and sorted(p.name for p in restored.iterdir()) == ["population0.json", "run.json"]
-    shutil.rmtree(tmp_path / "work")
-    accounted = Ledger(_entries(1), run="a1")
     kept = json.loads((tmp_path / KEPT).read_text())
-    kept["ledgers"][f"{RUN}/privacy.json"] = accounted.to_dict()
+    kept["ledgers"][f"{RUN}/privacy.json"] = Ledger(_entries(2), run="a1").to_dict()  # an earlier run's, set aside
     (tmp_path / KEPT).write_text(json.dumps(kept))
     (restored,) = restore_run(tmp_path, CELL)
-    assert Ledger.load(restored / "privacy.json").to_dict() == accounted.to_dict()
+    assert restored == run and sorted(p.name for p in restored.iterdir()) == expected
 
 
 def test_a_run_folder_moved_while_its_files_are_read_is_not_kept_without_its_ledger(
@@ -398,7 +400,7 @@ def test_a_restore_leaves_other_restores_being_built_alone(tmp_path: Path) -> No
     assert Ledger.load(restored / "privacy.json").count == 1
 
 
-def test_a_pe_noise_only_control_in_the_grid_is_never_mirrored_nor_counted(
+def test_a_pe_noise_only_control_in_the_grid_is_mirrored_without_a_ledger_and_never_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``pe@noise`` (the same PE parameters plus ``noise_only``): its public state is mirrored without a ledger

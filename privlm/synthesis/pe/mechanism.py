@@ -262,8 +262,7 @@ class PEPaths(RunFolder):
         settings, the releases themselves and their public post-processing (the rewrites are the public LM's, of
         candidates chosen by the noisy votes). With the ledger, enough to resume where the run is. None for a run
         without noise (its histograms are exact private counts) or whose settings cannot be read. The noise-only
-        control's are public whole: it reads no private data, its histograms are seeded noise, and it has no
-        ledger."""
+        control's are public whole (:meth:`releases_nothing`)."""
         try:
             if json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_multiplier") is None:
                 return []
@@ -273,6 +272,14 @@ class PEPaths(RunFolder):
         files = [self.manifest, *map(self.histogram, self.saved_histograms()), self.population(t)]
         files += sorted(self.workdir.glob(f"rewrites{t + 1}-*.jsonl"))
         return [f for f in files if f.is_file()]
+
+    def releases_nothing(self) -> bool:
+        """A noise-only control's folder (its ``run.json`` says ``noise_only``): it reads no private data and
+        writes no ledger (:func:`run_pe`), its histograms seeded noise."""
+        try:
+            return json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_only") is True
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return False
 
 
 @dataclass(frozen=True)
