@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,9 +47,13 @@ def fixed_noise(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One fixed noise key for every histogram (so two runs can be compared), and a count of the draws."""
     monkeypatch.setattr(randomness.os, "urandom", lambda n: bytes(range(n)))
     drawn: list[int] = []
-    real = pe.noisy_histograms
-    monkeypatch.setattr(pe, "noisy_histograms", lambda counts, sigma: drawn.append(1) or real(counts, sigma))
+    monkeypatch.setattr(pe, "noisy_histograms", _counted(pe.noisy_histograms, drawn))
     return drawn
+
+
+def _counted(function: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
+    """``function``, appending to ``calls`` at each call."""
+    return lambda *a, **k: calls.append(1) or function(*a, **k)
 
 
 def _lose_the_machine_in_the_rewrites(
@@ -154,10 +160,6 @@ def test_a_noise_only_run_lost_with_its_machine_resumes_from_its_kept_state_with
     assert json.loads((out / KEPT).read_text())["ledgers"] == {} and grid_privacy(out, [row], 1e-5).releases == 0
 
 
-def _counted(function, calls: list[int]):
-    return lambda *a, **k: calls.append(1) or function(*a, **k)
-
-
 def test_a_dp_run_without_a_ledger_is_not_kept_and_a_control_is_restored_without_another_runs_ledger(
     tmp_path: Path,
 ) -> None:
@@ -193,7 +195,7 @@ def test_a_run_folder_moved_while_its_files_are_read_is_not_kept_without_its_led
 
     def moved_after_the_files(self):
         reads.append(1)
-        if len(reads) == 2:  # the snapshot's check, after the files are read (the first read: finding the runs)
+        if len(reads) == 2:  # the snapshot's ledger read, after the files (the first read: finding the runs)
             run.parent.rename(tmp_path / "stale")
         return real.fget(self)
 
