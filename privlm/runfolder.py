@@ -51,6 +51,14 @@ class RunFolder:
     def sidecar(self) -> Path:
         return sidecar_path(self.out)
 
+    def saved_settings(self) -> dict[str, Any]:
+        """The settings saved in ``run.json``; {} when it is missing or unreadable (a folder being made, or moved)."""
+        try:
+            saved = json.loads(self.manifest.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
     def public_files(self) -> list[Path]:
         """The files of the run folder that a resume on another machine needs besides the ledger and that are
         public: functions of the ledger's noisy draws and of public inputs only (never of the private data

@@ -263,10 +263,7 @@ class PEPaths(RunFolder):
         candidates chosen by the noisy votes). With the ledger, enough to resume where the run is. None for a run
         without noise (its histograms are exact private counts) or whose settings cannot be read. The noise-only
         control's are public whole (:meth:`releases_nothing`)."""
-        try:
-            if json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_multiplier") is None:
-                return []
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        if self.saved_settings().get("noise_multiplier") is None:
             return []
         t = self.latest_population()
         files = [self.manifest, *map(self.histogram, self.saved_histograms()), self.population(t)]
@@ -276,10 +273,7 @@ class PEPaths(RunFolder):
     def releases_nothing(self) -> bool:
         """A noise-only control's folder (its ``run.json`` says ``noise_only``): it reads no private data and
         writes no ledger (:func:`run_pe`), its histograms seeded noise."""
-        try:
-            return json.loads(self.manifest.read_text(encoding="utf-8")).get("noise_only") is True
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            return False
+        return self.saved_settings().get("noise_only") is True
 
 
 @dataclass(frozen=True)
