@@ -41,8 +41,8 @@ test: lint
 	$(PY) -m pytest -q -n auto --dist loadscope -m "not processes and not long"
 	$(PY) -m pytest -q -m "processes and not long"
 
-# The tests marked `long` (minutes each: the full-size audits), kept out of `make test` so that the suite stays
-# under about 15 minutes on CI's 2 cores.
+# The tests marked `long` (minutes each: the full-size audits), kept out of `make test`, which with them had
+# grown to 994-1,179 s on CI's 2 cores (install included; docs/testing.md).
 test-long: $(STAMP)
 	$(PY) -m pytest -q -m long
 
