@@ -32,6 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.atomic import json_once
 from privlm.experiments.config import load_config
+from privlm.progress import Task
 from privlm.resources.datasets import load_dataset
 from privlm.resources.models import load_model
 from privlm.synthesis.gradmm.config import GradmmConfig, make_config
@@ -45,7 +46,7 @@ from privlm.synthesis.gradmm.generate import (
 )
 from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import Prompt, build_prompt
-from privlm.synthesis.gradmm.select import candidate_hidden
+from privlm.synthesis.gradmm.select import HIDDEN, candidate_hidden
 
 HERE = Path(__file__).resolve().parent
 METHOD = "gradmm@instruct"
@@ -122,7 +123,18 @@ def hidden(label: int) -> None:
     predicted = public_labels(model, tokenizer, prompt, candidates, public)
     eligible = [c for c, p in zip(candidates, predicted, strict=True) if c.label == label == p]
     print(f"class {label}: {len(eligible)} of {sum(c.label == label for c in candidates)} candidates eligible")
-    candidate_hidden(model, prompt, eligible, public_dir=public)
+    with tqdm(total=len(eligible), desc=f"{HIDDEN}, class {label}") as bar:
+        candidate_hidden(model, prompt, eligible, public_dir=public, task=_Bar(bar))
+
+
+class _Bar(Task):
+    """A :class:`~privlm.progress.Task` that advances a tqdm bar (the other stages' bars here are tqdm's)."""
+
+    def __init__(self, bar: tqdm) -> None:
+        self.bar = bar
+
+    def advance(self, amount: float = 1) -> None:
+        self.bar.update(amount)
 
 
 def save(public: Path, kept: Path) -> int:

@@ -28,6 +28,7 @@ from privlm.synthesis.gradmm.pipeline import PRIVATE_PASS
 from privlm.synthesis.gradmm.pool import public_candidates_dir
 from privlm.synthesis.gradmm.prompt import build_prompt
 from privlm.synthesis.gradmm.release import private_factors
+from privlm.synthesis.gradmm.select import HIDDEN
 from privlm.synthesis.registry import MethodContext
 
 PRIVATE = [
@@ -104,20 +105,25 @@ def test_the_private_pass_is_shown_without_a_count_the_public_stages_with_theirs
     lm, tmp_path, seeded_training, recorded_progress, poisoned_pool
 ) -> None:
     """The labeller's forward pass over the private examples is a task of its own (private: no count, and the
-    steps' time left does not include it); the public candidates and their label filter show public counts. A
-    second cell on the same labeller reads no private example and opens no private pass."""
+    steps' time left does not include it); the public candidates, their label filter and their hidden states
+    (the eligible ones, counted one by one) show public counts. A second cell on the same labeller reads no
+    private example and opens no private pass."""
     work = tmp_path / "work"
     ctx = replace(_context(lm, work, "dp-head-pool_n2_seed0_eps30", list(PRIVATE)), progress=recorded_progress)
     dp_head_pool_rows(ctx)
     jobs = candidate_jobs(2, make_config(**POOL), len(NAMES))
+    eligible = len(_eligible(lm, work))
+    assert 0 < eligible < 2 * 12
     assert recorded_progress.opened == [
         ("public candidates (instructed answers)", len(jobs), False),
         (LABEL_FILTER, 2 * 12, False),
         ("DP-SGD steps", None, False),
         (PRIVATE_PASS, None, True),
+        (HIDDEN, eligible, False),
     ]
     assert recorded_progress.advanced_by[PRIVATE_PASS] == len(PRIVATE)
     assert recorded_progress.advanced_by[LABEL_FILTER] == 2 * 12
+    assert recorded_progress.advanced_by[HIDDEN] == eligible and HIDDEN in recorded_progress.finished
     second = type(recorded_progress)()
     again = _context(lm, work, "dp-head-pool_n2_seed0_eps30b", poisoned_pool)
     dp_head_pool_rows(replace(again, progress=second))

@@ -90,7 +90,7 @@ def choose(ctx: MethodContext, out: Path) -> tuple[list[dict[str, Any]], dict[st
     else:
         head, privacy = _dp_labeller(ctx, ctx.epsilon, model, prompt, config, labeller, on_progress, out)
     training.done()
-    pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir)
+    pool, hidden = eligible_hidden(model, prompt, candidates, predicted, public_dir, ctx.progress)
     who = "the noise-only labeller" if noise_only else "the DP labeller"
     chosen = head_draw(head, pool, hidden, ctx.n_per_class, ctx.seed, prompt, who)
     privacy = {**privacy, "labeller": labeller.to_dict()}

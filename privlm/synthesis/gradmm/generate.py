@@ -344,9 +344,9 @@ def synthesize(
     else:
         predicted = [c.label for c in candidates]  # ablation: keep every candidate, rank by matching loss only
     if config.optimizer == "select" and config.selection == "filter":
-        chosen, step = filter_select(model, release, candidates, predicted, per_class, config.seed, shared)
+        chosen, step = filter_select(model, release, candidates, predicted, per_class, config.seed, shared, progress)
         write_text_atomic(batch_dir / FILTER_STEP, json.dumps({"step": step}))  # public: the release's post-processing
         return chosen
     if config.optimizer == "select":
-        return select_matching(model, release, candidates, predicted, per_class, config.contrastive, shared)
+        return select_matching(model, release, candidates, predicted, per_class, config.contrastive, shared, progress)
     return select(candidates, predicted, per_class, n_classes)

@@ -13,9 +13,10 @@ import torch
 from transformers import PreTrainedModel
 
 from privlm.errors import UserError
+from privlm.progress import SILENT, Progress
 from privlm.synthesis.gradmm.filtering import Candidate, eligible_by_class, uniform_draw
 from privlm.synthesis.gradmm.prompt import Prompt, head_weight
-from privlm.synthesis.gradmm.select import candidate_hidden
+from privlm.synthesis.gradmm.select import HIDDEN, candidate_hidden
 
 
 def eligible_hidden(
@@ -24,17 +25,21 @@ def eligible_hidden(
     candidates: Sequence[Candidate],
     predicted: Sequence[int],
     public_dir: Path | None = None,
+    progress: Progress = SILENT,
 ) -> tuple[list[list[Candidate]], list[torch.Tensor]]:
     """Per class, the candidates generated for it that the public label filter (``predicted``) gives it, and
-    their final hidden states in the matching layout (M_k × d, float64; kept in ``public_dir`` when given)."""
+    their final hidden states in the matching layout (M_k × d, float64; kept in ``public_dir`` when given;
+    their forward pass shown on ``progress`` as :data:`~privlm.synthesis.gradmm.select.HIDDEN`)."""
     pool = eligible_by_class(candidates, predicted, len(prompt.label_token_ids))
     d = head_weight(model).shape[1]
+    shown = progress.task(HIDDEN, total=sum(len(cands) for cands in pool))
     hidden = [
-        candidate_hidden(model, prompt, cands, public_dir=public_dir).to(torch.float64)
+        candidate_hidden(model, prompt, cands, public_dir=public_dir, task=shown).to(torch.float64)
         if cands
         else torch.zeros(0, d, dtype=torch.float64)
         for cands in pool
     ]
+    shown.done()
     return pool, hidden
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from privlm.progress import SILENT, Progress
 from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.head_select import eligible_hidden, head_draw
 from privlm.synthesis.gradmm.release import Release
@@ -90,13 +91,15 @@ def filter_select(
     per_class: int,
     seed: int,
     public_dir: Path | None = None,
+    progress: Progress = SILENT,
 ) -> tuple[list[Candidate], float]:
     """Per class, ``min(per_class, fewest eligible)`` candidates drawn uniformly (``seed``) among those generated
     for it that the public label filter (``predicted``) and the release's one-step head ``R(t)`` both give it;
     class by class, unscored (``match_loss`` None), and the step ``t`` chosen (module docstring); a class the
     head gives none of its candidates is refused (:func:`head_draw`).
-    ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
-    pool, hidden = eligible_hidden(model, release.prompt, candidates, predicted, public_dir)
+    ``public_dir``: where the candidates' hidden states are kept (public candidates only); their forward pass is
+    shown on ``progress`` (:func:`eligible_hidden`)."""
+    pool, hidden = eligible_hidden(model, release.prompt, candidates, predicted, public_dir, progress)
     start, direction = label_rows_and_direction(model, release)
     labels = torch.tensor([k for k, cands in enumerate(pool) for _ in cands], dtype=torch.long)
     t = chosen_step(start, direction, torch.cat(hidden), labels)

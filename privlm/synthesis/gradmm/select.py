@@ -22,10 +22,13 @@ from transformers import PreTrainedModel
 
 from privlm.atomic import atomic_path
 from privlm.digest import digest
+from privlm.progress import SILENT, Progress, Task
 from privlm.synthesis.gradmm.filtering import CHUNK, Candidate, eligible_by_class
 from privlm.synthesis.gradmm.matching import cosine_loss, residuals
 from privlm.synthesis.gradmm.prompt import Prompt, head_logits, last_hidden_from_ids
 from privlm.synthesis.gradmm.release import Release, head_fingerprint
+
+HIDDEN = "candidate hidden states (public)"  # the progress task of the selection's forward pass over the candidates
 
 
 @torch.no_grad()
@@ -35,23 +38,25 @@ def candidate_hidden(
     candidates: Sequence[Candidate],
     batch_size: int = 32,
     public_dir: Path | None = None,
+    task: Task | None = None,
 ) -> torch.Tensor:
     """Final hidden states (M × d, the model's dtype) of ``candidates`` in the matching's layout (``prefix +
     ids + suffix``), in batches of ``batch_size``; kept in ``public_dir`` when given (public candidates only:
     a function of the public model, prompt and candidate tokens, shared by every release that selects from
     them), in pieces of about :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates that start at
-    multiples of ``batch_size`` (the states of one pass; a large pool's pass resumes piece by piece)."""
+    multiples of ``batch_size`` (the states of one pass; a large pool's pass resumes piece by piece).
+    ``task`` is advanced by the candidates done (a batch computed or a kept piece read): a public count."""
+    shown = task or Task()
 
     def compute(part: Sequence[Candidate]) -> torch.Tensor:
-        return torch.cat(
-            [
-                last_hidden_from_ids(
-                    model,
-                    [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in part[start : start + batch_size]],
-                )
-                for start in range(0, len(part), batch_size)
-            ]
-        )
+        states = []
+        for start in range(0, len(part), batch_size):
+            batch = part[start : start + batch_size]
+            states.append(
+                last_hidden_from_ids(model, [[*prompt.prefix_ids, *c.ids, *prompt.suffix_ids] for c in batch])
+            )
+            shown.advance(len(batch))
+        return torch.cat(states)
 
     if public_dir is None:
         return compute(candidates)
@@ -70,6 +75,7 @@ def candidate_hidden(
         path = public_dir / f"hidden-{key}.pt"
         if path.exists():
             parts.append(torch.load(path, weights_only=True))
+            shown.advance(len(part))
             continue
         parts.append(compute(part))
         with atomic_path(path) as tmp:
@@ -86,11 +92,13 @@ def candidate_factors(
     rows: Sequence[int] | None,
     batch_size: int = 32,
     public_dir: Path | None = None,
+    task: Task | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per label in ``labels``, residuals ``(p_j − e_y)_R`` (M × |R|), and the hidden states ``h_j``
     (M × d), float64, of ``candidates`` (``prefix + ids + suffix``, the matching's layout): one forward
-    pass serves every label (its hidden states kept in ``public_dir`` when given, :func:`candidate_hidden`)."""
-    h_all = candidate_hidden(model, prompt, candidates, batch_size, public_dir)
+    pass serves every label (its hidden states kept in ``public_dir`` when given, :func:`candidate_hidden`,
+    which advances ``task``)."""
+    h_all = candidate_hidden(model, prompt, candidates, batch_size, public_dir, task)
     resid: list[list[torch.Tensor]] = [[] for _ in labels]
     for start in range(0, len(candidates), batch_size):  # the head in the same batches as the forward pass
         logits = head_logits(model, h_all[start : start + batch_size]).to(torch.float64)
@@ -132,10 +140,13 @@ def match_terms(
     cands: Sequence[Candidate],
     labels: Sequence[int],
     public_dir: Path | None = None,
+    task: Task | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gram matrices (L × M × M) and inner products with each class target (L × M) of ``cands`` taken as
-    each class in ``labels``."""
-    resids, hidden = candidate_factors(model, release.prompt, cands, labels, release.rows, public_dir=public_dir)
+    each class in ``labels`` (``task``: advanced by the candidates' forward pass, :func:`candidate_hidden`)."""
+    resids, hidden = candidate_factors(
+        model, release.prompt, cands, labels, release.rows, public_dir=public_dir, task=task
+    )
     hidden_gram = hidden @ hidden.T
     terms = [
         ((r @ r.T) * hidden_gram, (r * (hidden @ release.targets[label].to(torch.float64).T)).sum(dim=1))
@@ -152,6 +163,7 @@ def select_matching(
     per_class: int,
     contrastive: bool = False,
     public_dir: Path | None = None,
+    progress: Progress = SILENT,
 ) -> list[Candidate]:
     """Per class, the ``min(per_class, fewest eligible)`` candidates chosen by :func:`greedy_match`
     against the class target; eligible: generated for the class and (label filter) predicted as it.
@@ -163,17 +175,20 @@ def select_matching(
     (measured on validation texts: AUC 0.75 for the contrastive per-example score, 0.55 for the own-class
     cosine, at ε = 1 on the whole Rotten Tomatoes train split). Output: class by class, in the order chosen,
     each with its own matching loss ``1 − cos(S_k, g_j)`` (the candidates arrive unscored).
-    ``public_dir``: where the candidates' hidden states are kept (public candidates only)."""
+    ``public_dir``: where the candidates' hidden states are kept (public candidates only); their forward pass is
+    shown on ``progress`` as :data:`HIDDEN`."""
     n_classes = len(release.prompt.label_token_ids)
     eligible = eligible_by_class(candidates, predicted, n_classes)
     keep = min(per_class, min(len(e) for e in eligible))
+    if keep == 0:
+        return []
+    shown = progress.task(HIDDEN, total=sum(len(e) for e in eligible))
     out: list[Candidate] = []
     for k, cands in enumerate(eligible):
-        if keep == 0:
-            break
         labels = [k, *(r for r in range(n_classes) if r != k)] if contrastive else [k]
-        gram, inner = match_terms(model, release, cands, labels, public_dir)
+        gram, inner = match_terms(model, release, cands, labels, public_dir, shown)
         target = release.targets[k].to(torch.float64)
         for j in greedy_match(gram, inner, keep):  # its own matching loss: ⟨S_k, g_j⟩ = b_j, ‖g_j‖² = A_jj
             out.append(replace(cands[j], match_loss=float(cosine_loss(inner[0, j], gram[0, j, j], target))))
+    shown.done()
     return out

@@ -15,6 +15,7 @@ import torch
 
 from privlm.errors import UserError
 from privlm.privacy.calibration import gaussian_releases_epsilon
+from privlm.progress import Task
 from privlm.resources.datasets import BUILTIN
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import generic_verbalizer
@@ -24,7 +25,7 @@ from privlm.synthesis.gradmm.filtering import Candidate
 from privlm.synthesis.gradmm.matching import per_example_matching_loss
 from privlm.synthesis.gradmm.pipeline import GradmmPaths, run_gradmm
 from privlm.synthesis.gradmm.prompt import build_prompt, head_logits
-from privlm.synthesis.gradmm.select import candidate_factors, greedy_match
+from privlm.synthesis.gradmm.select import HIDDEN, candidate_factors, candidate_hidden, greedy_match
 
 PRIVATE = [
     ("the movie was a delight from start to finish", 1),
@@ -197,15 +198,21 @@ def test_greedy_match_chooses_the_same_set_when_every_target_is_scaled_alike() -
 
 
 @pytest.mark.parametrize("name", ["select", "select-contrastive", "select-instruct"])
-def test_generate_select_scores_only_the_candidates_it_keeps(lm, tmp_path, monkeypatch, name: str) -> None:
+def test_generate_select_scores_only_the_candidates_it_keeps(
+    lm, tmp_path, monkeypatch, recorded_progress, name: str
+) -> None:
     """Generate–select runs no forward pass per candidate batch (its batches stay unscored); each kept row's
-    ``match_loss`` is the per-example matching loss of an independent forward pass of its tokens."""
+    ``match_loss`` is the per-example matching loss of an independent forward pass of its tokens. The
+    selection's one forward pass over the candidates is shown, counted candidate by candidate (public)."""
     model, _, prompt = lm
     forward = generate.last_hidden_from_ids
     monkeypatch.setattr(generate, "last_hidden_from_ids", lambda *a, **k: pytest.fail("a batch was scored"))
-    result = _run(lm, tmp_path / "a.jsonl", name, lambda: list(PRIVATE))
+    result = _run(lm, tmp_path / "a.jsonl", name, lambda: list(PRIVATE), progress=recorded_progress)
     batches = [json.loads(p.read_text()) for p in GradmmPaths(tmp_path / "a.jsonl").batches.iterdir()]
     assert batches and all(c["match_loss"] is None for batch in batches for c in batch)
+    candidates = sum(len(batch) for batch in batches)  # no label filter here: every candidate is eligible
+    assert (HIDDEN, candidates, False) in recorded_progress.opened
+    assert recorded_progress.advanced_by[HIDDEN] == candidates and HIDDEN in recorded_progress.finished
     ids = {c["text"]: c["ids"] for batch in batches for c in batch}
     release = result.release
     assert len(result.rows) == 4
@@ -333,6 +340,37 @@ def test_candidate_hidden_states_are_kept_once_and_give_bitwise_the_same_factors
     pieces = candidate_factors(model, prompt, cands, [0, 1], None, batch_size=3, public_dir=tmp_path / "pieces")
     assert all(torch.equal(a, b) for a, b in zip(plain[0], pieces[0])) and torch.equal(plain[1], pieces[1])
     assert len(list((tmp_path / "pieces").glob("hidden-*.pt"))) == 2
+
+
+def test_candidate_hidden_counts_each_candidate_once_computed_or_read(lm, tmp_path, monkeypatch) -> None:
+    """The forward pass's task advances by every candidate, batch by batch when computed and piece by piece
+    when a kept piece is read: in all, the number of candidates, whichever way each was obtained."""
+    from privlm.synthesis.gradmm import select as select_module
+
+    model, tokenizer, prompt = lm
+    cands = [
+        Candidate(ids=tuple(tokenizer.encode(t, add_special_tokens=False)), text=t, label=0, match_loss=0.0)
+        for t in ["a good film", "dull and slow", "fine", "the best of the year"]
+    ]
+
+    class Counted(Task):
+        def __init__(self) -> None:
+            self.steps: list[float] = []
+
+        def advance(self, amount: float = 1) -> None:
+            self.steps.append(amount)
+
+    def counted(**kwargs) -> list[float]:
+        task = Counted()
+        candidate_hidden(model, prompt, cands, batch_size=3, task=task, **kwargs)
+        return task.steps
+
+    assert counted() == [3, 1]  # computed, batch by batch
+    assert counted(public_dir=tmp_path) == [3, 1]  # computed, then kept as one piece
+    assert counted(public_dir=tmp_path) == [4]  # the kept piece read
+    monkeypatch.setattr(select_module, "CHUNK", 4)  # pieces of 3 candidates
+    assert counted(public_dir=tmp_path / "pieces") == [3, 1]
+    assert counted(public_dir=tmp_path / "pieces") == [3, 1]  # two kept pieces read
 
 
 def test_instruct_source_needs_select_and_an_instruction_naming_the_class() -> None:
