@@ -1,5 +1,6 @@
 """``privlm experiment CONFIG --out DIR [--resume]``: run an evaluation grid and write its report; with
-``--keep-accounting``, only copy the folder's ledgers into its ``accounting.json``."""
+``--keep-accounting``, only copy the folder's ledgers into its ``accounting.json``; with ``--pending``, only list
+the cells still to run."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def experiment_command(
         help="Run only the cells whose grid index is K mod N: start N processes on one --out to split the grid.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results rows as one JSON object."),
+    pending: bool = typer.Option(
+        False,
+        "--pending",
+        help="Run no cell: print the keys of the cells a --resume with the same --only, --cells and --shard would "
+        "run now (unfinished, or made with other method parameters), one per line; nothing when none is left. "
+        "Loads no model or data.",
+    ),
     keep: bool = typer.Option(
         False,
         "--keep-accounting",
@@ -58,9 +66,19 @@ def experiment_command(
         keep_command(out, chosen=bool(only or cell_patterns or shard_k_n != (0, 1)), as_json=as_json)
         return
     from privlm.experiments.config import load_config
-    from privlm.experiments.runner import Hooks, run_experiment
+    from privlm.experiments.runner import Hooks, pending_cells, run_experiment
 
     config = load_config(config_path)
+    if pending:
+        keys = [
+            cell.key for cell in pending_cells(config, out, only=only, shard=shard_k_n, cells_matching=cell_patterns)
+        ]
+        if as_json:
+            print_json({"config_hash": config.hash, "out": str(out), "pending": keys})
+        else:
+            for key in keys:
+                print(key)
+        return
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
     command += [arg for method in only or () for arg in ("--only", method)]
     command += [arg for pattern in cell_patterns or () for arg in ("--cells", pattern)]

@@ -213,14 +213,7 @@ def run_experiment(
     (``command`` is quoted in it); returns the finished rows, in grid order."""
     hooks = hooks or Hooks()
     out = Path(out)
-    index_k, shards = shard
-    if not (shards >= 1 and 0 <= index_k < shards):
-        raise UserError(f"--shard must be K/N with 0 <= K < N (got {index_k}/{shards})")
-    check_methods(config)
-    names = [m.name for m in config.methods]
-    unknown = sorted(set(only or ()) - set(names))
-    if unknown:
-        raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
+    _check_choice(config, only, shard)
     log = ResultsLog(out / "results.jsonl")
     done, stale = _existing_rows(log, config, resume, _saved_configs(out))
     if stale:  # each is set aside under its lock when reached (:func:`_outdated`), never from under a live process
@@ -406,9 +399,7 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done or (only is not None and cell.method not in only) or index % shards != index_k:
-            continue
-        if cells_matching is not None and not any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching):
+        if cell.key in done or not _chosen(cell, index, only, shard, cells_matching):
             continue
         with claim(out / "work" / f"{cell.key}.lock") as mine:
             if not mine:
@@ -430,6 +421,55 @@ def run_experiment(
     keep_runs(out)  # and accounting.json
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
+
+
+def pending_cells(
+    config: ExperimentConfig,
+    out: str | Path,
+    *,
+    only: Collection[str] | None = None,
+    shard: tuple[int, int] = (0, 1),
+    cells_matching: Collection[str] | None = None,
+) -> list[Cell]:
+    """The cells that :func:`run_experiment` with the same choice (``only``, ``shard``, ``cells_matching``) would
+    run into ``out`` now, in grid order: those without a finished row, and those whose row was made with other
+    method parameters (rerun). Reads only ``out``'s results and saved configurations: no model, no data."""
+    _check_choice(config, only, shard)
+    out = Path(out)
+    done, _ = _existing_rows(ResultsLog(out / "results.jsonl"), config, True, _saved_configs(out))
+    return [
+        cell
+        for index, cell in enumerate(config.cells())
+        if cell.key not in done and _chosen(cell, index, only, shard, cells_matching)
+    ]
+
+
+def _check_choice(config: ExperimentConfig, only: Collection[str] | None, shard: tuple[int, int]) -> None:
+    """Refuse a shard out of range and ``only`` methods the configuration lacks (:class:`UserError`)."""
+    index_k, shards = shard
+    if not (shards >= 1 and 0 <= index_k < shards):
+        raise UserError(f"--shard must be K/N with 0 <= K < N (got {index_k}/{shards})")
+    check_methods(config)
+    names = [m.name for m in config.methods]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
+
+
+def _chosen(
+    cell: Cell,
+    index: int,
+    only: Collection[str] | None,
+    shard: tuple[int, int],
+    cells_matching: Collection[str] | None,
+) -> bool:
+    """Whether the cell at grid ``index`` is among those chosen: its method in ``only`` (None: all), its index
+    ``k`` mod ``n`` for ``shard`` (k, n), its key matching one of the shell patterns ``cells_matching`` (None: all)."""
+    if only is not None and cell.method not in only:
+        return False
+    if index % shard[1] != shard[0]:
+        return False
+    return cells_matching is None or any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching)
 
 
 def _pool_features(model: Any, tokenizer: Any, pool: list[Any], path: Path) -> np.ndarray:

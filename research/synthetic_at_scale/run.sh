@@ -66,5 +66,5 @@ queue+=("gradmm@filter_n1000_seed0_eps1" "gradmm@filter-noise_n1000_seed0_eps1" 
 # PE's state is kept across machines (kept-runs/, committed), so a PE cell goes on where the last stop left it on
 # any machine; the whole split's other seeds (about 5 h each, their checkpoints private weights that no new machine
 # gets) come last: only a machine that lives through one finishes it.
-worker() { for cells in "${queue[@]}"; do run --cells "$cells"; done; }
+worker() { work_queue "${queue[@]}"; }  # a pattern with no cell left is passed over (research/driver.sh)
 worker & worker & wait

@@ -30,6 +30,10 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
     assert "(UNFINISHED" in (out / "report.md").read_text()
     assert "--cells 'random_*'" in (out / "report.md").read_text()
+    assert run(["experiment", str(toml), "--out", str(out), "--pending"]) == 0
+    assert capsys.readouterr().out.split() == ["herding_n2_seed0_epsnone"]
+    assert run(["experiment", str(toml), "--out", str(out), "--pending", "--cells", "random_*", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pending"] == []
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "random", "--json"]) == 0
     assert [r["method"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["random"]
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--only", "kcenter"]) == 2
@@ -47,6 +51,8 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == first["rows"]
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    assert run(["experiment", str(toml), "--out", str(out), "--pending"]) == 0
+    assert capsys.readouterr().out == ""  # every cell finished: nothing left
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--shard", "1of2"]) == 2
     assert "--shard must look like K/N, e.g. 0/2 (got '1of2')" in capsys.readouterr().err
     toml.write_text("model = 1\n")

@@ -16,7 +16,7 @@ import pytest
 from privlm.errors import UserError
 from privlm.experiments import runner as experiment
 from privlm.experiments.config import ExperimentConfig, load_config, parse_config
-from privlm.experiments.runner import run_experiment
+from privlm.experiments.runner import pending_cells, run_experiment
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.synthesis.registry import METHODS, Method, register_method
@@ -174,8 +174,11 @@ def test_resumed_experiment_reproduces_the_uninterrupted_one(tmp_path: Path, mon
     document = _toml_dict(toml)
     document["methods"]["zero-shot"]["max_new_tokens"] = 5
     retuned = parse_config({**document, "seeds": [0]}, "retuned")
+    stale = [c for c in retuned.cells() if c.method == "zero-shot"]
+    assert len(stale) == 2 and pending_cells(retuned, tmp_path / "resumed") == stale  # listed as still to run
     rows = run_experiment(retuned, tmp_path / "resumed", resume=True)
     assert count["n"] == 2  # zero-shot at n = 2 and 4, seed 0
+    assert pending_cells(retuned, tmp_path / "resumed") == []
     assert [r["method_hash"] for r in rows if r["method"] == "zero-shot"] == [retuned.method_hash("zero-shot")] * 2
     for kept in ("jsonl", "card.md", "time.json"):  # the old set, its card and its time, never read again
         assert (
@@ -413,7 +416,9 @@ def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> 
     ]
 
 
-def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(tmp_path: Path) -> None:
+def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     head = config_text(data).split("[methods.")[0]
@@ -422,13 +427,33 @@ def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_si
     assert [c.key for c in config.cells() if c.method == "first-eps"] == [
         f"first-eps_n2_seed{s}_eps{e}" for e in ("none", "1") for s in (0, 1)
     ]
-    rows = run_experiment(config, tmp_path / "out", cells_matching=["first-eps_*_eps1", "random_n4_seed1_*"])
+    out = tmp_path / "out"
+    assert pending_cells(config, out) == config.cells()  # an empty folder: every cell is still to run
+    patterns = ["first-eps_*_eps1", "random_n4_seed1_*"]
+    rows = run_experiment(config, out, cells_matching=patterns)
     assert [r["cell"] for r in rows] == [
         "random_n4_seed1_epsnone",
         "first-eps_n2_seed0_eps1",
         "first-eps_n2_seed1_eps1",
     ]
-    assert "UNFINISHED" in (tmp_path / "out" / "report.md").read_text()
+    assert "UNFINISHED" in (out / "report.md").read_text()
+    # what is still to run, read from the folder alone (no model, no data), for the same choices a run takes
+    for loader in ("load_model", "load_dataset"):
+        monkeypatch.setattr(experiment, loader, lambda *a, **k: pytest.fail("--pending loads nothing"))
+    finished = {r["cell"] for r in rows}
+    left = [c for c in config.cells() if c.key not in finished]
+    assert len(left) == len(config.cells()) - 3 and pending_cells(config, out) == left
+    assert pending_cells(config, out, cells_matching=patterns) == []
+    assert [c.key for c in pending_cells(config, out, cells_matching=["first-eps_*"])] == [
+        "first-eps_n2_seed0_epsnone",
+        "first-eps_n2_seed1_epsnone",
+    ]
+    by_index = {c.key: i for i, c in enumerate(config.cells())}
+    assert pending_cells(config, out, only=["random"], shard=(1, 2)) == [
+        c for c in left if c.method == "random" and by_index[c.key] % 2 == 1
+    ]
+    with pytest.raises(UserError, match="--only: \\['kcenter'\\] not among"):
+        pending_cells(config, out, only=["kcenter"])
     # a configuration without per-method sizes hashes as it did before they existed
     assert "sizes" not in json.dumps(load_config(toml).to_dict()["methods"][0])
 
