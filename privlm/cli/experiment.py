@@ -66,10 +66,11 @@ def experiment_command(
         keep_command(out, chosen=bool(only or cell_patterns or shard_k_n != (0, 1)), as_json=as_json)
         return
     from privlm.experiments.config import load_config
-    from privlm.experiments.runner import Hooks, pending_cells, run_experiment
 
     config = load_config(config_path)
     if pending:
+        from privlm.experiments.finished import pending_cells  # no torch: answers in about a second
+
         keys = [
             cell.key for cell in pending_cells(config, out, only=only, shard=shard_k_n, cells_matching=cell_patterns)
         ]
@@ -79,6 +80,8 @@ def experiment_command(
             for key in keys:
                 print(key)
         return
+    from privlm.experiments.runner import Hooks, run_experiment
+
     command = ["privlm", "experiment", str(config_path), "--out", str(out), *(["--resume"] if resume else [])]
     command += [arg for method in only or () for arg in ("--only", method)]
     command += [arg for pattern in cell_patterns or () for arg in ("--cells", pattern)]

@@ -58,7 +58,7 @@ from privlm.privacy.validation import check_epsilon
 from privlm.resources.datasets import DataSpec, data_spec
 from privlm.resources.labels import LabelSpec, as_labels, with_description, with_template
 from privlm.synthesis.registry import base_name  # noqa: F401  (re-exported: the report reads it from here)
-from privlm.training.head_probe import HeadProbeConfig
+from privlm.training.head_probe_config import HeadProbeConfig
 
 NO_DP = "none"
 FULL_POOL = "full-pool"

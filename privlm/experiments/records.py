@@ -13,10 +13,13 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from privlm.atomic import write_text_atomic
 from privlm.errors import UserError
-from privlm.lm.scoring import Example
+
+if TYPE_CHECKING:  # a type only: reading a results log loads no torch (``privlm experiment --pending``)
+    from privlm.lm.scoring import Example
 
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, object]]) -> None:

@@ -39,7 +39,6 @@ is deleted once the cell's row is written.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import json
 import math
@@ -59,7 +58,8 @@ from privlm.atomic import atomic_path, json_once, write_text_atomic
 from privlm.digest import digest
 from privlm.errors import UserError
 from privlm.evaluation.evaluate import fit_and_score
-from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig, method_hash, shared_hash
+from privlm.experiments.config import WHOLE_SPLIT, Cell, ExperimentConfig
+from privlm.experiments.finished import check_choice, chosen, finished_rows, saved_configs
 from privlm.experiments.grid_privacy import KEPT_RUNS
 from privlm.experiments.kept_runs import METHOD_RECORD, drop_kept_run, keep_runs, restore_run
 from privlm.experiments.records import ResultsLog, read_training_set, write_jsonl_atomic
@@ -93,74 +93,11 @@ class Hooks:
     progress: Progress = SILENT
 
 
-def check_methods(config: ExperimentConfig) -> None:
-    """Refuse (UserError) a method table that names an unknown method, gives ε to a method that takes none,
-    or sets a parameter its method does not accept: checked before the first cell runs."""
-    for spec in config.methods:
-        method = get_method(spec.name)
-        if not method.takes_epsilon and spec.epsilons != (None,):
-            raise UserError(f"method {spec.name!r} takes no epsilon; remove methods.{spec.name}.epsilons")
-        unknown = sorted(set(spec.params) - method.params)
-        if unknown:
-            raise UserError(
-                f"methods.{spec.name}: unknown parameter(s) {unknown}; accepted: {sorted(method.params) or 'none'}"
-            )
-
-
 def _short_classes(train_set: Sequence[tuple[str, int]], label_names: Sequence[str], cell: Cell) -> str:
     """The classes of a cell's set with fewer than ``cell.n_per_class`` examples, as "name: count, …" ("" when
     none is short; a whole-split cell, n = 0, never is). Public: the counts of a set already made."""
     counts = Counter(label for _, label in train_set)
     return ", ".join(f"{name}: {counts[k]:,}" for k, name in enumerate(label_names) if counts[k] < cell.n_per_class)
-
-
-def _saved_configs(out: Path) -> dict[str, dict[str, Any]]:
-    """Every configuration this folder has run, by hash: ``configs/<hash>.json`` and ``config.json``."""
-    paths = [*sorted((out / "configs").glob("*.json")), out / "config.json"]
-    saved = [json.loads(p.read_text()) for p in paths if p.exists()]
-    return {str(c["hash"]): c for c in saved if "hash" in c}
-
-
-def _row_hashes(row: dict[str, Any], saved: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
-    """A row's (shared hash, method hash): its own fields, or — for a row written before they existed —
-    derived from the saved configuration it was made with."""
-    if "shared_hash" in row and "method_hash" in row:
-        return str(row["shared_hash"]), str(row["method_hash"])
-    previous = saved.get(str(row.get("config_hash")))
-    if previous is None:
-        return None
-    return shared_hash(previous), method_hash(previous, str(row["method"]))
-
-
-def _existing_rows(
-    log: ResultsLog, config: ExperimentConfig, resume: bool, saved: dict[str, dict[str, Any]]
-) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """The finished rows still valid for ``config`` by cell key, and the keys of cells to rerun because
-    their method's parameters changed. Rows of cells no longer in the grid are left out."""
-    rows = log.read()
-    if rows and not resume:
-        raise UserError(f"{log.path} already has {len(rows)} rows; pass --resume to continue, or use a new --out")
-    grid = {c.key: c for c in config.cells()}
-    shared, methods = config.shared_hash, {m.name: config.method_hash(m.name) for m in config.methods}
-    saved = {**saved, config.hash: {"hash": config.hash, **config.to_dict()}}
-    done: dict[str, dict[str, Any]] = {}
-    stale: set[str] = set()
-    for row in rows:
-        hashes = _row_hashes(row, saved)
-        if hashes is None or hashes[0] != shared:
-            raise UserError(
-                f"{log.path} holds rows made with other shared settings (model, data, pool, splits, fine-tuning, "
-                f"δ; configuration hash {row.get('config_hash')}); use a new --out"
-            )
-        key = str(row["cell"])
-        if key not in grid:
-            continue
-        if hashes[1] == methods[grid[key].method]:
-            done[key] = row
-            stale.discard(key)
-        elif key not in done:
-            stale.add(key)
-    return done, stale
 
 
 def _set_aside(out: Path, key: str) -> None:
@@ -213,9 +150,9 @@ def run_experiment(
     (``command`` is quoted in it); returns the finished rows, in grid order."""
     hooks = hooks or Hooks()
     out = Path(out)
-    _check_choice(config, only, shard)
+    check_choice(config, only, shard)
     log = ResultsLog(out / "results.jsonl")
-    done, stale = _existing_rows(log, config, resume, _saved_configs(out))
+    done, stale = finished_rows(log, config, resume, saved_configs(out))
     if stale:  # each is set aside under its lock when reached (:func:`_outdated`), never from under a live process
         hooks.phase(f"{len(stale)} cell(s) were made with other method parameters and will be rerun")
     saved_config = json.dumps({"hash": config.hash, **config.to_dict()}, indent=2) + "\n"
@@ -251,7 +188,7 @@ def run_experiment(
     test_classes = torch.tensor([y for _, y in test], dtype=torch.long)
     model_key = functools.cache(lambda: model_fingerprint(model))  # binds a fine-tune checkpoint to the model
 
-    saved = _saved_configs(out)
+    saved = saved_configs(out)
     public_inputs = {
         "class names": ", ".join(train.label_names),
         "label words": ", ".join(w.strip() for w in words),
@@ -269,7 +206,7 @@ def run_experiment(
     def finished() -> tuple[dict[str, dict[str, Any]], set[str]]:
         """Every valid finished row in the log now, by cell key, and the keys whose rows are stale (other
         processes may have added rows since this run started)."""
-        return _existing_rows(log, config, True, saved)
+        return finished_rows(log, config, True, saved)
 
     def run_cell(cell: Cell) -> dict[str, Any]:
         """Make (or reuse) the cell's training set, fine-tune, score and attack; returns the row, appended to the log.
@@ -399,7 +336,7 @@ def run_experiment(
     cells = config.cells()
     for index, cell in enumerate(cells):
         hooks.cell(index, len(cells), cell.key)
-        if cell.key in done or not _chosen(cell, index, only, shard, cells_matching):
+        if cell.key in done or not chosen(cell, index, only, shard, cells_matching):
             continue
         with claim(out / "work" / f"{cell.key}.lock") as mine:
             if not mine:
@@ -421,55 +358,6 @@ def run_experiment(
     keep_runs(out)  # and accounting.json
     write_report(out, rows, config, total_cells=len(cells), command=command)
     return rows
-
-
-def pending_cells(
-    config: ExperimentConfig,
-    out: str | Path,
-    *,
-    only: Collection[str] | None = None,
-    shard: tuple[int, int] = (0, 1),
-    cells_matching: Collection[str] | None = None,
-) -> list[Cell]:
-    """The cells that :func:`run_experiment` with the same choice (``only``, ``shard``, ``cells_matching``) would
-    run into ``out`` now, in grid order: those without a finished row, and those whose row was made with other
-    method parameters (rerun). Reads only ``out``'s results and saved configurations: no model, no data."""
-    _check_choice(config, only, shard)
-    out = Path(out)
-    done, _ = _existing_rows(ResultsLog(out / "results.jsonl"), config, True, _saved_configs(out))
-    return [
-        cell
-        for index, cell in enumerate(config.cells())
-        if cell.key not in done and _chosen(cell, index, only, shard, cells_matching)
-    ]
-
-
-def _check_choice(config: ExperimentConfig, only: Collection[str] | None, shard: tuple[int, int]) -> None:
-    """Refuse a shard out of range and ``only`` methods the configuration lacks (:class:`UserError`)."""
-    index_k, shards = shard
-    if not (shards >= 1 and 0 <= index_k < shards):
-        raise UserError(f"--shard must be K/N with 0 <= K < N (got {index_k}/{shards})")
-    check_methods(config)
-    names = [m.name for m in config.methods]
-    unknown = sorted(set(only or ()) - set(names))
-    if unknown:
-        raise UserError(f"--only: {unknown} not among the configuration's methods {names}")
-
-
-def _chosen(
-    cell: Cell,
-    index: int,
-    only: Collection[str] | None,
-    shard: tuple[int, int],
-    cells_matching: Collection[str] | None,
-) -> bool:
-    """Whether the cell at grid ``index`` is among those chosen: its method in ``only`` (None: all), its index
-    ``k`` mod ``n`` for ``shard`` (k, n), its key matching one of the shell patterns ``cells_matching`` (None: all)."""
-    if only is not None and cell.method not in only:
-        return False
-    if index % shard[1] != shard[0]:
-        return False
-    return cells_matching is None or any(fnmatch.fnmatchcase(cell.key, p) for p in cells_matching)
 
 
 def _pool_features(model: Any, tokenizer: Any, pool: list[Any], path: Path) -> np.ndarray:

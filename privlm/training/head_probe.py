@@ -17,38 +17,18 @@ that is not private by design) and the test split.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privlm.errors import UserError
 from privlm.lm.features import hidden_features
 from privlm.lm.prompts import split_prompt
 from privlm.lm.scoring import Example, accuracy_ci
 from privlm.resources.verbalizers import Verbalizer
 from privlm.training.head import label_token_ids, label_word_rows
-
-
-@dataclass(frozen=True)
-class HeadProbeConfig:
-    """The fit: ``epochs`` passes of AdamW (``lr``, no weight decay) in mini-batches of ``batch_size``; prompts
-    cut from the left to ``max_length`` tokens (the end, next to the label word, is kept)."""
-
-    epochs: int = 40
-    lr: float = 1e-2
-    batch_size: int = 64
-    max_length: int = 256
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "max_length"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"head_probe.{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
-            raise UserError(f"head_probe.lr must be a number > 0, got {self.lr!r}")
+from privlm.training.head_probe_config import HeadProbeConfig
 
 
 def prompt_features(

@@ -39,7 +39,8 @@ from privlm.experiments.sampling import subsample  # noqa: E402
 from privlm.resources.datasets import load_dataset  # noqa: E402
 from privlm.resources.models import load_model  # noqa: E402
 from privlm.training.head import label_token_ids, label_word_rows  # noqa: E402
-from privlm.training.head_probe import HeadProbeConfig, fit_rows, prompt_features  # noqa: E402
+from privlm.training.head_probe import fit_rows, prompt_features  # noqa: E402
+from privlm.training.head_probe_config import HeadProbeConfig  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "work" / "head-steps"

@@ -1,6 +1,9 @@
-"""Run ``privlm`` in-process the way the console script does, and read what it returned."""
+"""Run ``privlm`` in-process the way the console script does, and read what it returned; a tiny user data file."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +24,15 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     code = exit_code(argv)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def write_films(path: Path, per_class: int) -> Path:
+    """A JSONL data file of ``per_class`` "good film" (label 1) and "bad film" (label 0) rows each; ``path``."""
+    path.write_text(
+        "".join(
+            json.dumps({"text": f"{w} film number {i}", "label": int(w == "good")}) + "\n"
+            for i in range(per_class)
+            for w in ("good", "bad")
+        )
+    )
+    return path

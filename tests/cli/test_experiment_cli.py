@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import exit_code as run
+from cli_helpers import write_films
 
 
 def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = tmp_path / "data.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"text": f"{w} film number {i}", "label": int(w == "good")}) + "\n"
-            for i in range(40)
-            for w in ("good", "bad")
-        )
-    )
+    data = write_films(tmp_path / "data.jsonl", 40)
     toml = tmp_path / "exp.toml"
     toml.write_text(
         f'model = "tiny-gpt2"\ndataset = "jsonl:{data}"\nlabels = ["bad", "good"]\npool_per_class = 4\nn_per_class = [2]\n'

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from privlm.experiments.config import load_config
-from privlm.experiments.runner import check_methods
+from privlm.experiments.finished import check_methods
 
 ROOT = Path(__file__).resolve().parents[2]
 TOMLS = sorted((ROOT / "research").glob("*/config.toml"))

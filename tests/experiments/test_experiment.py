@@ -16,7 +16,8 @@ import pytest
 from privlm.errors import UserError
 from privlm.experiments import runner as experiment
 from privlm.experiments.config import ExperimentConfig, load_config, parse_config
-from privlm.experiments.runner import pending_cells, run_experiment
+from privlm.experiments.finished import pending_cells
+from privlm.experiments.runner import run_experiment
 from privlm.privacy.events import GaussianRelease
 from privlm.privacy.ledger import Ledger, LedgerEntry
 from privlm.synthesis.registry import METHODS, Method, register_method

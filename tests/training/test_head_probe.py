@@ -14,7 +14,8 @@ from privlm.lm.scoring import evaluate_accuracy
 from privlm.resources.tiny import build_tiny_model
 from privlm.resources.verbalizers import Verbalizer
 from privlm.training.head import LabelWordHead, label_token_ids
-from privlm.training.head_probe import HeadProbeConfig, fit_rows, head_probe, prompt_features
+from privlm.training.head_probe import fit_rows, head_probe, prompt_features
+from privlm.training.head_probe_config import HeadProbeConfig
 
 TEMPLATE = "Review: {text} It was "
 WORDS = ("good", "great")  # one token each with the tiny tokenizer: option scoring is then the head's argmax
