@@ -17,8 +17,12 @@ run() { privlm_experiment --resume "$@"; }
 # A stage whose cells are all finished still loads the model and rewrites the report (about 20 s): on a new machine
 # a long queue spent minutes so. work_queue asks `--pending` (no model, no data) which cells are left, again after
 # each stage it runs (the other worker's finished cells then drop out too); a stage is run for a pattern matching
-# one of them (bash's glob, as --cells: *, ?, [...]). Where --pending fails, every stage is run (its error shows).
+# one of them (bash's glob: use only *, ? and [...] without ^ or \, where bash and --cells agree). A cell the
+# other worker holds is still listed, and its stage passes over it, as before. A machine with no cell left runs
+# no stage, so nothing rewrites the report. Where --pending fails, every stage is run (its error shows).
 work_queue() {
+  local -
+  set -f  # the keys are words, never file names
   local pattern key keys
   keys=$(privlm_experiment --pending) || keys="(all)"
   for pattern in "$@"; do

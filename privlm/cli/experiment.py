@@ -49,8 +49,8 @@ def experiment_command(
         False,
         "--pending",
         help="Run no cell: print the keys of the cells a --resume with the same --only, --cells and --shard would "
-        "run now (unfinished, or made with other method parameters), one per line; nothing when none is left. "
-        "Loads no model or data.",
+        "take up now (unfinished, or made with other method parameters; a cell another process is running "
+        "included), one per line; nothing when none is left. Loads no model or data.",
     ),
     keep: bool = typer.Option(
         False,
@@ -62,6 +62,8 @@ def experiment_command(
 ) -> None:
     """Run every cell (method × ε × n per class × seed) of CONFIG: make the training set, fine-tune, score, attack."""
     shard_k_n = parse_shard(shard)
+    if keep and pending:
+        raise UserError("--keep-accounting and --pending each run no cell: give one of them")
     if keep:
         keep_command(out, chosen=bool(only or cell_patterns or shard_k_n != (0, 1)), as_json=as_json)
         return

@@ -47,6 +47,8 @@ def test_experiment_cli_runs_resumes_and_refuses_bad_config(tmp_path: Path, caps
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
     assert run(["experiment", str(toml), "--out", str(out), "--pending"]) == 0
     assert capsys.readouterr().out == ""  # every cell finished: nothing left
+    assert run(["experiment", str(toml), "--out", str(out), "--pending", "--keep-accounting"]) == 2
+    assert "give one of them" in capsys.readouterr().err
     assert run(["experiment", str(toml), "--out", str(out), "--resume", "--shard", "1of2"]) == 2
     assert "--shard must look like K/N, e.g. 0/2 (got '1of2')" in capsys.readouterr().err
     toml.write_text("model = 1\n")

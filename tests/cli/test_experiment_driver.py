@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -16,13 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _queue(tmp_path: Path, toml: Path, patterns: list[str]) -> list[str]:
     """The patterns ``work_queue`` ran a stage for, in order (each stage really run into ``tmp_path/out``)."""
+    assert (ROOT / ".venv" / "bin" / "python").exists(), "the drivers run $ROOT/.venv/bin/python: make install first"
     calls = tmp_path / "calls.txt"
     script = (
-        f'TOML={toml}\nOUT={os.path.relpath(tmp_path / "out", ROOT)}\nsource "{ROOT}/research/driver.sh"\n'
+        f"TOML={shlex.quote(str(toml))}\nOUT={shlex.quote(os.path.relpath(tmp_path / 'out', ROOT))}\n"
+        f'source "{ROOT}/research/driver.sh"\n'
         f'run() {{ echo "$2" >> "{calls}"; privlm_experiment --resume "$@" > /dev/null 2>&1; }}\n'
-        f"work_queue {' '.join(repr(p) for p in patterns)}\n"
+        f"work_queue {shlex.join(patterns)}\n"
     )
-    subprocess.run(["bash", "-c", script], check=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in ("CODE", "WAIT_FOR")}  # this checkout, no waiting
+    subprocess.run(["bash", "-c", script], check=True, env=env, timeout=600)
     return calls.read_text().split() if calls.exists() else []
 
 

@@ -46,7 +46,7 @@ def candidate_hidden(
     them), in pieces of about :data:`~privlm.synthesis.gradmm.filtering.CHUNK` candidates that start at
     multiples of ``batch_size`` (the states of one pass; a large pool's pass resumes piece by piece).
     ``task`` is advanced by the candidates done (a batch computed or a kept piece read): a public count."""
-    shown = task or Task()
+    shown = task if task is not None else Task()
 
     def compute(part: Sequence[Candidate]) -> torch.Tensor:
         states = []

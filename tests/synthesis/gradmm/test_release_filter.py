@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from privlm.errors import UserError
+from privlm.progress import SILENT
 from privlm.resources.tiny import build_tiny_model
 from privlm.synthesis.gradmm import head_select
 from privlm.synthesis.gradmm.config import make_config
@@ -27,6 +28,7 @@ from privlm.synthesis.gradmm.release_filter import (
     label_rows_and_direction,
     stepped_rows,
 )
+from privlm.synthesis.gradmm.select import HIDDEN, select_matching
 
 PRIVATE = [
     ("a delight from start to finish", 1),
@@ -158,14 +160,14 @@ def test_a_class_the_head_gives_no_candidate_is_refused(lm, monkeypatch) -> None
         filter_select(model, release, cands, [c.label for c in cands], 3, seed=0)
 
 
-def test_a_filter_run_is_a_function_of_its_release_and_records_its_step(lm, tmp_path) -> None:
+def test_a_filter_run_is_a_function_of_its_release_and_records_its_step(lm, tmp_path, recorded_progress) -> None:
     """The whole pipeline with ``selection = "filter"``: the rows are the filter's choice among the run's own
     candidates, the step is written beside the batches, and a run resumed from a copy of the release reproduces
     the set byte for byte without reading the (poisoned) private data."""
     model, tokenizer, prompt = lm
     config = make_config("demo", optimizer="select", selection="filter", label_filter=False, oversample=10.0, seed=3)
 
-    def run(out, load):
+    def run(out, load, progress=SILENT):
         return run_gradmm(
             model,
             tokenizer,
@@ -178,11 +180,13 @@ def test_a_filter_run_is_a_function_of_its_release_and_records_its_step(lm, tmp_
             epsilon=None,
             delta=None,
             resume=out.name == "b.jsonl",
+            progress=progress,
         )
 
-    first = run(tmp_path / "a.jsonl", lambda: list(PRIVATE))
+    first = run(tmp_path / "a.jsonl", lambda: list(PRIVATE), recorded_progress)
     paths = GradmmPaths(tmp_path / "a.jsonl")
     cands = [c for f in sorted(paths.batches.glob("class*.json")) for c in load_batch(f)]
+    assert (HIDDEN, len(cands), False) in recorded_progress.opened  # no label filter here: every candidate
     chosen, t = filter_select(model, first.release, cands, [c.label for c in cands], 2, seed=3)
     assert [(r["text"], r["label"]) for r in first.rows] == [(c.text, c.label) for c in chosen] and len(chosen) == 4
     assert json.loads((paths.batches / FILTER_STEP).read_text()) == {"step": t}
@@ -201,3 +205,22 @@ def test_a_class_the_public_filter_leaves_empty_is_named_as_such(lm) -> None:
     hidden = [torch.zeros(len(pool[0]), 4, dtype=torch.float64), torch.zeros(0, 4, dtype=torch.float64)]
     with pytest.raises(UserError, match="the public label filter keeps no candidate of class 'positive'"):
         head_select.head_draw(torch.eye(2, 4, dtype=torch.float64), pool, hidden, 2, 0, prompt, "a head")
+
+
+@pytest.mark.parametrize("rule", ["match", "filter"])
+def test_the_selections_forward_pass_counts_the_candidates_the_label_filter_keeps(
+    lm, recorded_progress, rule: str
+) -> None:
+    """Both selection rules show their forward pass over the candidates, counted over those the public label filter
+    keeps (generated for a class and predicted as it), not over every candidate."""
+    model, _, _ = lm
+    release, cands = _release(lm), _candidates(lm)
+    predicted = [c.label if i % 3 else 1 - c.label for i, c in enumerate(cands)]  # the filter drops every third
+    eligible = sum(p == c.label for c, p in zip(cands, predicted, strict=True))
+    assert 0 < eligible < len(cands)
+    if rule == "match":
+        select_matching(model, release, cands, predicted, 3, progress=recorded_progress)
+    else:
+        filter_select(model, release, cands, predicted, 3, seed=0, progress=recorded_progress)
+    assert recorded_progress.opened == [(HIDDEN, eligible, False)]
+    assert recorded_progress.advanced_by == {HIDDEN: eligible} and recorded_progress.finished == [HIDDEN]
