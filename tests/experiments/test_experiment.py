@@ -417,9 +417,7 @@ def test_a_full_pool_variant_is_one_pool_sized_cell_per_seed(tmp_path: Path) -> 
     ]
 
 
-def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cells_patterns_run_only_matching_cells_and_a_method_may_have_its_own_sizes(tmp_path: Path) -> None:
     data, toml = tmp_path / "data.jsonl", tmp_path / "exp.toml"
     write_dataset(data)
     head = config_text(data).split("[methods.")[0]
