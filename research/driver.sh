@@ -14,7 +14,7 @@ CODE=${CODE:-$ROOT}
 privlm_experiment() { (cd "$CODE" && PYTHONPATH="$CODE" "$ROOT/.venv/bin/python" -c "from privlm.cli import main; main()" \
   experiment "$TOML" --out "$ROOT/$OUT" "$@"); }
 run() { privlm_experiment --resume "$@"; }
-# A stage whose cells are all finished still loads the model and rewrites the report (about 20 s): on a new machine
+# A stage whose cells are all finished still loads the model and rewrites the report (about 20 s in the log's timestamps): on a new machine
 # a long queue spent minutes so. work_queue asks `--pending` (no model, no data) which cells are left, again after
 # each stage it runs (the other worker's finished cells then drop out too); a stage is run for a pattern matching
 # one of them (bash's glob: use only *, ? and [...] without ^ or \, where bash and --cells agree). A cell the

@@ -71,7 +71,7 @@ def experiment_command(
 
     config = load_config(config_path)
     if pending:
-        from privlm.experiments.finished import pending_cells  # no torch: answers in about a second
+        from privlm.experiments.finished import pending_cells  # imports no torch (tests/cli/test_help_imports.py)
 
         keys = [
             cell.key for cell in pending_cells(config, out, only=only, shard=shard_k_n, cells_matching=cell_patterns)
